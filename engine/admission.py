@@ -1,0 +1,141 @@
+"""Admission control: accept a request at arrival, or reject it now with a reason.
+
+Each rule is a small function returning a rejection or None; they run in order and the
+first rejection wins. Rejections are returned to the caller and recorded, never silent.
+
+Deadline rule: a request's deadline is the time by which it must finish. If the estimated
+time to its first token (queued tokens ahead of it in its lane, plus its own prompt, at
+the lane's share of measured throughput) already passes the deadline, it cannot be met.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.config import LiveConfig, StaticConfig
+from engine.lanes import LaneSet
+from engine.records import AdmissionDecision
+from engine.request import Request
+
+
+class ThroughputEstimator:
+    """Tokens per second while busy: exponentially decayed tokens / decayed step time."""
+
+    def __init__(self, decay: float = 0.9):
+        self.decay = decay
+        self._tokens = 0.0
+        self._seconds = 0.0
+
+    def observe(self, num_tokens: int, duration_s: float) -> None:
+        if num_tokens <= 0 or duration_s <= 0:
+            return
+        self._tokens = self._tokens * self.decay + num_tokens
+        self._seconds = self._seconds * self.decay + duration_s
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self._tokens / self._seconds if self._seconds > 0 else None
+
+
+@dataclass(frozen=True)
+class AdmissionContext:
+    live: LiveConfig
+    static: StaticConfig
+    lanes: LaneSet
+    kv_usage: float
+    tokens_per_s: float | None
+    now: float
+
+
+def estimated_wait_s(req: Request, ctx: AdmissionContext) -> float | None:
+    """Seconds until req's prompt is computed, at its lane's fair share; None if unknown."""
+    if not ctx.tokens_per_s:
+        return None
+    lane = ctx.lanes[req.lane]
+    weights = sum(q.config.weight for q in ctx.lanes if q.has_work or q is lane)
+    share = lane.config.weight / weights
+    return (lane.waiting_tokens + req.num_prompt_tokens) / (ctx.tokens_per_s * share)
+
+
+Rule = Callable[[Request, AdmissionContext], AdmissionDecision | None]
+
+
+def _reject(req: Request, reason: str, message: str, retry_after_s: float | None = None,
+            wait: float | None = None) -> AdmissionDecision:
+    return AdmissionDecision(False, req.request_id, reason, message, retry_after_s, req.lane,
+                             wait)
+
+
+def check_empty(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
+    if req.num_prompt_tokens == 0:
+        return _reject(req, "empty_prompt", "the prompt is empty: send at least one token")
+    return None
+
+
+def check_length(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
+    limit = ctx.static.max_model_len
+    want = req.num_prompt_tokens + req.sampling_params.max_tokens
+    if want > limit:
+        return _reject(req, "too_long",
+                       f"this model's maximum context length is {limit} tokens, but the request"
+                       f" asks for {want} ({req.num_prompt_tokens} in the prompt,"
+                       f" {req.sampling_params.max_tokens} in max_tokens)")
+    return None
+
+
+def check_kv(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
+    if ctx.kv_usage > ctx.live.kv_cache_reject_watermark:
+        return _reject(req, "kv_reject_watermark",
+                       f"KV cache usage {ctx.kv_usage:.0%} is above the reject watermark"
+                       f" {ctx.live.kv_cache_reject_watermark:.0%}; retry shortly", 1.0)
+    return None
+
+
+def check_queue(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
+    lane = ctx.lanes[req.lane]
+    retry = _retry_after(req, ctx)
+    if ctx.lanes.num_waiting >= ctx.live.max_waiting_requests:
+        return _reject(req, "queue_full",
+                       f"{ctx.lanes.num_waiting} requests are queued, the limit"
+                       f" (max_waiting_requests) is {ctx.live.max_waiting_requests}", retry)
+    limit = lane.config.max_waiting
+    if limit is not None and lane.num_waiting >= limit:
+        return _reject(req, "queue_full",
+                       f"lane {lane.name!r} has {lane.num_waiting} requests queued, its limit"
+                       f" (max_waiting) is {limit}", retry)
+    return None
+
+
+def check_deadline(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
+    if req.deadline is None:
+        return None
+    wait = estimated_wait_s(req, ctx) or 0.0
+    if ctx.now + wait > req.deadline:
+        return _reject(req, "deadline",
+                       f"the deadline is {max(0.0, req.deadline - ctx.now):.3f}s away but the"
+                       f" estimated wait for the first token is {wait:.3f}s", _retry_after(
+                           req, ctx), wait)
+    return None
+
+
+def _retry_after(req: Request, ctx: AdmissionContext) -> float:
+    wait = estimated_wait_s(req, ctx)
+    return max(1.0, round(wait, 1)) if wait is not None else 1.0
+
+
+RULES: tuple[Rule, ...] = (check_empty, check_length, check_kv, check_queue, check_deadline)
+
+
+def admit(req: Request, ctx: AdmissionContext) -> AdmissionDecision:
+    """The first rule that rejects decides; otherwise accept with the estimated wait."""
+    if req.lane not in ctx.lanes.lanes:
+        return _reject(req, "unknown_lane",
+                       f"unknown lane {req.lane!r}; the lanes are: "
+                       f"{', '.join(ctx.live.lane_names)}")
+    for rule in RULES:
+        decision = rule(req, ctx)
+        if decision is not None:
+            return decision
+    return AdmissionDecision(True, req.request_id, lane=req.lane,
+                             estimated_wait_s=estimated_wait_s(req, ctx))

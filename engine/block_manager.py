@@ -1,0 +1,182 @@
+"""The paged KV block pool: allocation, ref counts, and prefix caching.
+
+The BlockManager is the only writer of `Request.block_ids` and `Request.block_hashes`.
+
+Block states (every block is in exactly one):
+    used    ref_count > 0, held by one or more requests (shared prefix blocks: > 1)
+    cached  ref_count == 0, holds a full block of known tokens, findable by its hash;
+            reclaimable: evicted LRU when a fresh block is needed
+    empty   ref_count == 0, no hash
+
+`_free` holds the cached and empty blocks in eviction order: empty blocks at the front
+(reused first), cached ones behind them from least to most recently freed.
+Block hash chain: hash_i = hash((hash_{i-1}, tokens of block i)); hash_{-1} = 0, so a hit
+on block i implies the whole prefix up to it matches.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
+
+from engine.request import Request
+
+BlockKey = tuple[int, tuple[int, ...]]  # (parent hash, token ids of the block)
+
+
+@dataclass(frozen=True)
+class KVSnapshot:
+    """Pool occupancy at one moment. By-lane/tenant counts are block references."""
+
+    total: int
+    used: int
+    free: int  # empty + cached
+    cached: int
+    usage: float  # used / total
+    by_lane: dict[str, int]
+    by_tenant: dict[str, int]
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self._ref_counts = [0] * num_blocks
+        self._block_keys: list[BlockKey | None] = [None] * num_blocks
+        self._cached: dict[BlockKey, int] = {}  # key -> block id (used or cached state)
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.num_used = 0
+        self.num_cached_free = 0  # blocks in the cached state
+        self.prefix_query_tokens = 0  # cumulative, for hit rates
+        self.prefix_hit_tokens = 0
+
+    # ---- occupancy -------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return self.num_blocks - self.num_used
+
+    @property
+    def usage(self) -> float:
+        return self.num_used / self.num_blocks
+
+    def blocks_needed(self, request: Request, num_new_tokens: int) -> int:
+        """Blocks to add so the request's cache covers `num_new_tokens` more tokens."""
+        total = request.num_computed_tokens + num_new_tokens
+        return max(0, -(-total // self.block_size) - len(request.block_ids))
+
+    # ---- allocation --------------------------------------------------------------
+    def allocate(self, request: Request, num_new_tokens: int) -> bool:
+        """Grow the request's blocks to cover `num_new_tokens` more; all or nothing."""
+        needed = self.blocks_needed(request, num_new_tokens)
+        if needed == 0:
+            return True
+        if needed > self.num_free:
+            return False
+        blocks = request.block_ids
+        for _ in range(needed):
+            block_id, _ = self._free.popitem(last=False)
+            key = self._block_keys[block_id]
+            if key is not None:  # evict a cached block
+                self._block_keys[block_id] = None
+                if self._cached.get(key) == block_id:
+                    del self._cached[key]
+                self.num_cached_free -= 1
+            self._ref_counts[block_id] = 1
+            blocks.append(block_id)
+        self.num_used += needed
+        return True
+
+    def allocate_prefix(self, request: Request) -> int:
+        """On a request's first schedule, take cached blocks of its longest cached prefix.
+
+        Returns the number of tokens covered (a multiple of block_size), always leaving at
+        least one token to compute so the step produces logits.
+        """
+        assert not request.block_ids and request.num_computed_tokens == 0
+        if not self.enable_prefix_caching:
+            return 0
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        self.prefix_query_tokens += max_blocks * self.block_size
+        parent = 0
+        tokens = request.token_ids
+        bs = self.block_size
+        for i in range(max_blocks):
+            key = (parent, tuple(tokens[i * bs:(i + 1) * bs]))
+            block_id = self._cached.get(key)
+            if block_id is None:
+                break
+            if self._ref_counts[block_id] == 0:
+                del self._free[block_id]
+                self.num_cached_free -= 1
+                self.num_used += 1
+            self._ref_counts[block_id] += 1
+            request.block_ids.append(block_id)
+            parent = hash(key)
+            request.block_hashes.append(parent)
+        hit = len(request.block_ids) * bs
+        self.prefix_hit_tokens += hit
+        return hit
+
+    def cache_full_blocks(self, request: Request) -> None:
+        """Register the hashes of blocks that became full of computed tokens."""
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        num_full = min(request.num_computed_tokens // bs, len(request.block_ids))
+        hashes = request.block_hashes
+        tokens = request.token_ids
+        for i in range(len(hashes), num_full):
+            parent = hashes[-1] if hashes else 0
+            key = (parent, tuple(tokens[i * bs:(i + 1) * bs]))
+            block_id = request.block_ids[i]
+            if self._block_keys[block_id] is None and key not in self._cached:
+                self._block_keys[block_id] = key
+                self._cached[key] = block_id
+            hashes.append(hash(key))
+
+    def free(self, request: Request) -> None:
+        """Drop the request's references; its full blocks stay findable until evicted."""
+        for block_id in reversed(request.block_ids):
+            self._ref_counts[block_id] -= 1
+            if self._ref_counts[block_id] == 0:
+                self.num_used -= 1
+                self._free[block_id] = None
+                if self._block_keys[block_id] is None:
+                    self._free.move_to_end(block_id, last=False)
+                else:
+                    self.num_cached_free += 1
+        request.block_ids.clear()
+        request.block_hashes.clear()
+
+    # ---- inspection --------------------------------------------------------------
+    def snapshot(self, requests: list[Request]) -> KVSnapshot:
+        by_lane: dict[str, int] = defaultdict(int)
+        by_tenant: dict[str, int] = defaultdict(int)
+        for req in requests:
+            if req.block_ids:
+                by_lane[req.lane] += len(req.block_ids)
+                by_tenant[req.tenant] += len(req.block_ids)
+        return KVSnapshot(self.num_blocks, self.num_used, self.num_free, self.num_cached_free,
+                          self.usage, dict(by_lane), dict(by_tenant))
+
+    def check_integrity(self, requests: list[Request]) -> None:
+        """Raise AssertionError if any block is leaked, double-owned or miscounted."""
+        owners = [0] * self.num_blocks
+        for req in requests:
+            assert not (req.is_finished and req.block_ids), f"{req.request_id} finished with blocks"
+            assert len(set(req.block_ids)) == len(req.block_ids), (
+                f"{req.request_id} holds a block twice")
+            for block_id in req.block_ids:
+                owners[block_id] += 1
+        for block_id, refs in enumerate(self._ref_counts):
+            assert refs == owners[block_id], (
+                f"block {block_id}: ref_count {refs} but {owners[block_id]} owners")
+            assert (refs == 0) == (block_id in self._free), (
+                f"block {block_id}: ref_count {refs} but in free list={block_id in self._free}")
+        assert self.num_used == sum(1 for r in self._ref_counts if r > 0), "num_used drifted"
+        assert len(self._free) == self.num_free, "free list size drifted"
+        for key, block_id in self._cached.items():
+            assert self._block_keys[block_id] == key, f"hash map points at block {block_id}"
+        cached = sum(1 for b in self._free if self._block_keys[b] is not None)
+        assert cached == self.num_cached_free, "cached count drifted"

@@ -1,0 +1,234 @@
+"""The engine: admission, then each step schedule -> execute -> update.
+
+Not thread-safe by design: one thread (the engine loop) calls every method. Other threads
+hand it work through the loop's command queue (see control/).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from engine.admission import AdmissionContext, ThroughputEstimator, admit
+from engine.block_manager import BlockManager, KVSnapshot
+from engine.config import EngineConfig, LiveConfig
+from engine.records import (
+    AdmissionDecision,
+    RequestDelta,
+    RequestRecord,
+    SchedulerOutput,
+    StepRecord,
+)
+from engine.request import Request, RequestStatus, SamplingParams
+from engine.scheduler import Scheduler
+
+
+class Executor(Protocol):
+    def execute(self, out: SchedulerOutput) -> list[int]:
+        """Run one step; return one sampled token id per sample row of `out`."""
+
+
+@dataclass
+class StepOutput:
+    record: StepRecord | None  # None when there was nothing to do
+    deltas: list[RequestDelta] = field(default_factory=list)
+    finished: list[RequestRecord] = field(default_factory=list)
+    admissions: list[AdmissionDecision] = field(default_factory=list)  # since the last step
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, executor: Executor, *,
+                 clock: Callable[[], float] = time.time, eos_token_id: int | None = None):
+        config.validate()
+        self.static = config.static
+        self.executor = executor
+        self.clock = clock
+        self.eos_token_id = eos_token_id
+        self.block_manager = BlockManager(self.static.num_kv_blocks, self.static.block_size,
+                                          self.static.enable_prefix_caching)
+        live = config.live.replace(version=1)
+        self.scheduler = Scheduler(self.static, live, self.block_manager)
+        self.requests: dict[str, Request] = {}  # unfinished only
+        self.throughput = ThroughputEstimator()
+        self._pending_deltas: list[RequestDelta] = []  # ends between steps (abort, timeout)
+        self._pending_finished: list[Request] = []
+        self._pending_admissions: list[AdmissionDecision] = []
+
+    # ---- config ------------------------------------------------------------------------
+    @property
+    def live_config(self) -> LiveConfig:
+        return self.scheduler.live
+
+    def update_config(self, live: LiveConfig, lane_moves: dict[str, str] | None = None,
+                      ) -> LiveConfig:
+        """Validate and install a new snapshot; it applies from the next step.
+
+        Requests of a removed lane move to `lane_moves[lane]`; removing a lane that still
+        has requests without naming a target is refused, so nothing is dropped.
+        """
+        live.validate(self.static)
+        moves = dict(lane_moves or {})
+        new_names = set(live.lane_names)
+        for name, target in moves.items():
+            if target not in new_names:
+                raise ValueError(f"lane_moves[{name!r}]={target!r} must be a lane of the new"
+                                 f" config ({', '.join(live.lane_names)})")
+        for name in set(self.live_config.lane_names) - new_names:
+            count = sum(1 for r in self.requests.values() if r.lane == name)
+            if count and name not in moves:
+                raise ValueError(f"lane {name!r} still has {count} requests; name a lane to"
+                                 " move them to, or wait until it drains")
+        installed = live.replace(version=self.live_config.version + 1)
+        self.scheduler.set_live(installed, moves, list(self.requests.values()))
+        return installed
+
+    # ---- requests ----------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt_token_ids: list[int],
+                    params: SamplingParams | None = None, *, tenant: str = "default",
+                    lane: str | None = None, priority: int = 0, deadline: float | None = None,
+                    arrival_time: float | None = None) -> AdmissionDecision:
+        """Admit or reject at once. `deadline` is absolute, on the engine clock."""
+        if request_id in self.requests:
+            raise ValueError(f"request_id {request_id!r} is already in use")
+        now = self.clock()
+        req = Request(request_id, list(prompt_token_ids), params or SamplingParams(),
+                      arrival_time if arrival_time is not None else now, tenant=tenant,
+                      lane=lane or self.route(len(prompt_token_ids)), priority=priority,
+                      deadline=deadline, eos_token_id=self.eos_token_id)
+        ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
+                               self.block_manager.usage, self.throughput.tokens_per_s, now)
+        decision = admit(req, ctx)
+        if not decision.accepted:
+            req.status = RequestStatus.REJECTED
+            req.finish_reason = "rejected"
+            req.finish_detail = decision.reason or ""
+            req.finished_time = now
+            self._pending_finished.append(req)  # recorded with the next step, no delta
+            self._pending_admissions.append(decision)
+            return decision
+        req.admitted_time = now
+        self._pending_admissions.append(decision)
+        self.requests[request_id] = req
+        self.scheduler.add(req)
+        return decision
+
+    def route(self, num_prompt_tokens: int) -> str:
+        """The lane for a request that names none: long prompts to the long-context lane."""
+        live = self.live_config
+        if live.long_context_lane and num_prompt_tokens >= live.long_context_threshold:
+            return live.long_context_lane
+        return live.default_lane
+
+    def abort(self, request_id: str, status: RequestStatus = RequestStatus.CANCELLED,
+              detail: str = "") -> bool:
+        """End a waiting or running request now; its blocks are free before the next step."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return False
+        self._end(req, status, self.clock(), detail)
+        return True
+
+    def _end(self, req: Request, status: RequestStatus, now: float, detail: str) -> None:
+        self.scheduler.finish(req, status, now, detail)
+        self._pending_deltas.append(RequestDelta(req.request_id, [], req.finish_reason, detail))
+        self._pending_finished.append(req)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests or self._pending_deltas or self._pending_finished)
+
+    def get_request(self, request_id: str) -> Request | None:
+        return self.requests.get(request_id)
+
+    def kv_snapshot(self) -> KVSnapshot:
+        return self.block_manager.snapshot(list(self.requests.values()))
+
+    def check_integrity(self) -> None:
+        self.block_manager.check_integrity(list(self.requests.values()))
+
+    # ---- the step ----------------------------------------------------------------------
+    def step(self) -> StepOutput:
+        """One iteration: expire, schedule, execute, update; returns what changed."""
+        start = self.clock()
+        t0 = time.perf_counter()
+        self._expire(start)
+        sched = self.scheduler
+        if not self.requests:
+            return self._drain_pending(None)
+        bm = self.block_manager
+        q0, h0 = bm.prefix_query_tokens, bm.prefix_hit_tokens
+        out = sched.schedule(start)
+        t1 = time.perf_counter()
+        sampled = self.executor.execute(out) if not out.is_empty else []
+        t2 = time.perf_counter()
+        deltas, finished = sched.update(out, sampled, self.clock())
+        for req in finished:
+            del self.requests[req.request_id]
+        t3 = time.perf_counter()
+        self.throughput.observe(out.num_tokens, t3 - t0)
+        record = self._record(out, start, (t0, t1, t2, t3), finished)
+        record.prefix_query_tokens = bm.prefix_query_tokens - q0
+        record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
+        result = self._drain_pending(record)
+        result.deltas.extend(deltas)
+        result.finished.extend(RequestRecord.from_request(r) for r in finished)
+        return result
+
+    def _expire(self, now: float) -> None:
+        default_s = self.live_config.queue_timeout_ms / 1000.0
+        for lane in self.scheduler.lanes:
+            timeout_ms = lane.config.queue_timeout_ms
+            timeout_s = timeout_ms / 1000.0 if timeout_ms is not None else default_s
+            for req in lane.expired(now, timeout_s):
+                passed = req.deadline is not None and req.deadline < now
+                detail = "deadline passed while queued" if passed else "queue timeout"
+                self._end(req, RequestStatus.TIMEOUT, now, detail)
+
+    def _drain_pending(self, record: StepRecord | None) -> StepOutput:
+        result = StepOutput(record, self._pending_deltas,
+                            [RequestRecord.from_request(r) for r in self._pending_finished],
+                            self._pending_admissions)
+        for req in self._pending_finished:
+            self.requests.pop(req.request_id, None)
+            if record is not None:
+                record.finished.append((req.request_id, req.finish_reason or ""))
+        self._pending_deltas, self._pending_finished, self._pending_admissions = [], [], []
+        return result
+
+    def _record(self, out: SchedulerOutput, start: float, t: tuple[float, ...],
+                finished: list[Request]) -> StepRecord:
+        bm = self.block_manager
+        lanes = self.scheduler.lanes
+        scheduled: list[tuple[str, str, int]] = [(r.request_id, "decode", 1) for r in out.decodes]
+        scheduled += [(c.request.request_id, "prefill", c.num_tokens) for c in out.prefills]
+        return StepRecord(
+            step_id=out.step_id, start_time=start, duration_s=t[3] - t[0],
+            schedule_s=t[1] - t[0], execute_s=t[2] - t[1], update_s=t[3] - t[2],
+            num_prefill_seqs=len(out.prefills), num_decode_seqs=len(out.decodes),
+            num_prefill_tokens=out.num_prefill_tokens, num_decode_tokens=out.num_decode_tokens,
+            token_budget=out.token_budget, tokens_used=out.num_tokens,
+            max_num_seqs=self.live_config.max_num_seqs,
+            kv_blocks_used=bm.num_used, kv_blocks_free=bm.num_free,
+            kv_blocks_cached=bm.num_cached_free, kv_usage=bm.usage,
+            running_by_lane={q.name: q.num_running for q in lanes},
+            waiting_by_lane={q.name: q.num_waiting for q in lanes},
+            waiting_by_reason=out.waiting_by_reason, tokens_by_lane=out.tokens_by_lane,
+            admitted=out.admitted,
+            finished=[(r.request_id, r.finish_reason or "") for r in finished],
+            preempted=out.preempted, config_version=out.config_version, scheduled=scheduled,
+        )
+
+    def run_until_done(self, max_steps: int = 1_000_000) -> list[StepOutput]:
+        """Step until no request is left (tests, the offline API, the demo)."""
+        outputs = []
+        for _ in range(max_steps):
+            if not self.has_unfinished_requests():
+                return outputs
+            outputs.append(self.step())
+        raise RuntimeError(f"requests still unfinished after {max_steps} steps")
+
+    def stats(self) -> dict[str, Any]:
+        lanes = self.scheduler.lanes
+        return {"running": len(self.scheduler.running), "waiting": lanes.num_waiting,
+                "kv_usage": self.block_manager.usage, "config_version": self.live_config.version}

@@ -1,0 +1,213 @@
+"""Lane queues and weighted fair share of the token budget among them.
+
+Fair share is start-time fair queueing on tokens: each lane keeps a virtual time that
+grows by `tokens / weight` for every token its requests run (prefill and decode). The next
+new prefill comes from the lane with work whose virtual time is smallest. A lane that
+was idle re-enters at the smallest virtual time among busy lanes, so idling earns no
+credit. Inside a lane with `tenant_fair_share`, tenants share the lane's tokens the same
+way (equal weights).
+
+Queues are heaps keyed by the lane's policy; entries of requests that finished while
+queued (cancel, timeout) are skipped lazily when they reach the head.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import deque
+
+from engine.config import LaneConfig
+from engine.request import Request, RequestStatus
+
+_ALL_TENANTS = ""  # the single bucket of a lane without tenant fair share
+
+
+def queue_key(policy: str, req: Request) -> tuple:
+    if policy == "priority":
+        return (req.priority, req.arrival_time, req.queue_seq)
+    if policy == "deadline":
+        deadline = req.deadline if req.deadline is not None else math.inf
+        return (deadline, req.arrival_time, req.queue_seq)
+    return (req.arrival_time, req.queue_seq)
+
+
+class LaneQueue:
+    """One lane's waiting requests (by tenant bucket) and its fair-share accounting."""
+
+    _seq = itertools.count()
+
+    def __init__(self, config: LaneConfig):
+        self.config = config
+        self.name = config.name
+        self.vtime = 0.0
+        self.num_waiting = 0
+        self.num_running = 0
+        self.waiting_tokens = 0  # tokens still to compute over queued requests
+        self.batch_closed = False  # static batching: the current batch takes no newcomers
+        self._buckets: dict[str, list[tuple]] = {}
+        self._tenant_vtime: dict[str, float] = {}
+        self._arrivals: deque[Request] = deque()  # never-scheduled requests, arrival order
+        self._deadlines: list[tuple[float, int, Request]] = []
+
+    @property
+    def has_work(self) -> bool:
+        return self.num_waiting > 0 or self.num_running > 0
+
+    def _bucket_name(self, req: Request) -> str:
+        return req.tenant if self.config.tenant_fair_share else _ALL_TENANTS
+
+    def push(self, req: Request) -> None:
+        if not req.queue_seq:
+            req.queue_seq = next(self._seq) + 1
+        name = self._bucket_name(req)
+        bucket = self._buckets.setdefault(name, [])
+        if not bucket and self.config.tenant_fair_share:
+            busy = [self._tenant_vtime.get(t, 0.0) for t, b in self._buckets.items() if b]
+            floor = min(busy, default=0.0)
+            self._tenant_vtime[name] = max(self._tenant_vtime.get(name, 0.0), floor)
+        heapq.heappush(bucket, (queue_key(self.config.policy, req), req))
+        self.num_waiting += 1
+        self.waiting_tokens += req.num_tokens - req.num_computed_tokens
+        if req.first_scheduled_time is None:
+            self._arrivals.append(req)
+            if req.deadline is not None:
+                heapq.heappush(self._deadlines, (req.deadline, req.queue_seq, req))
+
+    def peek(self) -> Request | None:
+        """The request this lane would start next (fair among tenants), or None."""
+        best, best_vtime = None, math.inf
+        for name, bucket in self._buckets.items():
+            while bucket and bucket[0][1].status is not RequestStatus.WAITING and (
+                    bucket[0][1].status is not RequestStatus.PREEMPTED):
+                heapq.heappop(bucket)  # finished while queued
+            if not bucket:
+                continue
+            vtime = self._tenant_vtime.get(name, 0.0)
+            if best is None or vtime < best_vtime:
+                best, best_vtime = bucket[0][1], vtime
+        return best
+
+    def pop(self, req: Request) -> None:
+        """Remove `req`, which must be what peek() returned."""
+        bucket = self._buckets[self._bucket_name(req)]
+        entry = heapq.heappop(bucket)
+        assert entry[1] is req, "pop() must follow peek()"
+        self._on_leave(req)
+
+    def discard(self, req: Request) -> None:
+        """Account for a queued request that finished (its heap entry goes lazily)."""
+        self._on_leave(req)
+
+    def _on_leave(self, req: Request) -> None:
+        self.num_waiting -= 1
+        self.waiting_tokens -= req.num_tokens - req.num_computed_tokens
+
+    def charge(self, req: Request, num_tokens: int) -> None:
+        self.vtime += num_tokens / self.config.weight
+        if self.config.tenant_fair_share:
+            self.charge_tenant(req.tenant, num_tokens)
+
+    def charge_tenant(self, tenant: str, num_tokens: int) -> None:
+        self._tenant_vtime[tenant] = self._tenant_vtime.get(tenant, 0.0) + num_tokens
+
+    def expired(self, now: float, timeout_s: float) -> list[Request]:
+        """Queued requests never scheduled past the queue timeout or their deadline."""
+        out = []
+        arrivals = self._arrivals
+        while arrivals:
+            head = arrivals[0]
+            if head.first_scheduled_time is not None or head.is_finished:
+                arrivals.popleft()
+            elif now - head.arrival_time > timeout_s:
+                out.append(arrivals.popleft())
+            else:
+                break
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][2].first_scheduled_time is not None
+                             or deadlines[0][2].is_finished or deadlines[0][0] < now):
+            req = heapq.heappop(deadlines)[2]
+            if req.first_scheduled_time is None and not req.is_finished and req not in out:
+                out.append(req)
+        return out
+
+    def waiting_requests(self) -> list[Request]:
+        return [e[1] for b in self._buckets.values() for e in b
+                if e[1].status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)]
+
+    def reconfigure(self, config: LaneConfig) -> None:
+        """Apply new settings; queues are rebuilt when the order or bucketing changes."""
+        old = self.config
+        self.config = config
+        if old.policy != config.policy or old.tenant_fair_share != config.tenant_fair_share:
+            waiting = self.waiting_requests()
+            self._buckets.clear()
+            self.num_waiting = 0
+            self.waiting_tokens = 0
+            self._arrivals.clear()
+            self._deadlines.clear()
+            for req in sorted(waiting, key=lambda r: r.queue_seq):
+                self.push(req)
+        if (config.batching or "") != (old.batching or ""):
+            self.batch_closed = False
+
+
+class LaneSet:
+    """All lanes, in config order; picks the lane whose turn it is for a new prefill."""
+
+    def __init__(self, configs: tuple[LaneConfig, ...]):
+        self.lanes: dict[str, LaneQueue] = {c.name: LaneQueue(c) for c in configs}
+
+    def __getitem__(self, name: str) -> LaneQueue:
+        return self.lanes[name]
+
+    def __iter__(self):
+        return iter(self.lanes.values())
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(lane.num_waiting for lane in self.lanes.values())
+
+    def push(self, req: Request) -> None:
+        lane = self.lanes[req.lane]
+        if not lane.has_work:  # re-entering: no credit for the idle time
+            busy = [q.vtime for q in self.lanes.values() if q.has_work]
+            if busy:
+                lane.vtime = max(lane.vtime, min(busy))
+        lane.push(req)
+
+    def pick(self, blocked: dict[str, str]) -> LaneQueue | None:
+        """The lane with queued work, not in `blocked`, with the smallest virtual time."""
+        best = None
+        for lane in self.lanes.values():
+            if lane.num_waiting == 0 or lane.name in blocked:
+                continue
+            if best is None or lane.vtime < best.vtime:
+                best = lane
+        return best
+
+    def reconfigure(self, configs: tuple[LaneConfig, ...], moves: dict[str, str],
+                    requests: list[Request]) -> None:
+        """Apply lane settings; requests of removed lanes move as `moves` says.
+
+        The caller has checked that every removed lane with requests has a move target.
+        """
+        new_names = {c.name for c in configs}
+        assert all(target in new_names for target in moves.values()), moves
+        old = self.lanes
+        self.lanes = {}
+        for config in configs:
+            queue = old.get(config.name) or LaneQueue(config)
+            queue.reconfigure(config)
+            self.lanes[config.name] = queue
+        for name, queue in old.items():
+            if name in new_names:
+                continue
+            for req in requests:
+                if req.lane == name:
+                    req.lane = moves[name]
+                    if req.status is RequestStatus.RUNNING:
+                        self.lanes[req.lane].num_running += 1
+            for req in sorted(queue.waiting_requests(), key=lambda r: r.queue_seq):
+                self.push(req)

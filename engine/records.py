@@ -1,0 +1,157 @@
+"""Plain records that cross layer boundaries: what to run, what happened, who waited.
+
+The engine emits these; `control/` turns them into HTTP chunks, metrics and trace rows.
+Nothing here imports web, metrics or database code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.request import Request
+
+
+@dataclass(slots=True)
+class PrefillChunk:
+    request: Request
+    num_tokens: int  # tokens computed this step, from request.num_computed_tokens on
+    sample: bool  # the chunk reaches the request's last token: sample its logits
+
+
+@dataclass
+class SchedulerOutput:
+    """One step's work. Decodes run one token each and are always sampled.
+
+    Sample rows, in order: every decode, then every prefill chunk with `sample`.
+    """
+
+    step_id: int
+    decodes: list[Request]
+    prefills: list[PrefillChunk]
+    config_version: int
+    token_budget: int
+    num_decode_tokens: int = 0
+    num_prefill_tokens: int = 0
+    preempted: list[str] = field(default_factory=list)
+    admitted: list[str] = field(default_factory=list)  # first scheduled in this step
+    waiting_by_reason: dict[str, int] = field(default_factory=dict)
+    tokens_by_lane: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_decode_tokens + self.num_prefill_tokens
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.decodes) + len(self.prefills)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.decodes and not self.prefills
+
+    def sample_requests(self) -> list[Request]:
+        return self.decodes + [c.request for c in self.prefills if c.sample]
+
+
+@dataclass(slots=True)
+class RequestDelta:
+    """What one request gained in a step: new tokens, and whether it ended."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None = None  # stop | length | cancelled | timeout | rejected | error
+    finish_detail: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class StepRecord:
+    """One iteration, as the trace and the metrics see it. Times in seconds."""
+
+    step_id: int
+    start_time: float  # engine clock at the start of schedule()
+    duration_s: float  # schedule + execute + update
+    schedule_s: float
+    execute_s: float
+    update_s: float
+    num_prefill_seqs: int
+    num_decode_seqs: int
+    num_prefill_tokens: int
+    num_decode_tokens: int
+    token_budget: int
+    tokens_used: int
+    max_num_seqs: int
+    kv_blocks_used: int
+    kv_blocks_free: int
+    kv_blocks_cached: int
+    kv_usage: float
+    running_by_lane: dict[str, int]
+    waiting_by_lane: dict[str, int]
+    waiting_by_reason: dict[str, int]
+    tokens_by_lane: dict[str, int]
+    admitted: list[str]
+    finished: list[tuple[str, str]]  # (request id, finish reason)
+    preempted: list[str]
+    config_version: int
+    scheduled: list[tuple[str, str, int]]  # (request id, "prefill" | "decode", tokens)
+    prefix_query_tokens: int = 0  # this step
+    prefix_hit_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class AdmissionDecision:
+    accepted: bool
+    request_id: str
+    reason: str | None = None  # queue_full | deadline | kv_reject_watermark | too_long | ...
+    message: str = ""
+    retry_after_s: float | None = None
+    lane: str = ""
+    estimated_wait_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """A request at its end: all timestamps, derived latencies (s), outcome."""
+
+    request_id: str
+    lane: str
+    tenant: str
+    priority: int
+    status: str
+    finish_reason: str
+    finish_detail: str
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_cached_tokens: int
+    num_preemptions: int
+    arrival_time: float
+    admitted_time: float | None
+    first_scheduled_time: float | None
+    first_token_time: float | None
+    finished_time: float | None
+    deadline: float | None
+    queue_delay_s: float | None
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    prefill_time_s: float | None
+    decode_time_s: float | None
+
+    @classmethod
+    def from_request(cls, req: Request) -> RequestRecord:
+        return cls(
+            request_id=req.request_id, lane=req.lane, tenant=req.tenant,
+            priority=req.priority, status=req.status.name,
+            finish_reason=req.finish_reason or "", finish_detail=req.finish_detail,
+            num_prompt_tokens=req.num_prompt_tokens, num_output_tokens=req.num_output_tokens,
+            num_cached_tokens=req.num_cached_tokens, num_preemptions=req.num_preemptions,
+            arrival_time=req.arrival_time, admitted_time=req.admitted_time,
+            first_scheduled_time=req.first_scheduled_time,
+            first_token_time=req.first_token_time, finished_time=req.finished_time,
+            deadline=req.deadline, queue_delay_s=req.queue_delay_s, ttft_s=req.ttft_s,
+            tpot_s=req.tpot_s, e2e_s=req.e2e_s, prefill_time_s=req.prefill_time_s,
+            decode_time_s=req.decode_time_s,
+        )

@@ -1,0 +1,171 @@
+"""A request's state and life: token ids, progress, status, and the time of every phase.
+
+Token-budget model: a request holds `token_ids` (prompt, then outputs); each step the
+scheduler lets `num_computed_tokens` catch up with `num_tokens` by some amount. When it
+catches up, the last position's logits are sampled and one token is appended. Chunked
+prefill, decode and recompute after preemption are the same rule: there are no phases.
+
+All times are seconds (floats) on the engine clock (wall time by default).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+
+class RequestStatus(enum.IntEnum):
+    """Ordered: every status above PREEMPTED is a finished one."""
+
+    WAITING = 0
+    RUNNING = 1
+    PREEMPTED = 2
+    STOPPED = 3  # EOS, a stop token or a stop string
+    LENGTH = 4  # max_tokens or max_model_len reached
+    CANCELLED = 5  # aborted by the client or the operator
+    TIMEOUT = 6  # queue timeout or deadline passed while waiting
+    REJECTED = 7  # refused by admission
+    ERROR = 8
+
+    @property
+    def is_finished(self) -> bool:
+        return self > RequestStatus.PREEMPTED
+
+
+FINISH_REASONS = {
+    RequestStatus.STOPPED: "stop",
+    RequestStatus.LENGTH: "length",
+    RequestStatus.CANCELLED: "cancelled",
+    RequestStatus.TIMEOUT: "timeout",
+    RequestStatus.REJECTED: "rejected",
+    RequestStatus.ERROR: "error",
+}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick and when to stop. `temperature=0` is greedy."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        self.validate()
+
+    def validate(self) -> None:
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens={self.max_tokens!r} must be an integer >= 1")
+        if not (0.0 <= self.temperature <= 100.0) or math.isnan(self.temperature):
+            raise ValueError(f"temperature={self.temperature!r} must be in [0, 100]")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k!r} must be >= 0 (0 turns it off)")
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
+
+
+@dataclass(eq=False, slots=True)
+class Request:
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    arrival_time: float
+    tenant: str = "default"
+    lane: str = ""
+    priority: int = 0  # smaller runs first (as in vLLM)
+    deadline: float | None = None  # absolute engine-clock time by which it must finish
+    eos_token_id: int | None = None
+
+    token_ids: list[int] = field(default_factory=list)  # prompt + outputs
+    num_prompt_tokens: int = 0
+    num_computed_tokens: int = 0  # tokens whose K/V are in the cache
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache (first schedule)
+    status: RequestStatus = RequestStatus.WAITING
+    block_ids: list[int] = field(default_factory=list)  # written by BlockManager only
+    block_hashes: list[int] = field(default_factory=list)  # chained hashes of full blocks
+    num_preemptions: int = 0
+    finish_reason: str | None = None
+    finish_detail: str = ""
+
+    admitted_time: float | None = None
+    first_scheduled_time: float | None = None
+    first_token_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finished_time: float | None = None
+    prefill_done_time: float | None = None  # when the prompt was last fully computed
+    queue_seq: int = 0  # tie-breaker for queue order, set by the lane queue
+
+    def __post_init__(self) -> None:
+        self.token_ids = list(self.prompt_token_ids)
+        self.num_prompt_tokens = len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens:]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status > RequestStatus.PREEMPTED
+
+    @property
+    def is_prefill(self) -> bool:
+        """More than the last sampled token is still to compute (prompt or recompute)."""
+        return self.num_tokens - self.num_computed_tokens > 1 or (
+            self.num_computed_tokens < self.num_prompt_tokens)
+
+    # Derived latencies in seconds; None until the phase happened.
+    @property
+    def queue_delay_s(self) -> float | None:
+        return _diff(self.first_scheduled_time, self.arrival_time)
+
+    @property
+    def ttft_s(self) -> float | None:
+        return _diff(self.first_token_time, self.arrival_time)
+
+    @property
+    def e2e_s(self) -> float | None:
+        return _diff(self.finished_time, self.arrival_time)
+
+    @property
+    def prefill_time_s(self) -> float | None:
+        return _diff(self.first_token_time, self.first_scheduled_time)
+
+    @property
+    def decode_time_s(self) -> float | None:
+        if self.first_token_time is None or not self.token_times:
+            return None
+        return self.token_times[-1] - self.first_token_time
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first: (last - first) / (n - 1)."""
+        n = len(self.token_times)
+        if n < 2:
+            return None
+        return (self.token_times[-1] - self.token_times[0]) / (n - 1)
+
+
+def _diff(end: float | None, start: float | None) -> float | None:
+    if end is None or start is None:
+        return None
+    return end - start

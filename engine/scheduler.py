@@ -1,0 +1,292 @@
+"""The iteration-level scheduler: each step, which requests run how many tokens.
+
+Token-budget model: a request's `num_computed_tokens` catches up with its `num_tokens`.
+Order of work within a step (decode-first policy):
+  1. running requests that decode (one token each),
+  2. running requests part-way through a prompt (chunks of prefill_chunk_size),
+  3. new prefills from the lanes by weighted fair share,
+all within max_num_seqs and max_num_batched_tokens. No new prefill starts while KV usage
+is above the high watermark. A running request that cannot get a block preempts a victim
+(recompute): see `engine/preemption.py`. The "mixed" policy runs steps 1 and 2 in
+admission order instead.
+
+Budgets are read once per step from the `LiveConfig` snapshot passed to `schedule()`.
+"""
+
+from __future__ import annotations
+
+from engine.block_manager import BlockManager
+from engine.config import LiveConfig, StaticConfig
+from engine.lanes import LaneSet
+from engine.preemption import pick_victim
+from engine.records import PrefillChunk, RequestDelta, SchedulerOutput
+from engine.request import FINISH_REASONS, Request, RequestStatus
+from engine.stop import stop_status
+
+
+class Scheduler:
+    def __init__(self, static: StaticConfig, live: LiveConfig, block_manager: BlockManager):
+        self.static = static
+        self.live = live
+        self.block_manager = block_manager
+        self.lanes = LaneSet(live.lanes)
+        self.running: list[Request] = []  # admission order
+        self.step_id = 0
+
+    # ---- queue side ------------------------------------------------------------------
+    def add(self, req: Request) -> None:
+        self.lanes.push(req)
+
+    def set_live(self, live: LiveConfig, moves: dict[str, str],
+                 requests: list[Request]) -> None:
+        self.lanes.reconfigure(live.lanes, moves, requests)
+        self.live = live
+
+    def is_static(self, lane_name: str) -> bool:
+        return self.live.lane_batching(self.lanes[lane_name].config) == "static"
+
+    # ---- schedule --------------------------------------------------------------------
+    def schedule(self, now: float) -> SchedulerOutput:
+        live = self.live  # one snapshot for the whole step
+        self.step_id += 1
+        out = SchedulerOutput(self.step_id, [], [], live.version, live.max_num_batched_tokens)
+        budget = live.max_num_batched_tokens
+        scheduled: dict[str, int] = {}  # request id -> tokens this step
+        if live.schedule_policy == "decode_first":
+            budget = self._schedule_running(out, scheduled, budget, live, want_prefill=False)
+            budget = self._schedule_running(out, scheduled, budget, live, want_prefill=True)
+        else:
+            budget = self._schedule_running(out, scheduled, budget, live, want_prefill=None)
+        self._charge_running(out)
+        self._schedule_new(out, scheduled, budget, live, now)
+        out.num_decode_tokens = len(out.decodes)
+        out.num_prefill_tokens = sum(c.num_tokens for c in out.prefills)
+        assert out.num_tokens <= live.max_num_batched_tokens, "token budget exceeded"
+        assert out.num_seqs <= live.max_num_seqs, "max_num_seqs exceeded"
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, scheduled: dict[str, int], budget: int,
+                          live: LiveConfig, want_prefill: bool | None) -> int:
+        chunk_size = live.prefill_chunk_size
+        for req in list(self.running):
+            if budget <= 0 or len(scheduled) >= live.max_num_seqs:
+                break
+            if req.status is not RequestStatus.RUNNING or req.request_id in scheduled:
+                continue  # preempted earlier in this loop, or scheduled in the first pass
+            is_prefill = req.is_prefill
+            if want_prefill is not None and is_prefill != want_prefill:
+                continue
+            num_new = min(req.num_tokens - req.num_computed_tokens, chunk_size, budget)
+            if not self._allocate_or_preempt(req, num_new, out, scheduled):
+                continue  # req itself was preempted
+            budget -= num_new
+            scheduled[req.request_id] = num_new
+            if is_prefill:
+                sample = req.num_computed_tokens + num_new == req.num_tokens
+                out.prefills.append(PrefillChunk(req, num_new, sample))
+            else:
+                out.decodes.append(req)
+        return live.max_num_batched_tokens - sum(scheduled.values())
+
+    def _charge_running(self, out: SchedulerOutput) -> None:
+        """Charge each lane (and tenant) for its running requests' tokens this step."""
+        tokens = out.tokens_by_lane
+        for req in out.decodes:
+            tokens[req.lane] = tokens.get(req.lane, 0) + 1
+        for chunk in out.prefills:
+            tokens[chunk.request.lane] = tokens.get(chunk.request.lane, 0) + chunk.num_tokens
+        for name, num in tokens.items():
+            lane = self.lanes[name]
+            lane.vtime += num / lane.config.weight
+            if lane.config.tenant_fair_share:
+                for req in out.decodes:
+                    if req.lane == name:
+                        lane.charge_tenant(req.tenant, 1)
+                for chunk in out.prefills:
+                    if chunk.request.lane == name:
+                        lane.charge_tenant(chunk.request.tenant, chunk.num_tokens)
+
+    def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput,
+                             scheduled: dict[str, int]) -> bool:
+        """Allocate blocks for req, preempting victims as needed; False if req was the one."""
+        bm = self.block_manager
+        while not bm.allocate(req, num_new):
+            victim = pick_victim(self.running, req, self.lanes)
+            if victim is None or victim is req:
+                self.preempt(req, out)
+                return False
+            if victim.request_id in scheduled:
+                del scheduled[victim.request_id]
+                self._unschedule(out, victim)
+            self.preempt(victim, out)
+        return True
+
+    def _unschedule(self, out: SchedulerOutput, victim: Request) -> None:
+        if victim in out.decodes:
+            out.decodes.remove(victim)
+        out.prefills = [c for c in out.prefills if c.request is not victim]
+
+    def preempt(self, req: Request, out: SchedulerOutput) -> None:
+        """Recompute preemption: drop the request's KV and queue it again in its lane."""
+        self.block_manager.free(req)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.PREEMPTED
+        req.num_preemptions += 1
+        self._leave_running(req)
+        self.lanes.push(req)
+        out.preempted.append(req.request_id)
+
+    def _schedule_new(self, out: SchedulerOutput, scheduled: dict[str, int], budget: int,
+                      live: LiveConfig, now: float) -> None:
+        """Start new prefills from the lanes by fair share until a limit stops us."""
+        bm = self.block_manager
+        blocked = self._blocked_lanes(live)
+        stop_reason = None
+        while True:
+            if budget <= 0:
+                stop_reason = "token_budget"
+                break
+            if len(self.running) >= live.max_num_seqs or len(scheduled) >= live.max_num_seqs:
+                stop_reason = "max_num_seqs"
+                break
+            if self.running and bm.usage > live.kv_cache_high_watermark:
+                stop_reason = "kv_high_watermark"
+                break
+            lane = self.lanes.pick(blocked)
+            if lane is None:
+                break
+            req = lane.peek()
+            stop_reason = self._try_start(req, budget, live)
+            if stop_reason is not None:
+                break
+            lane.pop(req)
+            num_new = min(req.num_tokens - req.num_computed_tokens, live.prefill_chunk_size,
+                          budget)
+            self._start(req, now, out)
+            sample = req.num_computed_tokens + num_new == req.num_tokens
+            out.prefills.append(PrefillChunk(req, num_new, sample))
+            scheduled[req.request_id] = num_new
+            budget -= num_new
+            lane.charge(req, num_new)
+            out.tokens_by_lane[lane.name] = out.tokens_by_lane.get(lane.name, 0) + num_new
+            max_running = lane.config.max_running
+            if max_running is not None and lane.num_running >= max_running:
+                blocked[lane.name] = "lane_max_running"
+        out.waiting_by_reason = self._waiting_reasons(blocked, stop_reason)
+
+    def _try_start(self, req: Request, budget: int, live: LiveConfig) -> str | None:
+        """Take prefix-cache hits and blocks for req's first chunk; a reason if it can't."""
+        bm = self.block_manager
+        if req.num_computed_tokens == 0 and not req.block_ids:
+            hit = bm.allocate_prefix(req)
+            req.num_computed_tokens = hit
+            if req.first_scheduled_time is None:
+                req.num_cached_tokens = hit
+        remaining = req.num_tokens - req.num_computed_tokens
+        num_new = min(remaining, live.prefill_chunk_size, budget)
+        reason = None
+        if not live.chunked_prefill and remaining > budget:
+            reason = "token_budget"
+        elif self.running and (bm.num_used + bm.blocks_needed(req, num_new)) > (
+                live.kv_cache_high_watermark * bm.num_blocks):
+            reason = "kv_high_watermark"
+        elif not bm.allocate(req, num_new):
+            reason = "kv_blocks"
+        if reason is not None:
+            bm.free(req)
+            req.num_computed_tokens = 0
+        return reason
+
+    def _start(self, req: Request, now: float, out: SchedulerOutput) -> None:
+        req.status = RequestStatus.RUNNING
+        self.running.append(req)
+        self.lanes[req.lane].num_running += 1
+        if req.first_scheduled_time is None:
+            req.first_scheduled_time = now
+            out.admitted.append(req.request_id)
+
+    def _blocked_lanes(self, live: LiveConfig) -> dict[str, str]:
+        blocked = {}
+        for lane in self.lanes:
+            cfg = lane.config
+            if cfg.max_running is not None and lane.num_running >= cfg.max_running:
+                blocked[lane.name] = "lane_max_running"
+            elif live.lane_batching(cfg) == "static" and lane.batch_closed:
+                blocked[lane.name] = "static_batch"
+        return blocked
+
+    def _waiting_reasons(self, blocked: dict[str, str], stop: str | None) -> dict[str, int]:
+        reasons: dict[str, int] = {}
+        for lane in self.lanes:
+            if lane.num_waiting:
+                reason = blocked.get(lane.name) or stop or "fair_share"
+                reasons[reason] = reasons.get(reason, 0) + lane.num_waiting
+        return reasons
+
+    # ---- finishing -------------------------------------------------------------------
+    def finish(self, req: Request, status: RequestStatus, now: float, detail: str = "") -> None:
+        """End a request in any state: free its blocks, leave its queue or the running set."""
+        assert status.is_finished and not req.is_finished
+        was = req.status
+        req.status = status
+        req.finished_time = now
+        req.finish_reason = FINISH_REASONS[status]
+        req.finish_detail = detail
+        if was is RequestStatus.RUNNING:
+            self._leave_running(req)
+        elif req.lane in self.lanes.lanes:
+            self.lanes[req.lane].discard(req)
+        self.block_manager.free(req)
+
+
+    # ---- update ----------------------------------------------------------------------
+    def update(self, out: SchedulerOutput, sampled_token_ids: list[int],
+               now: float) -> tuple[list[RequestDelta], list[Request]]:
+        """Advance each scheduled request; append sampled tokens; end those that stop.
+
+        `sampled_token_ids` has one id per sample row (decodes, then sampled prefills).
+        Returns the per-request deltas and the requests that finished in this step.
+        """
+        bm = self.block_manager
+        block_size = bm.block_size
+        max_len = self.static.max_model_len
+        deltas: list[RequestDelta] = []
+        finished: list[Request] = []
+        rows = iter(sampled_token_ids)
+        for req in out.decodes:
+            req.num_computed_tokens += 1
+            if req.num_computed_tokens // block_size > len(req.block_hashes):
+                bm.cache_full_blocks(req)
+            self._append(req, next(rows), now, max_len, deltas, finished)
+        for chunk in out.prefills:
+            req = chunk.request
+            req.num_computed_tokens += chunk.num_tokens
+            if req.num_computed_tokens // block_size > len(req.block_hashes):
+                bm.cache_full_blocks(req)
+            if chunk.sample:
+                req.prefill_done_time = now
+                self._append(req, next(rows), now, max_len, deltas, finished)
+        return deltas, finished
+
+    def _append(self, req: Request, token_id: int, now: float, max_len: int,
+                deltas: list[RequestDelta], finished: list[Request]) -> None:
+        req.token_ids.append(token_id)
+        req.token_times.append(now)
+        if req.first_token_time is None:
+            req.first_token_time = now
+            if self.is_static(req.lane):
+                self.lanes[req.lane].batch_closed = True
+        status = stop_status(req, token_id, max_len)
+        if status is None:
+            deltas.append(RequestDelta(req.request_id, [token_id]))
+            return
+        self.finish(req, status, now)
+        deltas.append(RequestDelta(req.request_id, [token_id], req.finish_reason))
+        finished.append(req)
+
+    def _leave_running(self, req: Request) -> None:
+        self.running.remove(req)
+        lane = self.lanes[req.lane]
+        lane.num_running -= 1
+        if lane.num_running == 0:
+            lane.batch_closed = False  # static batching: the next batch may form
