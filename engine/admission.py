@@ -84,6 +84,18 @@ def check_length(req: Request, ctx: AdmissionContext) -> AdmissionDecision | Non
     return None
 
 
+def check_kv_capacity(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
+    """A request the whole KV pool cannot hold would be preempted and restarted forever."""
+    capacity = ctx.static.num_kv_blocks * ctx.static.block_size
+    want = req.num_prompt_tokens + req.sampling_params.max_tokens
+    if want > capacity:
+        return _reject(req, "too_long",
+                       f"the KV cache holds {capacity} tokens in all, but the request asks for"
+                       f" {want} ({req.num_prompt_tokens} in the prompt,"
+                       f" {req.sampling_params.max_tokens} in max_tokens)")
+    return None
+
+
 def check_kv(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
     if ctx.kv_usage > ctx.live.kv_cache_reject_watermark:
         return _reject(req, "kv_reject_watermark",
@@ -124,7 +136,8 @@ def _retry_after(req: Request, ctx: AdmissionContext) -> float:
     return max(1.0, round(wait, 1)) if wait is not None else 1.0
 
 
-RULES: tuple[Rule, ...] = (check_empty, check_length, check_kv, check_queue, check_deadline)
+RULES: tuple[Rule, ...] = (check_empty, check_length, check_kv_capacity, check_kv, check_queue,
+                           check_deadline)
 
 
 def admit(req: Request, ctx: AdmissionContext) -> AdmissionDecision:

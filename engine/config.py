@@ -75,7 +75,7 @@ class LiveConfig:
 
     max_num_seqs: int = 128  # running sequences at once
     max_num_batched_tokens: int = 8192  # tokens per step (prefill + decode)
-    prefill_chunk_size: int = 2048  # most prompt tokens one request runs per step
+    prefill_chunk_size: int = 2048  # most prompt tokens one request runs per step (chunked)
     chunked_prefill: bool = True  # False: a prompt runs whole in one step or waits
     max_waiting_requests: int = 512  # queued requests over all lanes
     queue_timeout_ms: int = 30000  # a request never scheduled by then ends as TIMEOUT

@@ -67,8 +67,12 @@ def load_config_dict(data: dict[str, Any]) -> LoadedConfig:
     config = EngineConfig(StaticConfig(**static_kw), LiveConfig(**live_kw)).validate()
     profiles = {}
     for name, changes in (data.get("profiles") or {}).items():
-        profiles[str(name)] = _normalise(changes or {}, f"profiles.{name}",
-                                         allowed=LIVE_KEYS)
+        changes = _normalise(changes or {}, f"profiles.{name}", allowed=LIVE_KEYS)
+        try:  # found now, not when an operator applies it in an incident
+            config.live.replace(**changes).validate(config.static)
+        except ValueError as exc:
+            raise ValueError(f"profiles.{name}: {exc}") from None
+        profiles[str(name)] = changes
     return LoadedConfig(config, profiles)
 
 
@@ -91,7 +95,7 @@ def parse_lanes(lanes: Any) -> tuple[LaneConfig, ...]:
             raise ValueError(f"lanes.{name} must be a mapping of settings")
         _check_keys(f"lanes.{name}", settings, LANE_KEYS)
         for key, value in settings.items():
-            _check_type(f"lanes.{name}.{key}", key, value)
+            _check_type(f"lanes.{name}.{key}", key, value, _LANE_FIELD_TYPES)
         result.append(LaneConfig(name=name, **settings))
     return tuple(result)
 
@@ -104,7 +108,7 @@ def _normalise(block: dict[str, Any], where: str,
     renamed = {KEY_ALIASES.get(k, k): v for k, v in block.items()}
     _check_keys(where, renamed, allowed | set(KEY_ALIASES))
     for key, value in renamed.items():
-        _check_type(f"{where}.{key}", key, value)
+        _check_type(f"{where}.{key}", key, value, _FIELD_TYPES)
     return renamed
 
 
@@ -114,10 +118,13 @@ def _check_keys(where: str, block: dict[str, Any], allowed: set[str]) -> None:
         raise ValueError(f"unknown key(s) {unknown} in '{where}'; allowed: {sorted(allowed)}")
 
 
-def _check_type(where: str, key: str, value: Any) -> None:
-    expected = _FIELD_TYPES.get(key)
-    if expected is None or value is None:
-        return
+def _check_type(where: str, key: str, value: Any,
+                types: dict[str, tuple[type, bool]]) -> None:
+    expected, nullable = types.get(key, (object, True))
+    if value is None:
+        if nullable:
+            return
+        raise ValueError(f"{where}=None must be of type {expected.__name__} (null is not allowed)")
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return
     if expected is int and isinstance(value, bool):
@@ -126,9 +133,12 @@ def _check_type(where: str, key: str, value: Any) -> None:
         raise ValueError(f"{where}={value!r} must be of type {expected.__name__}")
 
 
-_FIELD_TYPES: dict[str, type] = {
-    f.name: {"int": int, "float": float, "bool": bool, "str": str}.get(
-        str(f.type).split(" ")[0], object)
-    for cls in (StaticConfig, LiveConfig, LaneConfig)
-    for f in dataclasses.fields(cls)
-}
+def _field_types(cls: type) -> dict[str, tuple[type, bool]]:
+    """Field name -> (type a YAML value must have, whether null is allowed)."""
+    types = {"int": int, "float": float, "bool": bool, "str": str}
+    return {f.name: (types.get(str(f.type).split(" ")[0], object), "None" in str(f.type))
+            for f in dataclasses.fields(cls)}
+
+
+_FIELD_TYPES = {**_field_types(StaticConfig), **_field_types(LiveConfig)}  # serving, profiles
+_LANE_FIELD_TYPES = _field_types(LaneConfig)

@@ -132,6 +132,7 @@ class Engine:
 
     def _end(self, req: Request, status: RequestStatus, now: float, detail: str) -> None:
         self.scheduler.finish(req, status, now, detail)
+        del self.requests[req.request_id]  # ended now: a second abort finds nothing
         self._pending_deltas.append(RequestDelta(req.request_id, [], req.finish_reason, detail))
         self._pending_finished.append(req)
 
@@ -162,11 +163,13 @@ class Engine:
         t1 = time.perf_counter()
         sampled = self.executor.execute(out) if not out.is_empty else []
         t2 = time.perf_counter()
-        deltas, finished = sched.update(out, sampled, self.clock())
+        end = self.clock()
+        deltas, finished = sched.update(out, sampled, end)
         for req in finished:
             del self.requests[req.request_id]
         t3 = time.perf_counter()
-        self.throughput.observe(out.num_tokens, t3 - t0)
+        # Measured on the engine clock, the one deadlines are on (simulated in simulations).
+        self.throughput.observe(out.num_tokens, end - start)
         record = self._record(out, start, (t0, t1, t2, t3), finished)
         record.prefix_query_tokens = bm.prefix_query_tokens - q0
         record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
@@ -189,10 +192,9 @@ class Engine:
         result = StepOutput(record, self._pending_deltas,
                             [RequestRecord.from_request(r) for r in self._pending_finished],
                             self._pending_admissions)
-        for req in self._pending_finished:
-            self.requests.pop(req.request_id, None)
-            if record is not None:
-                record.finished.append((req.request_id, req.finish_reason or ""))
+        if record is not None:
+            record.finished += [(r.request_id, r.finish_reason or "")
+                                for r in self._pending_finished]
         self._pending_deltas, self._pending_finished, self._pending_admissions = [], [], []
         return result
 

@@ -2,10 +2,11 @@
 
 Fair share is start-time fair queueing on tokens: each lane keeps a virtual time that
 grows by `tokens / weight` for every token its requests run (prefill and decode). The next
-new prefill comes from the lane with work whose virtual time is smallest. A lane that
-was idle re-enters at the smallest virtual time among busy lanes, so idling earns no
-credit. Inside a lane with `tenant_fair_share`, tenants share the lane's tokens the same
-way (equal weights).
+new prefill comes from the lane with queued work whose virtual time is smallest. A lane
+that starts queueing joins level with the lowest virtual time among the lanes already
+queued (or with the one furthest ahead when none is), so time spent not queueing earns
+no credit. Inside a lane with `tenant_fair_share`, tenants share the lane's tokens the
+same way (equal weights).
 
 Queues are heaps keyed by the lane's policy; entries of requests that finished while
 queued (cancel, timeout) are skipped lazily when they reach the head.
@@ -33,6 +34,16 @@ def queue_key(policy: str, req: Request) -> tuple:
     return (req.arrival_time, req.queue_seq)
 
 
+def join_vtime(own: float, queued: list[float], everyone: list[float]) -> float:
+    """Virtual time of a lane (or tenant) that starts queueing: never behind the others.
+
+    Level with the lowest of those already queued; when none is, level with the one
+    furthest ahead, so that whoever queues next joins level with it.
+    """
+    floor = min(queued) if queued else max(everyone, default=own)
+    return max(own, floor)
+
+
 class LaneQueue:
     """One lane's waiting requests (by tenant bucket) and its fair-share accounting."""
 
@@ -44,7 +55,7 @@ class LaneQueue:
         self.vtime = 0.0
         self.num_waiting = 0
         self.num_running = 0
-        self.waiting_tokens = 0  # tokens still to compute over queued requests
+        self.waiting_tokens = 0  # tokens of the queued requests (all still to compute)
         self.batch_closed = False  # static batching: the current batch takes no newcomers
         self._buckets: dict[str, list[tuple]] = {}
         self._tenant_vtime: dict[str, float] = {}
@@ -64,12 +75,12 @@ class LaneQueue:
         name = self._bucket_name(req)
         bucket = self._buckets.setdefault(name, [])
         if not bucket and self.config.tenant_fair_share:
-            busy = [self._tenant_vtime.get(t, 0.0) for t, b in self._buckets.items() if b]
-            floor = min(busy, default=0.0)
-            self._tenant_vtime[name] = max(self._tenant_vtime.get(name, 0.0), floor)
+            queued = [self._tenant_vtime.get(t, 0.0) for t, b in self._buckets.items() if b]
+            self._tenant_vtime[name] = join_vtime(self._tenant_vtime.get(name, 0.0), queued,
+                                                  list(self._tenant_vtime.values()))
         heapq.heappush(bucket, (queue_key(self.config.policy, req), req))
         self.num_waiting += 1
-        self.waiting_tokens += req.num_tokens - req.num_computed_tokens
+        self.waiting_tokens += req.num_tokens  # queued requests hold no KV yet
         if req.first_scheduled_time is None:
             self._arrivals.append(req)
             if req.deadline is not None:
@@ -101,8 +112,9 @@ class LaneQueue:
         self._on_leave(req)
 
     def _on_leave(self, req: Request) -> None:
+        # num_tokens, as in push(): by now a start may have counted prefix hits as computed
         self.num_waiting -= 1
-        self.waiting_tokens -= req.num_tokens - req.num_computed_tokens
+        self.waiting_tokens -= req.num_tokens
 
     def charge(self, req: Request, num_tokens: int) -> None:
         self.vtime += num_tokens / self.config.weight
@@ -171,10 +183,10 @@ class LaneSet:
 
     def push(self, req: Request) -> None:
         lane = self.lanes[req.lane]
-        if not lane.has_work:  # re-entering: no credit for the idle time
-            busy = [q.vtime for q in self.lanes.values() if q.has_work]
-            if busy:
-                lane.vtime = max(lane.vtime, min(busy))
+        if lane.num_waiting == 0:  # starts queueing: no credit for the time it did not
+            others = [q for q in self.lanes.values() if q is not lane]
+            lane.vtime = join_vtime(lane.vtime, [q.vtime for q in others if q.num_waiting],
+                                    [q.vtime for q in others])
         lane.push(req)
 
     def pick(self, blocked: dict[str, str]) -> LaneQueue | None:

@@ -67,7 +67,7 @@ class Scheduler:
 
     def _schedule_running(self, out: SchedulerOutput, scheduled: dict[str, int], budget: int,
                           live: LiveConfig, want_prefill: bool | None) -> int:
-        chunk_size = live.prefill_chunk_size
+        chunk_size = self._chunk_size(live)
         for req in list(self.running):
             if budget <= 0 or len(scheduled) >= live.max_num_seqs:
                 break
@@ -160,7 +160,7 @@ class Scheduler:
             if stop_reason is not None:
                 break
             lane.pop(req)
-            num_new = min(req.num_tokens - req.num_computed_tokens, live.prefill_chunk_size,
+            num_new = min(req.num_tokens - req.num_computed_tokens, self._chunk_size(live),
                           budget)
             self._start(req, now, out)
             sample = req.num_computed_tokens + num_new == req.num_tokens
@@ -183,7 +183,7 @@ class Scheduler:
             if req.first_scheduled_time is None:
                 req.num_cached_tokens = hit
         remaining = req.num_tokens - req.num_computed_tokens
-        num_new = min(remaining, live.prefill_chunk_size, budget)
+        num_new = min(remaining, self._chunk_size(live), budget)
         reason = None
         if not live.chunked_prefill and remaining > budget:
             reason = "token_budget"
@@ -196,6 +196,10 @@ class Scheduler:
             bm.free(req)
             req.num_computed_tokens = 0
         return reason
+
+    def _chunk_size(self, live: LiveConfig) -> int:
+        """Most prompt tokens a request runs in one step; without chunking, all of them."""
+        return live.prefill_chunk_size if live.chunked_prefill else self.static.max_model_len
 
     def _start(self, req: Request, now: float, out: SchedulerOutput) -> None:
         req.status = RequestStatus.RUNNING

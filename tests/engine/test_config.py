@@ -1,0 +1,176 @@
+"""Config loading and validation: what an operator writes, and what they are told."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import EngineConfig, LaneConfig, LiveConfig, StaticConfig
+from engine.config_yaml import load_config_dict, load_config_file
+
+# The seed's starting point, exactly as DESIGN.md shows it.
+DESIGN_SERVING = """\
+serving:
+  max_active_sequences: 128
+  max_waiting_requests: 512
+  max_batched_tokens: 8192
+  max_model_len: 32768
+  prefill_chunk_size: 2048
+  queue_timeout_ms: 30000
+  stream_idle_timeout_ms: 10000
+  kv_cache_high_watermark: 0.88
+  kv_cache_reject_watermark: 0.95
+"""
+
+
+def test_design_serving_block_loads_as_written(tmp_path):
+    path = tmp_path / "serving.yaml"
+    path.write_text(DESIGN_SERVING)
+    config = load_config_file(path).config
+    live, static = config.live, config.static
+    assert live.max_num_seqs == 128
+    assert live.max_waiting_requests == 512
+    assert live.max_num_batched_tokens == 8192
+    assert static.max_model_len == 32768
+    assert live.prefill_chunk_size == 2048
+    assert live.queue_timeout_ms == 30000
+    assert live.stream_idle_timeout_ms == 10000
+    assert (live.kv_cache_high_watermark, live.kv_cache_reject_watermark) == (0.88, 0.95)
+
+
+def test_our_key_names_load_too():
+    config = load_config_dict({"serving": {"max_num_seqs": 7, "max_num_batched_tokens": 4096,
+                                           "schedule_policy": "mixed"}}).config
+    assert (config.live.max_num_seqs, config.live.max_num_batched_tokens) == (7, 4096)
+    assert config.live.schedule_policy == "mixed"
+
+
+def test_lanes_and_profiles_parse():
+    loaded = load_config_dict({
+        "serving": {"max_active_sequences": 64, "long_context_lane": None},
+        "lanes": {
+            "interactive": {"weight": 4, "policy": "priority", "max_running": 32},
+            "batch": {"weight": 1, "preempt_first": True, "batching": "static",
+                      "tenant_fair_share": True, "queue_timeout_ms": 600000},
+        },
+        "profiles": {"degrade": {"max_active_sequences": 16, "max_batched_tokens": 2048}},
+    })
+    live = loaded.config.live
+    assert live.lane_names == ("interactive", "batch")
+    interactive, batch = live.lanes
+    assert (interactive.weight, interactive.policy, interactive.max_running) == (4, "priority", 32)
+    assert batch.preempt_first and batch.tenant_fair_share and batch.batching == "static"
+    assert live.lane_batching(batch) == "static" and live.lane_batching(interactive) == (
+        "continuous")
+    assert loaded.profiles == {"degrade": {"max_num_seqs": 16, "max_num_batched_tokens": 2048}}
+
+
+def test_lanes_as_a_list():
+    live = load_config_dict({"lanes": [{"name": "interactive", "weight": 2},
+                                       {"name": "long_context"}]}).config.live
+    assert live.lane_names == ("interactive", "long_context")
+    with pytest.raises(ValueError, match="unique lane names"):
+        load_config_dict({"lanes": [{"name": "interactive"}, {"name": "interactive"}]})
+
+
+@pytest.mark.parametrize(("data", "names"), [
+    ({"serving": {"max_active_sequence": 8}}, ["max_active_sequence", "serving", "allowed"]),
+    ({"servin": {}}, ["servin", "allowed"]),
+    ({"lanes": {"interactive": {"wieght": 2}}}, ["wieght", "lanes.interactive"]),
+    ({"profiles": {"degrade": {"block_size": 8}}}, ["block_size", "profiles.degrade"]),
+])
+def test_unknown_keys_are_errors_that_list_the_allowed_keys(data, names):
+    with pytest.raises(ValueError) as exc:
+        load_config_dict(data)
+    for name in names:
+        assert name in str(exc.value)
+
+
+@pytest.mark.parametrize(("serving", "field", "allowed"), [
+    ({"max_active_sequences": 0}, "max_num_seqs", "1..8192"),
+    ({"max_active_sequences": 9000}, "max_num_seqs", "1..8192"),
+    ({"max_batched_tokens": 0}, "max_num_batched_tokens", ">= 1"),
+    ({"prefill_chunk_size": 40000}, "prefill_chunk_size", "max_model_len (32768)"),
+    ({"block_size": 12}, "block_size", "8, 16, 32, 64, 128"),
+    ({"num_kv_blocks": 0}, "num_kv_blocks", ">= 1"),
+    ({"queue_timeout_ms": 0}, "queue_timeout_ms", ">= 1"),
+    ({"max_waiting_requests": -1}, "max_waiting_requests", ">= 0"),
+    ({"kv_cache_high_watermark": 0.96}, "kv_cache_high_watermark", "kv_cache_reject_watermark"),
+    ({"kv_cache_high_watermark": 0.0}, "kv_cache_high_watermark", "(0,"),
+    ({"kv_cache_reject_watermark": 1.5}, "kv_cache_high_watermark", "<= 1"),
+    ({"schedule_policy": "fastest"}, "schedule_policy", "decode_first, mixed"),
+    ({"batching": "dynamic"}, "batching", "continuous, static"),
+    ({"max_active_sequences": 8192, "num_kv_blocks": 100}, "max_num_seqs", "num_kv_blocks"),
+])
+def test_bad_values_name_the_field_and_the_allowed_range(serving, field, allowed):
+    with pytest.raises(ValueError) as exc:
+        load_config_dict({"serving": serving})
+    assert field in str(exc.value) and allowed in str(exc.value)
+
+
+@pytest.mark.parametrize(("serving", "field"), [
+    ({"max_active_sequences": "lots"}, "serving.max_num_seqs"),
+    ({"max_active_sequences": True}, "serving.max_num_seqs"),
+    ({"max_active_sequences": 1.5}, "serving.max_num_seqs"),
+    ({"kv_cache_high_watermark": "high"}, "serving.kv_cache_high_watermark"),
+    ({"chunked_prefill": "no"}, "serving.chunked_prefill"),
+    ({"max_active_sequences": None}, "max_num_seqs"),
+    ({"kv_cache_reject_watermark": None}, "kv_cache_reject_watermark"),
+])
+def test_bad_types_name_the_field(serving, field):
+    with pytest.raises(ValueError, match=field):
+        load_config_dict({"serving": serving})
+
+
+@pytest.mark.parametrize(("lane", "field"), [
+    ({"weight": 0}, "lanes.x.weight"),
+    ({"weight": "heavy"}, "lanes.x.weight"),
+    ({"policy": "lifo"}, "lanes.x.policy"),
+    ({"max_running": 0}, "lanes.x.max_running"),
+    ({"batching": "sometimes"}, "lanes.x.batching"),
+])
+def test_bad_lane_settings_name_the_lane_and_field(lane, field):
+    with pytest.raises(ValueError, match=field):
+        load_config_dict({"lanes": {"x": lane}, "serving": {}})
+
+
+def test_lane_routing_must_name_existing_lanes():
+    with pytest.raises(ValueError, match="default_lane"):
+        load_config_dict({"lanes": {"batch": {}}})  # default lane 'interactive' is gone
+    config = load_config_dict({"lanes": {"batch": {}},
+                               "serving": {"default_lane": "batch",
+                                           "long_context_lane": None}}).config
+    assert config.live.default_lane == "batch"
+
+
+def test_a_profile_with_a_bad_value_is_refused_at_load():
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        load_config_dict({"profiles": {"degrade": {"max_active_sequences": 0}}})
+
+
+def test_chunked_prefill_off_needs_a_budget_of_max_model_len():
+    with pytest.raises(ValueError) as exc:
+        load_config_dict({"serving": {"chunked_prefill": False, "max_batched_tokens": 8192}})
+    assert "max_num_batched_tokens" in str(exc.value) and "32768" in str(exc.value)
+    config = load_config_dict({"serving": {"chunked_prefill": False, "max_model_len": 8192,
+                                           "max_batched_tokens": 8192}}).config
+    assert not config.live.chunked_prefill
+
+
+def test_missing_or_broken_file_is_a_value_error(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_config_file(tmp_path / "nope.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("serving: [unclosed\n")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        load_config_file(broken)
+
+
+def test_live_config_is_frozen_and_replace_makes_a_new_snapshot():
+    live = LiveConfig()
+    with pytest.raises(AttributeError):
+        live.max_num_seqs = 3  # type: ignore[misc]
+    smaller = live.replace(max_num_seqs=3)
+    assert (live.max_num_seqs, smaller.max_num_seqs) == (128, 3)
+    EngineConfig(StaticConfig(), smaller).validate()
+    with pytest.raises(ValueError, match="lane.name"):
+        LaneConfig("bad name!").validate()
