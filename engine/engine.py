@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Protocol
 
 from engine.admission import AdmissionContext, ThroughputEstimator, admit
@@ -24,6 +25,8 @@ from engine.records import (
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import Scheduler
 
+_request_id = attrgetter("request_id")
+
 
 class Executor(Protocol):
     def execute(self, out: SchedulerOutput) -> list[int]:
@@ -32,15 +35,35 @@ class Executor(Protocol):
 
 @dataclass
 class StepOutput:
+    """What one step changed.
+
+    `deltas` (per request: new tokens, finish reason) are built on first access from the
+    sample rows, so the step itself creates no per-token objects.
+    """
+
     record: StepRecord | None  # None when there was nothing to do
-    deltas: list[RequestDelta] = field(default_factory=list)
+    ended: list[RequestDelta] = field(default_factory=list)  # aborts, timeouts before it
     finished: list[RequestRecord] = field(default_factory=list)
     admissions: list[AdmissionDecision] = field(default_factory=list)  # since the last step
+    rows: list[Request] = field(default_factory=list)  # requests that got a token
+    sampled: list[int] = field(default_factory=list)  # their tokens, row order
+    stop_reasons: dict[str, str] = field(default_factory=dict)  # rows that ended with it
+    _deltas: list[RequestDelta] | None = None
+
+    @property
+    def deltas(self) -> list[RequestDelta]:
+        if self._deltas is None:
+            reasons = self.stop_reasons
+            self._deltas = self.ended + [
+                RequestDelta(req.request_id, [token], reasons.get(req.request_id))
+                for req, token in zip(self.rows, self.sampled, strict=True)]
+        return self._deltas
 
 
 class Engine:
     def __init__(self, config: EngineConfig, executor: Executor, *,
-                 clock: Callable[[], float] = time.time, eos_token_id: int | None = None):
+                 clock: Callable[[], float] = time.time,
+                 eos_token_id: int | tuple[int, ...] | None = None):
         config.validate()
         self.static = config.static
         self.executor = executor
@@ -164,7 +187,7 @@ class Engine:
         sampled = self.executor.execute(out) if not out.is_empty else []
         t2 = time.perf_counter()
         end = self.clock()
-        deltas, finished = sched.update(out, sampled, end)
+        rows, finished = sched.update(out, sampled, end)
         for req in finished:
             del self.requests[req.request_id]
         t3 = time.perf_counter()
@@ -174,7 +197,8 @@ class Engine:
         record.prefix_query_tokens = bm.prefix_query_tokens - q0
         record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
         result = self._drain_pending(record)
-        result.deltas.extend(deltas)
+        result.rows, result.sampled = rows, sampled
+        result.stop_reasons = {r.request_id: r.finish_reason or "" for r in finished}
         result.finished.extend(RequestRecord.from_request(r) for r in finished)
         return result
 
@@ -202,8 +226,6 @@ class Engine:
                 finished: list[Request]) -> StepRecord:
         bm = self.block_manager
         lanes = self.scheduler.lanes
-        scheduled: list[tuple[str, str, int]] = [(r.request_id, "decode", 1) for r in out.decodes]
-        scheduled += [(c.request.request_id, "prefill", c.num_tokens) for c in out.prefills]
         return StepRecord(
             step_id=out.step_id, start_time=start, duration_s=t[3] - t[0],
             schedule_s=t[1] - t[0], execute_s=t[2] - t[1], update_s=t[3] - t[2],
@@ -218,7 +240,9 @@ class Engine:
             waiting_by_reason=out.waiting_by_reason, tokens_by_lane=out.tokens_by_lane,
             admitted=out.admitted,
             finished=[(r.request_id, r.finish_reason or "") for r in finished],
-            preempted=out.preempted, config_version=out.config_version, scheduled=scheduled,
+            preempted=out.preempted, config_version=out.config_version,
+            decode_ids=list(map(_request_id, out.decodes)),
+            prefill_chunks=[(c.request.request_id, c.num_tokens) for c in out.prefills],
         )
 
     def run_until_done(self, max_steps: int = 1_000_000) -> list[StepOutput]:

@@ -55,6 +55,8 @@ class LaneQueue:
         self.vtime = 0.0
         self.num_waiting = 0
         self.num_running = 0
+        self.num_decoding = 0  # running requests past their prompt (1 token a step)
+        self.decoding_by_tenant: dict[str, int] = {}
         self.waiting_tokens = 0  # tokens of the queued requests (all still to compute)
         self.batch_closed = False  # static batching: the current batch takes no newcomers
         self._buckets: dict[str, list[tuple]] = {}
@@ -115,6 +117,10 @@ class LaneQueue:
         # num_tokens, as in push(): by now a start may have counted prefix hits as computed
         self.num_waiting -= 1
         self.waiting_tokens -= req.num_tokens
+
+    def add_decoding(self, tenant: str, delta: int) -> None:
+        self.num_decoding += delta
+        self.decoding_by_tenant[tenant] = self.decoding_by_tenant.get(tenant, 0) + delta
 
     def charge(self, req: Request, num_tokens: int) -> None:
         self.vtime += num_tokens / self.config.weight
@@ -221,5 +227,7 @@ class LaneSet:
                     req.lane = moves[name]
                     if req.status is RequestStatus.RUNNING:
                         self.lanes[req.lane].num_running += 1
+                    if req.decoding:
+                        self.lanes[req.lane].add_decoding(req.tenant, 1)
             for req in sorted(queue.waiting_requests(), key=lambda r: r.queue_seq):
                 self.push(req)

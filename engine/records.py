@@ -96,9 +96,16 @@ class StepRecord:
     finished: list[tuple[str, str]]  # (request id, finish reason)
     preempted: list[str]
     config_version: int
-    scheduled: list[tuple[str, str, int]]  # (request id, "prefill" | "decode", tokens)
+    decode_ids: list[str]  # requests that decoded one token
+    prefill_chunks: list[tuple[str, int]]  # (request id, prompt tokens computed)
     prefix_query_tokens: int = 0  # this step
     prefix_hit_tokens: int = 0
+
+    @property
+    def scheduled(self) -> list[tuple[str, str, int]]:
+        """(request id, "prefill" | "decode", tokens) for every request that ran."""
+        return [(rid, "decode", 1) for rid in self.decode_ids] + [
+            (rid, "prefill", n) for rid, n in self.prefill_chunks]
 
 
 @dataclass(frozen=True)

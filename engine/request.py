@@ -86,7 +86,7 @@ class Request:
     lane: str = ""
     priority: int = 0  # smaller runs first (as in vLLM)
     deadline: float | None = None  # absolute engine-clock time by which it must finish
-    eos_token_id: int | None = None
+    eos_token_id: int | tuple[int, ...] | None = None  # a model may have several
 
     token_ids: list[int] = field(default_factory=list)  # prompt + outputs
     num_prompt_tokens: int = 0
@@ -106,10 +106,21 @@ class Request:
     finished_time: float | None = None
     prefill_done_time: float | None = None  # when the prompt was last fully computed
     queue_seq: int = 0  # tie-breaker for queue order, set by the lane queue
+    stop_token_ids: frozenset[int] = frozenset()  # stop tokens, EOS among them unless ignored
+    max_num_tokens: int = 0  # prompt + max_tokens: the request ends with LENGTH there
+    decoding: bool = False  # running with its prompt computed: one token per step
+    sampling_state: object = None  # the sampler's per-request generator
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.prompt_token_ids)
         self.num_prompt_tokens = len(self.prompt_token_ids)
+        params = self.sampling_params
+        stops = set(params.stop_token_ids)
+        if self.eos_token_id is not None and not params.ignore_eos:
+            eos = self.eos_token_id
+            stops.update((eos,) if isinstance(eos, int) else eos)
+        self.stop_token_ids = frozenset(stops)
+        self.max_num_tokens = self.num_prompt_tokens + params.max_tokens
 
     @property
     def num_tokens(self) -> int:

@@ -15,13 +15,18 @@ Budgets are read once per step from the `LiveConfig` snapshot passed to `schedul
 
 from __future__ import annotations
 
+from collections import Counter
+from operator import attrgetter
+
 from engine.block_manager import BlockManager
 from engine.config import LiveConfig, StaticConfig
 from engine.lanes import LaneSet
 from engine.preemption import pick_victim
-from engine.records import PrefillChunk, RequestDelta, SchedulerOutput
+from engine.records import PrefillChunk, SchedulerOutput
 from engine.request import FINISH_REASONS, Request, RequestStatus
-from engine.stop import stop_status
+
+_lane = attrgetter("lane")
+_tenant = attrgetter("tenant")
 
 
 class Scheduler:
@@ -50,64 +55,107 @@ class Scheduler:
         live = self.live  # one snapshot for the whole step
         self.step_id += 1
         out = SchedulerOutput(self.step_id, [], [], live.version, live.max_num_batched_tokens)
-        budget = live.max_num_batched_tokens
-        scheduled: dict[str, int] = {}  # request id -> tokens this step
-        if live.schedule_policy == "decode_first":
-            budget = self._schedule_running(out, scheduled, budget, live, want_prefill=False)
-            budget = self._schedule_running(out, scheduled, budget, live, want_prefill=True)
-        else:
-            budget = self._schedule_running(out, scheduled, budget, live, want_prefill=None)
+        budget = self._schedule_running(out, live)
         self._charge_running(out)
-        self._schedule_new(out, scheduled, budget, live, now)
+        self._schedule_new(out, budget, live, now)
         out.num_decode_tokens = len(out.decodes)
         out.num_prefill_tokens = sum(c.num_tokens for c in out.prefills)
         assert out.num_tokens <= live.max_num_batched_tokens, "token budget exceeded"
         assert out.num_seqs <= live.max_num_seqs, "max_num_seqs exceeded"
         return out
 
-    def _schedule_running(self, out: SchedulerOutput, scheduled: dict[str, int], budget: int,
-                          live: LiveConfig, want_prefill: bool | None) -> int:
-        chunk_size = self._chunk_size(live)
-        for req in list(self.running):
-            if budget <= 0 or len(scheduled) >= live.max_num_seqs:
-                break
-            if req.status is not RequestStatus.RUNNING or req.request_id in scheduled:
-                continue  # preempted earlier in this loop, or scheduled in the first pass
-            is_prefill = req.is_prefill
-            if want_prefill is not None and is_prefill != want_prefill:
+    def _schedule_running(self, out: SchedulerOutput, live: LiveConfig) -> int:
+        """Schedule running requests; returns the token budget left for new prefills.
+
+        decode_first: every decode, then partial prefills. mixed: admission order.
+        """
+        if live.schedule_policy == "decode_first":
+            for req in self._schedule_decodes(out, live):
+                if req.status is RequestStatus.RUNNING:  # else preempted as a victim
+                    self._schedule_chunk(req, out, live)
+        else:
+            for req in list(self.running):  # a copy: preemption edits the running list
+                if req.status is not RequestStatus.RUNNING:
+                    continue
+                if req.is_prefill:
+                    self._schedule_chunk(req, out, live)
+                elif (self._budget_left(out, live) > 0 and out.num_seqs < live.max_num_seqs
+                      and self._allocate_or_preempt(req, 1, out)):
+                    out.decodes.append(req)
+        return self._budget_left(out, live)
+
+    def _schedule_decodes(self, out: SchedulerOutput, live: LiveConfig) -> list[Request]:
+        """The per-step hot path: one token for each decoding request, in admission order.
+
+        Returns the running requests part-way through a prompt, for after the decodes.
+        """
+        block_size = self.block_manager.block_size
+        running_status = RequestStatus.RUNNING
+        cap = min(live.max_num_batched_tokens, live.max_num_seqs)  # decodes are 1 token
+        decodes = out.decodes
+        partial: list[Request] = []
+        for req in list(self.running):  # a copy: preemption edits the running list
+            if req.status is not running_status:
+                continue  # preempted as a victim earlier in this loop
+            computed = req.num_computed_tokens
+            if len(req.token_ids) - computed > 1 or computed < req.num_prompt_tokens:
+                partial.append(req)
                 continue
-            num_new = min(req.num_tokens - req.num_computed_tokens, chunk_size, budget)
-            if not self._allocate_or_preempt(req, num_new, out, scheduled):
+            if len(decodes) >= cap:
+                break  # no budget or sequence slot left for anyone
+            if computed >= len(req.block_ids) * block_size and not self._allocate_or_preempt(
+                    req, 1, out):
                 continue  # req itself was preempted
-            budget -= num_new
-            scheduled[req.request_id] = num_new
-            if is_prefill:
-                sample = req.num_computed_tokens + num_new == req.num_tokens
-                out.prefills.append(PrefillChunk(req, num_new, sample))
-            else:
-                out.decodes.append(req)
-        return live.max_num_batched_tokens - sum(scheduled.values())
+            decodes.append(req)
+        return partial
+
+    def _schedule_chunk(self, req: Request, out: SchedulerOutput, live: LiveConfig) -> None:
+        """A running request's next prompt chunk, if budget and max_num_seqs allow."""
+        budget = self._budget_left(out, live)
+        if budget <= 0 or out.num_seqs >= live.max_num_seqs:
+            return
+        num_new = min(req.num_tokens - req.num_computed_tokens, self._chunk_size(live), budget)
+        if self._allocate_or_preempt(req, num_new, out):
+            sample = req.num_computed_tokens + num_new == req.num_tokens
+            out.prefills.append(PrefillChunk(req, num_new, sample))
+
+    @staticmethod
+    def _budget_left(out: SchedulerOutput, live: LiveConfig) -> int:
+        return live.max_num_batched_tokens - len(out.decodes) - sum(
+            c.num_tokens for c in out.prefills)
 
     def _charge_running(self, out: SchedulerOutput) -> None:
-        """Charge each lane (and tenant) for its running requests' tokens this step."""
+        """Charge each lane (and tenant) for its running requests' tokens this step.
+
+        When every decoding request decoded (the usual case), each lane's decode tokens
+        are its decoding count, kept up to date at state changes: no per-token work.
+        """
         tokens = out.tokens_by_lane
-        for req in out.decodes:
-            tokens[req.lane] = tokens.get(req.lane, 0) + 1
+        lanes = self.lanes
+        if len(out.decodes) == sum(lane.num_decoding for lane in lanes):
+            for lane in lanes:
+                if lane.num_decoding:
+                    tokens[lane.name] = lane.num_decoding
+            decode_tenants = [((lane.name, t), n) for lane in lanes
+                              for t, n in lane.decoding_by_tenant.items() if n]
+        else:  # some decodes did not fit: count them
+            tokens.update(Counter(map(_lane, out.decodes)))
+            decode_tenants = list(Counter(zip(map(_lane, out.decodes),
+                                              map(_tenant, out.decodes), strict=True)).items())
         for chunk in out.prefills:
             tokens[chunk.request.lane] = tokens.get(chunk.request.lane, 0) + chunk.num_tokens
         for name, num in tokens.items():
-            lane = self.lanes[name]
+            lane = lanes[name]
             lane.vtime += num / lane.config.weight
+        for (name, tenant), num in decode_tenants:
+            if lanes[name].config.tenant_fair_share:
+                lanes[name].charge_tenant(tenant, num)
+        for chunk in out.prefills:
+            lane = lanes[chunk.request.lane]
             if lane.config.tenant_fair_share:
-                for req in out.decodes:
-                    if req.lane == name:
-                        lane.charge_tenant(req.tenant, 1)
-                for chunk in out.prefills:
-                    if chunk.request.lane == name:
-                        lane.charge_tenant(chunk.request.tenant, chunk.num_tokens)
+                lane.charge_tenant(chunk.request.tenant, chunk.num_tokens)
 
-    def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput,
-                             scheduled: dict[str, int]) -> bool:
+    def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
         """Allocate blocks for req, preempting victims as needed; False if req was the one."""
         bm = self.block_manager
         while not bm.allocate(req, num_new):
@@ -115,9 +163,7 @@ class Scheduler:
             if victim is None or victim is req:
                 self.preempt(req, out)
                 return False
-            if victim.request_id in scheduled:
-                del scheduled[victim.request_id]
-                self._unschedule(out, victim)
+            self._unschedule(out, victim)
             self.preempt(victim, out)
         return True
 
@@ -136,8 +182,8 @@ class Scheduler:
         self.lanes.push(req)
         out.preempted.append(req.request_id)
 
-    def _schedule_new(self, out: SchedulerOutput, scheduled: dict[str, int], budget: int,
-                      live: LiveConfig, now: float) -> None:
+    def _schedule_new(self, out: SchedulerOutput, budget: int, live: LiveConfig,
+                      now: float) -> None:
         """Start new prefills from the lanes by fair share until a limit stops us."""
         bm = self.block_manager
         blocked = self._blocked_lanes(live)
@@ -146,7 +192,7 @@ class Scheduler:
             if budget <= 0:
                 stop_reason = "token_budget"
                 break
-            if len(self.running) >= live.max_num_seqs or len(scheduled) >= live.max_num_seqs:
+            if len(self.running) >= live.max_num_seqs or out.num_seqs >= live.max_num_seqs:
                 stop_reason = "max_num_seqs"
                 break
             if self.running and bm.usage > live.kv_cache_high_watermark:
@@ -165,7 +211,6 @@ class Scheduler:
             self._start(req, now, out)
             sample = req.num_computed_tokens + num_new == req.num_tokens
             out.prefills.append(PrefillChunk(req, num_new, sample))
-            scheduled[req.request_id] = num_new
             budget -= num_new
             lane.charge(req, num_new)
             out.tokens_by_lane[lane.name] = out.tokens_by_lane.get(lane.name, 0) + num_new
@@ -245,52 +290,61 @@ class Scheduler:
 
     # ---- update ----------------------------------------------------------------------
     def update(self, out: SchedulerOutput, sampled_token_ids: list[int],
-               now: float) -> tuple[list[RequestDelta], list[Request]]:
+               now: float) -> tuple[list[Request], list[Request]]:
         """Advance each scheduled request; append sampled tokens; end those that stop.
 
         `sampled_token_ids` has one id per sample row (decodes, then sampled prefills).
-        Returns the per-request deltas and the requests that finished in this step.
+        Returns the requests of the sample rows, in row order, and those that finished.
         """
         bm = self.block_manager
         block_size = bm.block_size
-        max_len = self.static.max_model_len
-        deltas: list[RequestDelta] = []
         finished: list[Request] = []
-        rows = iter(sampled_token_ids)
-        for req in out.decodes:
-            req.num_computed_tokens += 1
-            if req.num_computed_tokens // block_size > len(req.block_hashes):
-                bm.cache_full_blocks(req)
-            self._append(req, next(rows), now, max_len, deltas, finished)
+        rows = list(out.decodes)
         for chunk in out.prefills:
             req = chunk.request
             req.num_computed_tokens += chunk.num_tokens
             if req.num_computed_tokens // block_size > len(req.block_hashes):
                 bm.cache_full_blocks(req)
             if chunk.sample:
+                rows.append(req)
                 req.prefill_done_time = now
-                self._append(req, next(rows), now, max_len, deltas, finished)
-        return deltas, finished
+                if req.first_token_time is None:
+                    req.first_token_time = now
+                    if self.is_static(req.lane):
+                        self.lanes[req.lane].batch_closed = True
+        assert len(sampled_token_ids) == len(rows), "one sampled token per sample row"
+        for req, token_id in zip(out.decodes, sampled_token_ids, strict=False):  # hot path
+            req.num_computed_tokens += 1
+            if req.num_computed_tokens % block_size == 0:  # a block just became full
+                bm.cache_full_blocks(req)
+            tokens = req.token_ids
+            tokens.append(token_id)
+            req.token_times.append(now)
+            if token_id in req.stop_token_ids or len(tokens) >= req.max_num_tokens:
+                self._stop(req, token_id, now, finished)
+        for req, token_id in zip(rows[len(out.decodes):], sampled_token_ids[len(out.decodes):],
+                                 strict=True):
+            req.token_ids.append(token_id)
+            req.token_times.append(now)
+            if token_id in req.stop_token_ids or len(req.token_ids) >= req.max_num_tokens:
+                self._stop(req, token_id, now, finished)
+            else:  # prompt (or recompute) done: from now on one token a step
+                req.decoding = True
+                self.lanes[req.lane].add_decoding(req.tenant, 1)
+        return rows, finished
 
-    def _append(self, req: Request, token_id: int, now: float, max_len: int,
-                deltas: list[RequestDelta], finished: list[Request]) -> None:
-        req.token_ids.append(token_id)
-        req.token_times.append(now)
-        if req.first_token_time is None:
-            req.first_token_time = now
-            if self.is_static(req.lane):
-                self.lanes[req.lane].batch_closed = True
-        status = stop_status(req, token_id, max_len)
-        if status is None:
-            deltas.append(RequestDelta(req.request_id, [token_id]))
-            return
-        self.finish(req, status, now)
-        deltas.append(RequestDelta(req.request_id, [token_id], req.finish_reason))
+    def _stop(self, req: Request, token_id: int, now: float, finished: list[Request]) -> None:
+        """End req after its last token: a stop token (EOS too) is STOPPED, else LENGTH."""
+        stopped = token_id in req.stop_token_ids
+        self.finish(req, RequestStatus.STOPPED if stopped else RequestStatus.LENGTH, now)
         finished.append(req)
 
     def _leave_running(self, req: Request) -> None:
         self.running.remove(req)
         lane = self.lanes[req.lane]
         lane.num_running -= 1
+        if req.decoding:
+            req.decoding = False
+            lane.add_decoding(req.tenant, -1)
         if lane.num_running == 0:
             lane.batch_closed = False  # static batching: the next batch may form
