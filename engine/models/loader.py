@@ -9,7 +9,8 @@ Two kinds of source (see sources.py):
   Each transformers call re-parses the GGUF metadata (~8 s for SmolLM2-135M on this CPU),
   and mapping tensor names costs ~12 s more, so a GGUF load takes ~40 s (config 8 s,
   tokenizer 8 s, weights 22 s); the config is passed on to save a fourth parse.
-  save_checkpoint() converts once to a directory that loads in ~2 s.
+  save_checkpoint() converts once to a directory that loads in ~2 s; gguf_cache.py keeps
+  such a copy of every GGUF loaded in float32 and reads it on later loads.
 
 Every transformers call passes local_files_only=True: nothing is fetched from a hub.
 """
@@ -28,6 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from engine.models import gguf_cache
 from engine.models.llama import LlamaForCausalLM
 from engine.models.registry import architecture_of, get_model_class
 from engine.models.sources import resolve_model_source
@@ -71,7 +73,9 @@ def load_model(
     from transformers import AutoConfig, AutoTokenizer  # heavy import, deferred
 
     started = time.perf_counter()
-    path = resolve_model_source(source)
+    original = path = resolve_model_source(source)
+    converted = gguf_cache.lookup(path) if path.is_file() else None
+    path = converted or path
     device = torch.device(device)
     hf_kwargs: dict[str, Any] = {"local_files_only": True}
     if path.is_file():  # .gguf
@@ -90,11 +94,11 @@ def load_model(
     state = hf_model.state_dict() if is_gguf else read_safetensors(directory)
     model = build_model(model_class, config, state, dtype, device)
     reference = hf_model.to(device) if keep_reference else None
-    return LoadedModel(
+    loaded = LoadedModel(
         model=model,
         hf_config=config,
         tokenizer=tokenizer,
-        source=path,
+        source=original,
         architecture=architecture,
         dtype=dtype,
         device=device,
@@ -103,6 +107,9 @@ def load_model(
         load_seconds=time.perf_counter() - started,
         reference=reference,
     )
+    if is_gguf and dtype == torch.float32:  # next time: safetensors, ~20x faster
+        gguf_cache.store(original, lambda out: save_checkpoint(loaded, out))
+    return loaded
 
 
 def _load_hf_model(directory: Path, config: Any, dtype: torch.dtype, hf_kwargs: dict) -> Any:

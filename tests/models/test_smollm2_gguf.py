@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from fixtures.paged import PagedHarness, chunks, hf_logits
 
-from engine.models import load_model, save_checkpoint
+from engine.models import gguf_cache, load_model, save_checkpoint
 
 PROMPT = "The capital of France is"
 
@@ -50,3 +50,12 @@ def test_smollm2_converted_checkpoint_gives_identical_logits(smollm2, tmp_path):
     a = PagedHarness(smollm2.model, num_blocks=4, seed=1).step({"s": ids})["s"]
     b = PagedHarness(converted.model, num_blocks=4, seed=2).step({"s": ids})["s"]
     assert torch.equal(a, b)
+
+
+def test_smollm2_second_load_reads_the_converted_copy(smollm2):
+    assert gguf_cache.lookup(smollm2.source) is not None  # the fixture's GGUF load wrote it
+    again = load_model("smollm2-135m")
+    assert again.source == smollm2.source and again.eos_token_ids == smollm2.eos_token_ids
+    ours, theirs = again.model.state_dict(), smollm2.model.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
