@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 run: $(STAMP)
-	$(PY) -m engine.demo
+	$(PY) -m engine.chat_demo
 
 bench: $(STAMP)
 	$(PY) bench/scheduler_overhead.py

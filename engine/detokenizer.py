@@ -1,0 +1,71 @@
+"""Incremental detokenization and stop strings.
+
+Text is decoded over a short sliding window of token ids: the new text is what the window
+decodes to beyond what its already-emitted part decoded to. A token that ends inside a
+multi-byte character decodes to U+FFFD; its text waits for the tokens that complete it.
+
+Stop strings: the text stops right before the first stop string; while streaming, the
+last (longest stop string - 1) characters are held back, since they may begin one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PROMPT_CONTEXT_TOKENS = 5  # prompt tokens kept as context so leading spaces decode right
+
+
+@dataclass
+class IncrementalDetokenizer:
+    tokenizer: object  # a transformers tokenizer
+    prompt_token_ids: list[int]
+    stop: tuple[str, ...] = ()
+    skip_special_tokens: bool = True
+    text: str = ""  # all output text so far (before any stop string)
+    emitted: int = 0  # characters of `text` already handed out
+    stopped_on: str | None = None  # the stop string that ended the text
+    _ids: list[int] = field(default_factory=list)
+    _prefix: int = 0
+    _read: int = 0
+
+    def __post_init__(self) -> None:
+        self._ids = list(self.prompt_token_ids[-PROMPT_CONTEXT_TOKENS:])
+        self._prefix, self._read = 0, len(self._ids)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
+    def add_tokens(self, token_ids: list[int]) -> None:
+        """Append sampled tokens; updates `text` (and `stopped_on` at a stop string)."""
+        for token_id in token_ids:
+            if self.stopped_on is not None:
+                return
+            self._ids.append(token_id)
+            before = self._decode(self._ids[self._prefix:self._read])
+            after = self._decode(self._ids[self._prefix:])
+            if len(after) > len(before) and not after.endswith("\ufffd"):
+                start = len(self.text)
+                self.text += after[len(before):]
+                self._prefix, self._read = self._read, len(self._ids)
+                self._check_stop(start)
+
+    def _check_stop(self, new_from: int) -> None:
+        if not self.stop:
+            return
+        longest = max(len(s) for s in self.stop)
+        search_from = max(0, new_from - longest + 1)
+        hits = [(self.text.find(s, search_from), s) for s in self.stop]
+        hits = [(pos, s) for pos, s in hits if pos >= 0]
+        if hits:
+            pos, s = min(hits)
+            self.text = self.text[:pos]
+            self.stopped_on = s
+
+    def take_delta(self, final: bool) -> str:
+        """Text not yet handed out; holds back a possible stop-string start unless final."""
+        end = len(self.text)
+        if not final and self.stop and self.stopped_on is None:
+            end = max(self.emitted, end - (max(len(s) for s in self.stop) - 1))
+        delta = self.text[self.emitted:end]
+        self.emitted = end
+        return delta

@@ -1,0 +1,156 @@
+"""The offline API: `LLM(model).generate(prompts, params)` and `.chat(messages, params)`.
+
+    from engine import LLM, SamplingParams
+    llm = LLM("smollm2-135m", max_num_seqs=32)
+    outs = llm.generate(["The capital of France is"], SamplingParams(temperature=0))
+    print(outs[0].text, outs[0].finish_reason, outs[0].metrics.ttft_s)
+
+Keyword overrides are engine config fields (static or live), e.g. `max_num_seqs`,
+`prefill_chunk_size`, `num_kv_blocks`, `max_model_len`; unknown names are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from engine.config import EngineConfig, LiveConfig, StaticConfig
+from engine.engine import Engine
+from engine.model_runner import ModelRunner, auto_num_kv_blocks
+from engine.models import LoadedModel, load_model
+from engine.output_processor import OutputProcessor, RequestOutput
+from engine.request import RequestStatus, SamplingParams
+
+_STATIC = {f.name for f in dataclasses.fields(StaticConfig)}
+_LIVE = {f.name for f in dataclasses.fields(LiveConfig)} - {"version"}
+
+Prompt = str | list[int]
+
+
+class LLM:
+    def __init__(self, model: str | LoadedModel = "smollm2-135m", *, device: str | None = None,
+                 dtype: torch.dtype | None = None, **overrides: Any):
+        """`model`: an alias, a checkpoint directory, a .gguf file, or a LoadedModel."""
+        unknown = sorted(set(overrides) - _STATIC - _LIVE)
+        if unknown:
+            raise ValueError(f"unknown LLM option(s) {unknown}; engine options are: "
+                             f"{sorted(_STATIC | _LIVE)}")
+        if isinstance(model, LoadedModel):
+            self.loaded = model
+        else:
+            device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+            if dtype is None:
+                dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+            self.loaded = load_model(model, dtype=dtype, device=device)
+        self.tokenizer = self.loaded.tokenizer
+        static_kw = {k: v for k, v in overrides.items() if k in _STATIC}
+        static_kw["max_model_len"] = min(static_kw.get("max_model_len", 1 << 30),
+                                         self.loaded.max_model_len)
+        block_size = static_kw.get("block_size", StaticConfig.block_size)
+        static_kw.setdefault("num_kv_blocks", auto_num_kv_blocks(self.loaded, block_size))
+        static = StaticConfig(**static_kw)
+        live = LiveConfig(**{k: v for k, v in overrides.items() if k in _LIVE})
+        live = _fit_live_to_static(live, static, explicit=set(overrides))
+        self.runner = ModelRunner(self.loaded, static.num_kv_blocks, static.block_size)
+        self.engine = Engine(EngineConfig(static, live), self.runner,
+                             eos_token_id=self.loaded.eos_token_ids)
+        self.processor = OutputProcessor(self.tokenizer)
+        self._ids = itertools.count()
+
+    # ---- public API --------------------------------------------------------------------
+    def generate(self, prompts: Prompt | Sequence[Prompt],
+                 params: SamplingParams | Sequence[SamplingParams] | None = None, *,
+                 use_tqdm: bool = True) -> list[RequestOutput]:
+        """Generate for each prompt (text or token ids); outputs in prompt order."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]  # one prompt
+        prompts = list(prompts)
+        param_list = self._params_per_prompt(params, len(prompts))
+        encoded = [self._encode(i, p, param_list[i]) for i, p in enumerate(prompts)]
+        return self._run(prompts, encoded, param_list, use_tqdm)
+
+    def chat(self, messages: list[dict] | Sequence[list[dict]],
+             params: SamplingParams | Sequence[SamplingParams] | None = None, *,
+             use_tqdm: bool = True) -> list[RequestOutput]:
+        """One conversation (a list of {"role", "content"}) or several, through the
+        tokenizer's chat template with the assistant turn opened."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = [self.tokenizer.apply_chat_template(list(c), tokenize=False,
+                                                      add_generation_prompt=True)
+                   for c in conversations]
+        return self.generate(prompts, params, use_tqdm=use_tqdm)
+
+    # ---- internals ---------------------------------------------------------------------
+    @staticmethod
+    def _params_per_prompt(params: SamplingParams | Sequence[SamplingParams] | None,
+                           n: int) -> list[SamplingParams]:
+        if params is None or isinstance(params, SamplingParams):
+            return [params or SamplingParams()] * n
+        params = list(params)
+        if len(params) != n:
+            raise ValueError(f"got {len(params)} SamplingParams for {n} prompts: pass one,"
+                             " or one per prompt")
+        return params
+
+    def _encode(self, index: int, prompt: Prompt, params: SamplingParams) -> list[int]:
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            raise ValueError(f"prompt {index} is empty: send at least one token")
+        limit = self.engine.static.max_model_len
+        if len(ids) + params.max_tokens > limit:
+            raise ValueError(f"prompt {index} has {len(ids)} tokens and max_tokens is"
+                             f" {params.max_tokens}: {len(ids) + params.max_tokens} is over"
+                             f" max_model_len={limit}")
+        return ids
+
+    def _run(self, prompts: list[Prompt], encoded: list[list[int]],
+             params: list[SamplingParams], use_tqdm: bool) -> list[RequestOutput]:
+        ids = [f"llm-{next(self._ids)}" for _ in prompts]
+        results: dict[str, RequestOutput] = {}
+        pending = list(range(len(prompts)))[::-1]  # submitted as the queue has room
+        bar = tqdm(total=len(prompts), desc="generating", unit="req", disable=not use_tqdm)
+        engine = self.engine
+        while pending or engine.has_unfinished_requests():
+            while pending:
+                i = pending[-1]
+                decision = engine.add_request(ids[i], encoded[i], params[i])
+                if not decision.accepted:
+                    if decision.reason in ("queue_full", "kv_reject_watermark"):
+                        break  # full for now: step, then submit the rest
+                    raise ValueError(f"prompt {i} rejected: {decision.message}")
+                prompt_text = prompts[i] if isinstance(prompts[i], str) else None
+                self.processor.add(ids[i], prompt_text, encoded[i], params[i])
+                pending.pop()
+            step = engine.step()
+            outputs, stopped = self.processor.process(step)
+            for request_id in stopped:
+                engine.abort(request_id, RequestStatus.STOPPED, "stop string")
+            for out in outputs:
+                if out.finished:
+                    results[out.request_id] = out
+                    bar.update(1)
+        bar.close()
+        return [results[i] for i in ids]
+
+
+def _fit_live_to_static(live: LiveConfig, static: StaticConfig, explicit: set[str],
+                        ) -> LiveConfig:
+    """Cap defaults that do not fit a small model or KV pool; explicit values stay as given
+    (and are validated)."""
+    changes: dict[str, Any] = {}
+    if "max_num_seqs" not in explicit:
+        changes["max_num_seqs"] = min(live.max_num_seqs, static.num_kv_blocks)
+    if "prefill_chunk_size" not in explicit:
+        changes["prefill_chunk_size"] = min(live.prefill_chunk_size, static.max_model_len)
+    if "long_context_threshold" not in explicit:
+        changes["long_context_threshold"] = min(live.long_context_threshold,
+                                                static.max_model_len)
+    return live.replace(**changes) if changes else live

@@ -1,0 +1,121 @@
+"""The offline API: seeded sampling, stop strings, EOS handling, chat, bad inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.models import load_model
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_llama_dir):
+    return LLM(load_model(tiny_llama_dir), num_kv_blocks=256)
+
+
+def test_seeded_sampling_is_the_same_whatever_the_batch(llm):
+    params = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, top_k=50, seed=7)
+    alone = llm.generate("The scheduler", params, use_tqdm=False)[0]
+    others = [SamplingParams(max_tokens=n, temperature=0.8, seed=None) for n in (5, 20, 9)]
+    batch = llm.generate(["Hello world", "The scheduler", "A request", "The quick"],
+                         [others[0], params, others[1], others[2]], use_tqdm=False)
+    assert batch[1].token_ids == alone.token_ids
+    assert batch[1].text == alone.text
+    different = llm.generate("The scheduler", SamplingParams(max_tokens=16, temperature=1.0,
+                                                              seed=8), use_tqdm=False)[0]
+    assert different.token_ids != alone.token_ids  # the seed matters
+
+
+def test_stop_string_cuts_text_before_it(llm):
+    free = llm.generate("The quick brown", SamplingParams(max_tokens=24, temperature=0.0),
+                        use_tqdm=False)[0]
+    assert len(free.text) > 12, free.text
+    stop = free.text[6:9]
+    first = free.text.find(stop)
+    stopped = llm.generate("The quick brown", SamplingParams(max_tokens=24, temperature=0.0,
+                                                             stop=[stop]), use_tqdm=False)[0]
+    assert stopped.text == free.text[:first]
+    assert stopped.finish_reason == "stop"
+    assert len(stopped.token_ids) < len(free.token_ids)
+    assert llm.engine.block_manager.num_used == 0  # its blocks were freed
+
+
+def _varied_greedy_output(llm, max_tokens=10):
+    """A prompt whose greedy output has a token first seen at index >= 2."""
+    for prompt in ("Hello", "The quick brown fox", "Numbers like", "She sells", "A request"):
+        free = llm.generate(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0),
+                            use_tqdm=False)[0]
+        for i, token in enumerate(free.token_ids):
+            if i >= 2 and token not in free.token_ids[:i]:
+                return prompt, free, i
+    raise AssertionError("no prompt gives a varied greedy output")
+
+
+def test_eos_stops_unless_ignored(llm):
+    prompt, free, index = _varied_greedy_output(llm)
+    saved = llm.engine.eos_token_id
+    try:
+        llm.engine.eos_token_id = (free.token_ids[index],)  # pretend this token is EOS
+        stops = llm.generate(prompt, SamplingParams(max_tokens=10, temperature=0.0),
+                             use_tqdm=False)[0]
+        ignores = llm.generate(prompt, SamplingParams(max_tokens=10, temperature=0.0,
+                                                      ignore_eos=True), use_tqdm=False)[0]
+    finally:
+        llm.engine.eos_token_id = saved
+    assert stops.finish_reason == "stop" and stops.token_ids == free.token_ids[:index + 1]
+    assert ignores.finish_reason == "length" and ignores.token_ids == free.token_ids
+
+
+def test_stop_token_ids(llm):
+    prompt, free, index = _varied_greedy_output(llm)
+    out = llm.generate(prompt, SamplingParams(max_tokens=10, temperature=0.0,
+                                              stop_token_ids=[free.token_ids[index]]),
+                       use_tqdm=False)[0]
+    assert out.token_ids == free.token_ids[:index + 1] and out.finish_reason == "stop"
+
+
+def test_outputs_carry_metrics_in_seconds(llm):
+    out = llm.generate(["Hello", "The quick brown fox"],
+                       SamplingParams(max_tokens=6, temperature=0.0), use_tqdm=False)
+    for o in out:
+        m = o.metrics
+        assert m is not None and 0 <= m.queue_delay_s <= m.ttft_s <= m.e2e_s < 60
+        assert m.tpot_s is not None and m.tpot_s >= 0
+
+
+def test_chat_uses_the_template(llm):
+    messages = [{"role": "user", "content": "Hello"}]
+    out = llm.chat(messages, SamplingParams(max_tokens=5, temperature=0.0), use_tqdm=False)[0]
+    expected = llm.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                 add_generation_prompt=True)
+    assert out.prompt == expected
+    assert len(out.token_ids) >= 1
+
+
+def test_more_prompts_than_the_queue_holds_all_complete(tiny_llama_dir):
+    small = LLM(load_model(tiny_llama_dir), num_kv_blocks=64, max_waiting_requests=3,
+                max_num_seqs=2)
+    outs = small.generate([f"Hello {i}" for i in range(9)],
+                          SamplingParams(max_tokens=3, temperature=0.0), use_tqdm=False)
+    assert [len(o.token_ids) for o in outs] == [3] * 9
+
+
+@pytest.mark.parametrize(("prompt", "params", "message"), [
+    ("", SamplingParams(max_tokens=4), "prompt 0 is empty"),
+    ("Hello " * 400, SamplingParams(max_tokens=4), "over max_model_len=512"),
+    ("Hello", SamplingParams(max_tokens=600), "over max_model_len=512"),
+])
+def test_bad_inputs_are_clear_errors(llm, prompt, params, message):
+    with pytest.raises(ValueError, match=message):
+        llm.generate(prompt, params, use_tqdm=False)
+
+
+def test_bad_params_and_names():
+    with pytest.raises(ValueError, match="max_tokens=0 must be an integer >= 1"):
+        SamplingParams(max_tokens=0)
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0.0)
+    with pytest.raises(ValueError, match="smollm2-135m"):  # lists the aliases
+        LLM("meta-llama/Llama-3-8B")
+    with pytest.raises(ValueError, match="unknown LLM option"):
+        LLM("smollm2-135m", max_num_seq=4)
