@@ -19,7 +19,7 @@ import itertools
 import math
 from collections import deque
 
-from engine.config import LaneConfig
+from engine.config import LaneConfig, LiveConfig
 from engine.request import Request, RequestStatus
 
 _ALL_TENANTS = ""  # the single bucket of a lane without tenant fair share
@@ -231,3 +231,23 @@ class LaneSet:
                         self.lanes[req.lane].add_decoding(req.tenant, 1)
             for req in sorted(queue.waiting_requests(), key=lambda r: r.queue_seq):
                 self.push(req)
+
+    def blocked(self, live: LiveConfig) -> dict[str, str]:
+        """Lanes that may not start a request now, with why (their own limits)."""
+        blocked = {}
+        for lane in self.lanes.values():
+            cfg = lane.config
+            if cfg.max_running is not None and lane.num_running >= cfg.max_running:
+                blocked[lane.name] = "lane_max_running"
+            elif live.lane_batching(cfg) == "static" and lane.batch_closed:
+                blocked[lane.name] = "static_batch"
+        return blocked
+
+    def waiting_reasons(self, blocked: dict[str, str], stop: str | None) -> dict[str, int]:
+        """Queued requests by why they did not start: their lane's block, else `stop`."""
+        reasons: dict[str, int] = {}
+        for lane in self.lanes.values():
+            if lane.num_waiting:
+                reason = blocked.get(lane.name) or stop or "fair_share"
+                reasons[reason] = reasons.get(reason, 0) + lane.num_waiting
+        return reasons

@@ -15,18 +15,13 @@ Budgets are read once per step from the `LiveConfig` snapshot passed to `schedul
 
 from __future__ import annotations
 
-from collections import Counter
-from operator import attrgetter
-
 from engine.block_manager import BlockManager
 from engine.config import LiveConfig, StaticConfig
+from engine.fair_share import charge_running
 from engine.lanes import LaneSet
 from engine.preemption import pick_victim
 from engine.records import PrefillChunk, SchedulerOutput
 from engine.request import FINISH_REASONS, Request, RequestStatus
-
-_lane = attrgetter("lane")
-_tenant = attrgetter("tenant")
 
 
 class Scheduler:
@@ -56,7 +51,7 @@ class Scheduler:
         self.step_id += 1
         out = SchedulerOutput(self.step_id, [], [], live.version, live.max_num_batched_tokens)
         budget = self._schedule_running(out, live)
-        self._charge_running(out)
+        charge_running(self.lanes, out)
         self._schedule_new(out, budget, live, now)
         out.num_decode_tokens = len(out.decodes)
         out.num_prefill_tokens = sum(c.num_tokens for c in out.prefills)
@@ -124,37 +119,6 @@ class Scheduler:
         return live.max_num_batched_tokens - len(out.decodes) - sum(
             c.num_tokens for c in out.prefills)
 
-    def _charge_running(self, out: SchedulerOutput) -> None:
-        """Charge each lane (and tenant) for its running requests' tokens this step.
-
-        When every decoding request decoded (the usual case), each lane's decode tokens
-        are its decoding count, kept up to date at state changes: no per-token work.
-        """
-        tokens = out.tokens_by_lane
-        lanes = self.lanes
-        if len(out.decodes) == sum(lane.num_decoding for lane in lanes):
-            for lane in lanes:
-                if lane.num_decoding:
-                    tokens[lane.name] = lane.num_decoding
-            decode_tenants = [((lane.name, t), n) for lane in lanes
-                              for t, n in lane.decoding_by_tenant.items() if n]
-        else:  # some decodes did not fit: count them
-            tokens.update(Counter(map(_lane, out.decodes)))
-            decode_tenants = list(Counter(zip(map(_lane, out.decodes),
-                                              map(_tenant, out.decodes), strict=True)).items())
-        for chunk in out.prefills:
-            tokens[chunk.request.lane] = tokens.get(chunk.request.lane, 0) + chunk.num_tokens
-        for name, num in tokens.items():
-            lane = lanes[name]
-            lane.vtime += num / lane.config.weight
-        for (name, tenant), num in decode_tenants:
-            if lanes[name].config.tenant_fair_share:
-                lanes[name].charge_tenant(tenant, num)
-        for chunk in out.prefills:
-            lane = lanes[chunk.request.lane]
-            if lane.config.tenant_fair_share:
-                lane.charge_tenant(chunk.request.tenant, chunk.num_tokens)
-
     def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
         """Allocate blocks for req, preempting victims as needed; False if req was the one."""
         bm = self.block_manager
@@ -186,7 +150,7 @@ class Scheduler:
                       now: float) -> None:
         """Start new prefills from the lanes by fair share until a limit stops us."""
         bm = self.block_manager
-        blocked = self._blocked_lanes(live)
+        blocked = self.lanes.blocked(live)
         stop_reason = None
         while True:
             if budget <= 0:
@@ -217,7 +181,7 @@ class Scheduler:
             max_running = lane.config.max_running
             if max_running is not None and lane.num_running >= max_running:
                 blocked[lane.name] = "lane_max_running"
-        out.waiting_by_reason = self._waiting_reasons(blocked, stop_reason)
+        out.waiting_by_reason = self.lanes.waiting_reasons(blocked, stop_reason)
 
     def _try_start(self, req: Request, budget: int, live: LiveConfig) -> str | None:
         """Take prefix-cache hits and blocks for req's first chunk; a reason if it can't."""
@@ -253,24 +217,6 @@ class Scheduler:
         if req.first_scheduled_time is None:
             req.first_scheduled_time = now
             out.admitted.append(req.request_id)
-
-    def _blocked_lanes(self, live: LiveConfig) -> dict[str, str]:
-        blocked = {}
-        for lane in self.lanes:
-            cfg = lane.config
-            if cfg.max_running is not None and lane.num_running >= cfg.max_running:
-                blocked[lane.name] = "lane_max_running"
-            elif live.lane_batching(cfg) == "static" and lane.batch_closed:
-                blocked[lane.name] = "static_batch"
-        return blocked
-
-    def _waiting_reasons(self, blocked: dict[str, str], stop: str | None) -> dict[str, int]:
-        reasons: dict[str, int] = {}
-        for lane in self.lanes:
-            if lane.num_waiting:
-                reason = blocked.get(lane.name) or stop or "fair_share"
-                reasons[reason] = reasons.get(reason, 0) + lane.num_waiting
-        return reasons
 
     # ---- finishing -------------------------------------------------------------------
     def finish(self, req: Request, status: RequestStatus, now: float, detail: str = "") -> None:
