@@ -27,8 +27,12 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests
 
+# The OpenAI-compatible server on the default model with the embedded defaults; it prints
+# the URL and an example curl once the model is loaded. Ctrl+C drains, then exits.
+HOST ?= 127.0.0.1
+PORT ?= 8000
 run: $(STAMP)
-	$(PY) -m engine.chat_demo
+	$(PY) -m control.cli serve --model smollm2-135m --host $(HOST) --port $(PORT)
 
 bench: $(STAMP)
 	$(PY) bench/scheduler_overhead.py

@@ -48,17 +48,8 @@ class LLM:
                 dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
             self.loaded = load_model(model, dtype=dtype, device=device)
         self.tokenizer = self.loaded.tokenizer
-        static_kw = {k: v for k, v in overrides.items() if k in _STATIC}
-        static_kw["max_model_len"] = min(static_kw.get("max_model_len", 1 << 30),
-                                         self.loaded.max_model_len)
-        block_size = static_kw.get("block_size", StaticConfig.block_size)
-        static_kw.setdefault("num_kv_blocks", auto_num_kv_blocks(self.loaded, block_size))
-        static = StaticConfig(**static_kw)
-        live = LiveConfig(**{k: v for k, v in overrides.items() if k in _LIVE})
-        live = _fit_live_to_static(live, static, explicit=set(overrides))
-        self.runner = ModelRunner(self.loaded, static.num_kv_blocks, static.block_size)
-        self.engine = Engine(EngineConfig(static, live), self.runner,
-                             eos_token_id=self.loaded.eos_token_ids)
+        self.engine = build_engine(self.loaded, fit_engine_config(self.loaded, overrides))
+        self.runner = self.engine.executor
         self.processor = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()
 
@@ -139,6 +130,35 @@ class LLM:
                     bar.update(1)
         bar.close()
         return [results[i] for i in ids]
+
+
+def fit_engine_config(loaded: LoadedModel, overrides: dict[str, Any] | None = None, *,
+                      base: LiveConfig | None = None) -> EngineConfig:
+    """The engine config for `loaded`: `overrides` (engine config fields, static or live) over
+    `base` (LiveConfig() when None). What is not overridden is fitted to the model:
+    max_model_len capped at the model's, num_kv_blocks sized to the memory left, and live
+    defaults that do not fit a small model or KV pool capped. Raises ValueError naming a
+    field that is unknown or out of range."""
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - _STATIC - _LIVE)
+    if unknown:
+        raise ValueError(f"unknown engine option(s) {unknown}; engine options are: "
+                         f"{sorted(_STATIC | _LIVE)}")
+    static_kw = {k: v for k, v in overrides.items() if k in _STATIC}
+    static_kw["max_model_len"] = min(static_kw.get("max_model_len", 1 << 30),
+                                     loaded.max_model_len)
+    block_size = static_kw.get("block_size", StaticConfig.block_size)
+    static_kw.setdefault("num_kv_blocks", auto_num_kv_blocks(loaded, block_size))
+    static = StaticConfig(**static_kw)
+    live = (base or LiveConfig()).replace(**{k: v for k, v in overrides.items() if k in _LIVE})
+    live = _fit_live_to_static(live, static, explicit=set(overrides))
+    return EngineConfig(static, live).validate()
+
+
+def build_engine(loaded: LoadedModel, config: EngineConfig) -> Engine:
+    """An Engine over a ModelRunner for `loaded` (the runner is `engine.executor`)."""
+    runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
+    return Engine(config, runner, eos_token_id=loaded.eos_token_ids)
 
 
 def _fit_live_to_static(live: LiveConfig, static: StaticConfig, explicit: set[str],

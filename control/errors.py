@@ -1,0 +1,133 @@
+"""Errors in OpenAI's format, `{"error": {"message", "type", "param", "code"}}`, for every
+failure: bad input (400, never FastAPI's 422), admission rejections (400 / 429 / 503 with
+Retry-After), unknown routes, and anything unexpected (500, logged, no stack trace sent).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from engine.records import AdmissionDecision
+
+log = logging.getLogger("batchpilot.http")
+
+ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error",
+               405: "invalid_request_error", 413: "invalid_request_error",
+               429: "rate_limit_error", 500: "server_error",
+               503: "service_unavailable_error"}
+
+# Admission reason -> HTTP status. Unknown reasons are 503: the server could not take it.
+REJECTION_STATUS = {
+    "too_long": 400, "empty_prompt": 400, "unknown_lane": 400,
+    "queue_full": 429, "deadline": 429,
+    "kv_reject_watermark": 503, "draining": 503, "loading": 503,
+}
+REJECTION_PARAM = {"too_long": "max_tokens", "empty_prompt": "prompt", "unknown_lane": "X-Lane"}
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, *, code: str | None = None,
+                 param: str | None = None, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.param = status, message, code, param
+        self.headers = headers or {}
+        self.extra = extra or {}  # more top-level keys of the body (e.g. batchpilot)
+
+    def body(self) -> dict[str, Any]:
+        return {"error": error_detail(self.status, self.message, code=self.code,
+                                      param=self.param), **self.extra}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+def error_detail(status: int, message: str, *, code: str | None = None,
+                 param: str | None = None) -> dict[str, Any]:
+    return {"message": message, "type": ERROR_TYPES.get(status, "server_error"),
+            "param": param, "code": code}
+
+
+def retry_after(seconds: float | None) -> dict[str, str]:
+    """The Retry-After header: whole seconds, at least 1."""
+    return {"Retry-After": str(max(1, math.ceil(seconds or 1.0)))}
+
+
+def rejection_error(decision: AdmissionDecision, headers: dict[str, str]) -> APIError:
+    reason = decision.reason or "rejected"
+    status = REJECTION_STATUS.get(reason, 503)
+    headers = {**headers, "X-Batchpilot-Reject-Reason": reason}
+    if status in (429, 503):
+        headers.update(retry_after(decision.retry_after_s))
+    code = "context_length_exceeded" if reason == "too_long" else reason
+    return APIError(status, decision.message or f"rejected: {reason}", code=code,
+                    param=REJECTION_PARAM.get(reason), headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    parts, param = [], None
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+        if err.get("type") == "json_invalid":
+            msg = f"the body is not valid JSON ({err.get('ctx', {}).get('error', msg)})"
+            loc = []
+        where = ".".join(loc)
+        parts.append(f"{where}: {msg}" if loc and not msg.startswith(f"{where}=") else msg)
+        param = param or (loc[0] if loc else None)
+    return "; ".join(parts) or "invalid request", param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(exc)
+        return APIError(400, message, code="invalid_value", param=param).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return APIError(exc.status_code, str(exc.detail), code=None,
+                        headers=dict(exc.headers or {})).response()
+
+    app.add_middleware(CatchAllMiddleware)
+
+
+class CatchAllMiddleware:
+    """Anything unexpected becomes an OpenAI-format 500 (logged here with its traceback;
+    the client sees no stack trace). After a stream has started nothing can be sent."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracking)
+        except Exception:
+            log.exception("unhandled error serving %s %s", scope.get("method"),
+                          scope.get("path"))
+            if not started:
+                await APIError(500, "internal server error; the server log has the details",
+                               code="internal_error").response()(scope, receive, send)

@@ -1,0 +1,257 @@
+"""HTTP shapes: OpenAI's completions and chat completions (requests, responses, stream
+chunks), OpenAI's error body, and the `batchpilot` extension object.
+
+Parameters the engine cannot honour are refused with a 400 naming them, never ignored
+silently: n > 1, logprobs, echo, best_of, penalties, logit_bias, tools.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_SEED = 2**63 - 1
+MAX_STOP_STRINGS = 16
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _GenerationRequest(BaseModel):
+    """Fields both endpoints share. Unknown fields are ignored, as OpenAI's API does."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1)  # vLLM's -1 and 0 both mean off
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = Field(None, max_length=256)
+    priority: int | None = None  # vLLM's: smaller runs first
+    ignore_eos: bool = False
+    # Accepted at their neutral values only.
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    best_of: int | None = None
+
+    @field_validator("n")
+    @classmethod
+    def _only_one_choice(cls, n: int) -> int:
+        if n != 1:
+            raise ValueError(f"n={n} is not supported: this server returns one choice per"
+                             " request (n=1); send several requests instead")
+        return n
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_strings(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        stops = [stop] if isinstance(stop, str) else (stop or [])
+        if any(not s for s in stops):
+            raise ValueError("stop strings must be non-empty")
+        if len(stops) > MAX_STOP_STRINGS:
+            raise ValueError(f"at most {MAX_STOP_STRINGS} stop strings, got {len(stops)}")
+        return stop
+
+    @model_validator(mode="after")
+    def _neutral_only(self) -> _GenerationRequest:
+        for name, neutral in self._neutral_values().items():
+            value = getattr(self, name, None)
+            if value not in (None, neutral, False) and value != {}:
+                raise ValueError(f"{name}={value!r} is not supported by this server")
+        return self
+
+    def _neutral_values(self) -> dict[str, Any]:
+        return {"presence_penalty": 0.0, "frequency_penalty": 0.0, "logit_bias": {},
+                "best_of": 1}
+
+    @property
+    def stop_list(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(_GenerationRequest):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = None
+    suffix: str | None = None
+
+    def _neutral_values(self) -> dict[str, Any]:
+        return {**super()._neutral_values(), "echo": False, "logprobs": None, "suffix": None}
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, prompt: Any) -> Any:
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+            if len(prompt) != 1:
+                raise ValueError(f"got {len(prompt)} prompts: send one prompt per request")
+            return prompt[0]
+        return prompt
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def as_template_dict(self) -> dict[str, str]:
+        if isinstance(self.content, list):
+            text = "".join(part.text for part in self.content)
+        else:
+            text = self.content or ""
+        return {"role": self.role, "content": text}
+
+
+class ChatCompletionRequest(_GenerationRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)  # OpenAI's newer name
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def _neutral_values(self) -> dict[str, Any]:
+        return {**super()._neutral_values(), "logprobs": False, "top_logprobs": None,
+                "tools": [], "response_format": {"type": "text"}}
+
+
+# ---- responses --------------------------------------------------------------------------
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class Timing(BaseModel):
+    """Seconds, from the engine's record of the request; None for a phase never reached."""
+
+    queue_delay_s: float | None = None
+    ttft_s: float | None = None
+    prefill_time_s: float | None = None
+    decode_time_s: float | None = None
+    e2e_s: float | None = None
+    tpot_s: float | None = None
+
+
+class BatchpilotInfo(BaseModel):
+    """The `batchpilot` extension object of every response and of the last stream chunk."""
+
+    request_id: str
+    lane: str
+    tenant: str
+    priority: int
+    finish_reason: str | None = None
+    finish_detail: str = ""
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    num_preemptions: int = 0
+    timing: Timing = Field(default_factory=Timing)
+    usage: Usage | None = None  # in stream chunks, whatever include_usage says
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    logprobs: None = None
+    finish_reason: str | None = None
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    batchpilot: BatchpilotInfo | None = None
+    error: dict[str, Any] | None = None  # stream chunks only: why a stream ended early
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    batchpilot: BatchpilotInfo
+
+
+class ChatDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int = 0
+    delta: ChatDelta
+    logprobs: None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+    batchpilot: BatchpilotInfo | None = None
+    error: dict[str, Any] | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "batchpilot"
+    max_model_len: int
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
