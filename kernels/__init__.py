@@ -1,16 +1,26 @@
 """Paged-attention kernels behind one seam: `write_kv` and `paged_attention` dispatch to a backend.
 
-Backends share the signatures of `kernels.reference`. The choice comes from the environment
-variable BATCHPILOT_ATTENTION (read when a backend is requested):
+Backends share the signatures of `kernels.reference`. The choice comes from an explicit name
+or the environment variable BATCHPILOT_ATTENTION, read when a backend is requested (an
+Attention layer requests one when it is built):
 
     reference  torch reference (any device)
-    triton     Triton kernels (CUDA) -- not implemented yet: asking for it raises
-    auto       the default: triton on CUDA once it exists, else reference
+    triton     Triton kernels (kernels/triton_*.py): CUDA tensors, or CPU tensors under
+               TRITON_INTERPRET=1 (tests); anything else raises BackendUnavailableError
+    auto       the default: per call, Triton for CUDA tensors when triton imports, the
+               reference otherwise (on a machine without CUDA it is the reference itself)
+
+The name is fixed when the layer is built, so an A/B run forces either side by name; the
+device is looked at per call under "auto", so a model built on CPU and moved to a GPU (or
+used on both) takes the right path. `use_attention_backend(model, name)` re-points the
+attention layers of a built model.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -31,22 +41,84 @@ class AttentionBackend(NamedTuple):
     paged_attention: Callable[..., torch.Tensor]
 
 
+class BackendUnavailableError(NotImplementedError):
+    """The requested attention backend cannot run here (no triton, no CUDA, no interpreter).
+
+    A NotImplementedError, hence also a RuntimeError; the message names the fix."""
+
+
 _REFERENCE = AttentionBackend("reference", reference.write_kv, reference.paged_attention)
+_FALLBACK_HINT = f"set {ATTENTION_ENV_VAR}=reference (or auto) to use the torch reference"
+
+
+def _triton_backend() -> AttentionBackend:
+    """Import the Triton kernels (first call only) and wrap them as a backend."""
+    from kernels import triton_attention
+
+    return AttentionBackend("triton", triton_attention.write_kv, triton_attention.paged_attention)
+
+
+def _require_triton() -> AttentionBackend:
+    """The Triton backend, or a BackendUnavailableError saying why this machine cannot run it."""
+    if importlib.util.find_spec("triton") is None:
+        raise BackendUnavailableError(
+            f"attention backend 'triton' needs the triton package (pip install 'triton>=3.6'); "
+            f"{_FALLBACK_HINT}")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        raise BackendUnavailableError(
+            "attention backend 'triton' needs a CUDA device (or TRITON_INTERPRET=1, Triton's "
+            f"slow CPU interpreter, for tests) and none is available; {_FALLBACK_HINT}")
+    return _triton_backend()
+
+
+def _auto_backend() -> AttentionBackend:
+    """Per-call choice by device: Triton for CUDA tensors, the reference for the rest."""
+    try:
+        triton_backend = _triton_backend()
+    except ImportError as exc:  # triton missing or broken: the reference still serves
+        warnings.warn(f"triton unavailable ({exc}); attention uses the torch reference",
+                      stacklevel=3)
+        return _REFERENCE
+
+    def write_kv(k_cache, v_cache, k, v, slot_mapping) -> None:
+        chosen = triton_backend if k_cache.is_cuda else _REFERENCE
+        chosen.write_kv(k_cache, v_cache, k, v, slot_mapping)
+
+    def paged_attention(q, *args, **kwargs) -> torch.Tensor:
+        chosen = triton_backend if q.is_cuda else _REFERENCE
+        return chosen.paged_attention(q, *args, **kwargs)
+
+    return AttentionBackend("auto", write_kv, paged_attention)
 
 
 def get_attention_backend(name: str | None = None) -> AttentionBackend:
-    """Resolve `name` (default: $BATCHPILOT_ATTENTION, else "auto") to a backend."""
+    """Resolve `name` (default: $BATCHPILOT_ATTENTION, else "auto") to a backend.
+
+    Raises ValueError for an unknown name and BackendUnavailableError for "triton" on a
+    machine that cannot run it (no triton, or neither CUDA nor TRITON_INTERPRET=1).
+    """
     choice = (name or os.environ.get(ATTENTION_ENV_VAR) or "auto").strip().lower()
     if choice not in ATTENTION_BACKENDS:
         raise ValueError(
             f"{ATTENTION_ENV_VAR}={choice!r} is not a backend; choose one of {ATTENTION_BACKENDS}"
         )
+    if choice == "reference":
+        return _REFERENCE
     if choice == "triton":
-        raise NotImplementedError(
-            "the Triton paged-attention backend is not implemented yet; "
-            f"set {ATTENTION_ENV_VAR}=reference (or auto) to use the torch reference"
-        )
-    return _REFERENCE  # "reference", and "auto" until the Triton backend lands
+        return _require_triton()
+    if not torch.cuda.is_available() or importlib.util.find_spec("triton") is None:
+        return _REFERENCE  # "auto" where no tensor can be on CUDA, or triton is absent
+    return _auto_backend()
+
+
+def use_attention_backend(module: torch.nn.Module, name: str) -> AttentionBackend:
+    """Point every attention layer in `module` (each submodule holding a `backend`) at the
+    backend `name`; returns it. For A/B runs on one built model."""
+    backend = get_attention_backend(name)
+    for sub in module.modules():
+        if isinstance(getattr(sub, "backend", None), AttentionBackend):
+            sub.backend = backend
+    return backend
 
 
 def write_kv(
@@ -82,8 +154,10 @@ __all__ = [
     "ATTENTION_BACKENDS",
     "ATTENTION_ENV_VAR",
     "AttentionBackend",
+    "BackendUnavailableError",
     "get_attention_backend",
     "paged_attention",
     "reference_attention",
+    "use_attention_backend",
     "write_kv",
 ]
