@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint run bench clean
+.PHONY: install test lint run bench gpu-check clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -36,6 +36,11 @@ run: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/scheduler_overhead.py
+
+# On a machine with an NVIDIA GPU and torch/triton/transformers: kernels against the
+# reference, kernel bandwidth, engine parity and throughput; JSON summary in $$OUT or here.
+gpu-check:
+	PYTHONPATH=. bash bench/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
