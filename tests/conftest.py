@@ -13,6 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+# Without a GPU, Triton kernels can only run in Triton's interpreter, and Triton reads this
+# when it is first imported (whichever test imports it first): set it for the session.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 _TESTS_DIR = Path(__file__).resolve().parent
 for _path in (str(_TESTS_DIR), str(_TESTS_DIR.parent)):  # the root ends up first
