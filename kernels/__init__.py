@@ -41,10 +41,9 @@ class AttentionBackend(NamedTuple):
     paged_attention: Callable[..., torch.Tensor]
 
 
-class BackendUnavailableError(NotImplementedError):
-    """The requested attention backend cannot run here (no triton, no CUDA, no interpreter).
-
-    A NotImplementedError, hence also a RuntimeError; the message names the fix."""
+class BackendUnavailableError(RuntimeError):
+    """The requested attention backend cannot run here (no triton, no CUDA, no interpreter);
+    the message names the fix."""
 
 
 _REFERENCE = AttentionBackend("reference", reference.write_kv, reference.paged_attention)
