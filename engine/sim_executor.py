@@ -45,8 +45,7 @@ class SimulatedExecutor:
         return token
 
     def execute(self, out: SchedulerOutput) -> list[int]:
-        sampled = [self.next_token(r) for r in out.decodes]
-        sampled += [self.next_token(c.request) for c in out.prefills if c.sample]
+        sampled = [self.next_token(r) for r in out.sample_requests()]
         cost = (self.step_cost_s + self.prefill_token_cost_s * out.num_prefill_tokens
                 + self.decode_token_cost_s * out.num_decode_tokens)
         if self.clock is not None:
