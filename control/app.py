@@ -1,37 +1,68 @@
-"""The FastAPI app: OpenAI-compatible routes and probes over one AsyncEngine.
+"""The FastAPI app: OpenAI-compatible routes, probes, /metrics and the trace read API,
+over one AsyncEngine.
 
     app = create_app(ServeSettings(model="smollm2-135m"))   # the engine loads on startup
 
 Tests pass their own AsyncEngine (a tiny model, small budgets) and may start it themselves;
-`start()` is idempotent. The lifespan starts the engine loop and, at shutdown, ends what is
-left and stops the thread.
+`start()` is idempotent. The lifespan starts the trace writer and the engine loop; at
+shutdown it ends what is left, stops the engine thread, then lets the writer commit the
+last records and close the database.
 """
 
 from __future__ import annotations
 
 import functools
+import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from control import health, routes
+from control import health, routes, trace_routes
 from control.bootstrap import build_parts
 from control.engine_loop import AsyncEngine
 from control.errors import install_error_handlers
+from control.metrics import ServingMetrics
+from control.observer import Observer
 from control.settings import ServeSettings
 from control.state import ServerState
+from control.trace.writer import TraceSettings, TraceWriter
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def open_trace(settings: ServeSettings, run_id: str) -> TraceWriter | None:
+    """Open the trace database now (raises ValueError if it cannot be used: e.g. another
+    process holds it); None when tracing is off."""
+    if not settings.trace_db:
+        return None
+    trace_settings = TraceSettings(settings.trace_db, max_queue=settings.trace_queue,
+                                   kv_snapshot_every=settings.kv_snapshot_every,
+                                   retention=settings.trace_retention)
+    run_settings = {"model": settings.model, "config": settings.config_path,
+                    "engine_overrides": settings.engine_overrides}
+    return TraceWriter(trace_settings, run_id, settings.model_name, run_settings).open()
 
 
 def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> FastAPI:
     settings.validate()
+    metrics = ServingMetrics(settings.model_name, settings.metrics_tenants)
+    writer = open_trace(settings, new_run_id())
+    observer = Observer(metrics, writer, settings.kv_snapshot_every)
     if engine is None:
         engine = AsyncEngine(functools.partial(build_parts, settings),
-                             stall_after_s=settings.stall_after_s)
-    state = ServerState(settings, engine)
+                             stall_after_s=settings.stall_after_s, observer=observer)
+    elif engine.observer is None:
+        engine.observer = observer
+    state = ServerState(settings, engine, metrics=metrics, trace=writer)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if writer is not None:
+            writer.start()
         engine.start()
         try:
             yield
@@ -39,6 +70,8 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
             engine.abort_all("shutdown")
             engine.stop()
             state.close()
+            if writer is not None:
+                writer.stop()
 
     app = FastAPI(title="batchpilot", summary="OpenAI-compatible LLM serving",
                   lifespan=lifespan)
@@ -46,4 +79,5 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     install_error_handlers(app)
     app.include_router(routes.router)
     app.include_router(health.router)
+    app.include_router(trace_routes.router)
     return app

@@ -31,9 +31,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000,
                        help="default %(default)s; 0 picks a free port (printed when ready)")
     serve.add_argument("--trace-db", metavar="PATH",
-                       help="DuckDB file for the scheduler trace. Accepted now but NOT used"
-                       " yet: the trace writer arrives with a later issue, and nothing is"
-                       " written to PATH by this version")
+                       help="DuckDB file for the scheduler trace (steps, requests, KV"
+                       " snapshots, admissions); created if missing, appended to if not."
+                       " Default: no trace")
+    serve.add_argument("--trace-max-age", metavar="DURATION", type=_duration,
+                       help="retention: delete trace rows older than this (e.g. 30m, 12h,"
+                       " 7d; default: keep)")
+    serve.add_argument("--trace-max-mb", metavar="MB", type=float,
+                       help="retention: keep the trace file under about this size (default:"
+                       " no limit)")
+    serve.add_argument("--kv-snapshot-every", metavar="STEPS", type=int, default=50,
+                       help="steps between KV snapshots in the trace, besides one at every"
+                       " watermark crossing (default %(default)s)")
+    serve.add_argument("--metrics-tenants", metavar="A,B,...", type=_names, default=(),
+                       help="tenants that get their own metrics label; the rest count as"
+                       " 'other' (default: only 'default')")
     serve.add_argument("--served-model-name", help="the model id clients send and"
                        " /v1/models shows (default: the --model's last path part)")
     serve.add_argument("--device", help="cpu or cuda[:N] (default: cuda when available)")
@@ -51,28 +63,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _serve(args: argparse.Namespace) -> int:
     from control.bootstrap import read_serving_config
+    from control.trace.store import check_trace_db
     from engine.models import resolve_model_source
 
     settings = ServeSettings(
         model=args.model, config_path=args.config_path, host=args.host, port=args.port,
         served_model_name=args.served_model_name, trace_db=args.trace_db,
+        trace_max_age_s=args.trace_max_age, kv_snapshot_every=args.kv_snapshot_every,
+        trace_max_bytes=int(args.trace_max_mb * 2**20) if args.trace_max_mb else None,
+        metrics_tenants=args.metrics_tenants,
         device=args.device, shutdown_grace_s=args.shutdown_grace_s,
         max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level)
     try:  # fail before binding a port or loading anything
         settings.validate()
         read_serving_config(settings.config_path)
         resolve_model_source(settings.model)
+        check_trace_db(settings.trace_db)
     except (ValueError, FileNotFoundError) as exc:
         print(f"batchpilot serve: error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if settings.trace_db:
-        logging.getLogger("batchpilot").warning(
-            "--trace-db %s is accepted but not used yet: no trace is written", settings.trace_db)
     from control.server import serve
 
     return serve(settings)
+
+
+def _duration(text: str) -> float:
+    """'90', '90s', '30m', '12h', '7d' -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; use e.g. 90s, 30m, 12h or 7d") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def main(argv: list[str] | None = None) -> int:

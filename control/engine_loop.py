@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from control.bootstrap import EngineParts
+from control.observer import Observer
 from control.stream import Delivery, RequestStream, StreamEvent, Submission, deliver, resolve
 from engine.config import LiveConfig
 from engine.engine import Engine
@@ -66,8 +67,10 @@ class AsyncEngine:
     """Thread-safe front of an Engine. Build it with a factory (which loads the model in the
     engine thread), `start()` it, then `await add(...)` from coroutines."""
 
-    def __init__(self, build: Callable[[], EngineParts], *, stall_after_s: float = 60.0):
+    def __init__(self, build: Callable[[], EngineParts], *, stall_after_s: float = 60.0,
+                 observer: Observer | None = None):
         self._build = build
+        self.observer = observer  # metrics and trace, fed by the engine thread
         self.stall_after_s = stall_after_s
         self._commands: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -163,6 +166,8 @@ class AsyncEngine:
             return
         self._engine = self.parts.engine
         self.live_config = self._engine.live_config
+        if self.observer is not None:
+            self.observer.on_change(self._engine)
         self.loaded.set()
         log.info("engine loop running")
         try:
@@ -171,6 +176,8 @@ class AsyncEngine:
                 self._drain_commands(block=not self._engine.has_unfinished_requests())
                 if self._engine.has_unfinished_requests() and not self._stopped:
                     self._step()
+            if not self._engine.requests and self._engine.has_unfinished_requests():
+                self._step()  # stopping: report the requests just ended (runs no model)
         except BaseException:  # a bug: /readyz reports the dead loop; no client hangs
             log.exception("the engine loop died")
             self._fail_streams()
@@ -193,7 +200,9 @@ class AsyncEngine:
             try:
                 command = self._commands.get_nowait()
             except queue.Empty:
-                return
+                break
+        if self.observer is not None:
+            self.observer.on_change(self._engine)
 
     def _handle(self, command: tuple[Any, ...]) -> None:
         kind = command[0]
@@ -217,10 +226,12 @@ class AsyncEngine:
 
     def _add(self, sub: Submission, delivery: Delivery, decided: asyncio.Future) -> None:
         engine = self._engine
-        if self.draining:
-            decision = AdmissionDecision(
-                False, sub.request_id, "draining", "the server is shutting down and admits"
-                " no new requests; retry on another replica", DRAINING_RETRY_AFTER_S)
+        if self.draining:  # refused, and recorded like any rejection
+            decision = engine.refuse(
+                sub.request_id, sub.prompt_token_ids, "draining", "the server is shutting"
+                " down and admits no new requests; retry on another replica",
+                DRAINING_RETRY_AFTER_S, tenant=sub.tenant, lane=sub.lane,
+                priority=sub.priority)
         else:
             try:
                 decision = engine.add_request(
@@ -254,6 +265,8 @@ class AsyncEngine:
             for request_id in list(engine.requests):
                 self._abort(request_id, "engine_error")
             return
+        if self.observer is not None:
+            self.observer.on_step(engine, step)
         outputs, stopped = processor.process(step)
         for request_id in stopped:  # a stop string ended the text: free the blocks now
             engine.abort(request_id, RequestStatus.STOPPED, "stop string")

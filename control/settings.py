@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from control.trace.retention import Retention
+
 DEFAULT_MODEL = "smollm2-135m"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
@@ -22,7 +24,12 @@ class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 8000  # 0: any free port (the ready line says which)
     served_model_name: str | None = None  # the id in /v1/models; None: from `model`
-    trace_db: str | None = None  # accepted now; the trace writer (a later issue) uses it
+    trace_db: str | None = None  # DuckDB file for the scheduler trace; None: no trace
+    trace_max_age_s: float | None = None  # retention by age; None: keep everything
+    trace_max_bytes: int | None = None  # retention by size; None: no limit
+    trace_queue: int = 20_000  # steps the trace writer may fall behind before dropping
+    kv_snapshot_every: int = 50  # steps between KV snapshots (plus watermark crossings)
+    metrics_tenants: tuple[str, ...] = ()  # tenants with their own label; others: "other"
     device: str | None = None  # None: cuda when available, else cpu
     shutdown_grace_s: float = 30.0  # SIGTERM: in-flight requests get this long to finish
     max_request_timeout_s: float = 600.0  # cap (and default) for X-Request-Timeout-Ms
@@ -36,7 +43,17 @@ class ServeSettings:
         _require(self.max_request_timeout_s > 0, "max_request_timeout_s",
                  self.max_request_timeout_s, "> 0")
         _require(self.stall_after_s > 0, "stall_after_s", self.stall_after_s, "> 0")
+        _require(self.trace_queue >= 1, "trace_queue", self.trace_queue, ">= 1")
+        _require(self.kv_snapshot_every >= 1, "kv_snapshot_every", self.kv_snapshot_every,
+                 ">= 1")
+        _require(len(self.metrics_tenants) <= 100, "metrics_tenants",
+                 len(self.metrics_tenants), "at most 100 names (each is a label value)")
+        self.trace_retention.validate()
         return self
+
+    @property
+    def trace_retention(self) -> Retention:
+        return Retention(max_age_s=self.trace_max_age_s, max_bytes=self.trace_max_bytes)
 
     @property
     def model_name(self) -> str:

@@ -19,7 +19,9 @@ from fastapi import Request
 from control.bootstrap import EngineParts
 from control.engine_loop import AsyncEngine
 from control.errors import APIError
+from control.metrics import ServingMetrics
 from control.settings import ServeSettings
+from control.trace.writer import TraceWriter
 
 T = TypeVar("T")
 
@@ -28,6 +30,8 @@ T = TypeVar("T")
 class ServerState:
     settings: ServeSettings
     engine: AsyncEngine
+    metrics: ServingMetrics | None = None
+    trace: TraceWriter | None = None  # None: tracing is off
     started: int = field(default_factory=lambda: int(time.time()))
     inflight: int = 0  # generation requests admitted and not yet answered
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(

@@ -64,7 +64,7 @@ Rule = Callable[[Request, AdmissionContext], AdmissionDecision | None]
 def _reject(req: Request, reason: str, message: str, retry_after_s: float | None = None,
             wait: float | None = None) -> AdmissionDecision:
     return AdmissionDecision(False, req.request_id, reason, message, retry_after_s, req.lane,
-                             wait)
+                             wait, req.tenant, req.priority, req.num_prompt_tokens)
 
 
 def check_empty(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
@@ -151,4 +151,5 @@ def admit(req: Request, ctx: AdmissionContext) -> AdmissionDecision:
         if decision is not None:
             return decision
     return AdmissionDecision(True, req.request_id, lane=req.lane,
-                             estimated_wait_s=estimated_wait_s(req, ctx))
+                             estimated_wait_s=estimated_wait_s(req, ctx), tenant=req.tenant,
+                             priority=req.priority, num_prompt_tokens=req.num_prompt_tokens)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, Protocol
 
@@ -17,6 +17,7 @@ from engine.block_manager import BlockManager, KVSnapshot
 from engine.config import EngineConfig, LiveConfig
 from engine.records import (
     AdmissionDecision,
+    EngineGauges,
     RequestDelta,
     RequestRecord,
     SchedulerOutput,
@@ -78,6 +79,7 @@ class Engine:
         self._pending_deltas: list[RequestDelta] = []  # ends between steps (abort, timeout)
         self._pending_finished: list[Request] = []
         self._pending_admissions: list[AdmissionDecision] = []
+        self._last_wait_reasons: dict[str, str] = {}  # lane -> why it started none, last step
 
     # ---- config ------------------------------------------------------------------------
     @property
@@ -122,19 +124,34 @@ class Engine:
                       deadline=deadline, eos_token_id=self.eos_token_id)
         ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
                                self.block_manager.usage, self.throughput.tokens_per_s, now)
-        decision = admit(req, ctx)
+        decision = replace(admit(req, ctx), time=now)
         if not decision.accepted:
-            req.status = RequestStatus.REJECTED
-            req.finish_reason = "rejected"
-            req.finish_detail = decision.reason or ""
-            req.finished_time = now
-            self._pending_finished.append(req)  # recorded with the next step, no delta
-            self._pending_admissions.append(decision)
-            return decision
+            return self._reject(req, decision)
         req.admitted_time = now
         self._pending_admissions.append(decision)
         self.requests[request_id] = req
         self.scheduler.add(req)
+        return decision
+
+    def refuse(self, request_id: str, prompt_token_ids: list[int], reason: str, message: str,
+               retry_after_s: float | None = None, *, tenant: str = "default",
+               lane: str | None = None, priority: int = 0) -> AdmissionDecision:
+        """Record a request turned away before admission (e.g. the server is draining):
+        it is reported like any rejection, with a RequestRecord in the next step."""
+        now = self.clock()
+        req = Request(request_id, list(prompt_token_ids), SamplingParams(), now, tenant=tenant,
+                      lane=lane or self.route(len(prompt_token_ids)), priority=priority)
+        return self._reject(req, AdmissionDecision(
+            False, request_id, reason, message, retry_after_s, req.lane, None, tenant, priority,
+            req.num_prompt_tokens, now))
+
+    def _reject(self, req: Request, decision: AdmissionDecision) -> AdmissionDecision:
+        req.status = RequestStatus.REJECTED
+        req.finish_reason = "rejected"
+        req.finish_detail = decision.reason or ""
+        req.finished_time = decision.time
+        self._pending_finished.append(req)  # recorded with the next step, no delta
+        self._pending_admissions.append(decision)
         return decision
 
     def route(self, num_prompt_tokens: int) -> str:
@@ -193,7 +210,7 @@ class Engine:
         t3 = time.perf_counter()
         # Measured on the engine clock, the one deadlines are on (simulated in simulations).
         self.throughput.observe(out.num_tokens, end - start)
-        record = self._record(out, start, (t0, t1, t2, t3), finished)
+        record = self._record(out, start, end, (t0, t1, t2, t3), finished)
         record.prefix_query_tokens = bm.prefix_query_tokens - q0
         record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
         result = self._drain_pending(record)
@@ -222,12 +239,13 @@ class Engine:
         self._pending_deltas, self._pending_finished, self._pending_admissions = [], [], []
         return result
 
-    def _record(self, out: SchedulerOutput, start: float, t: tuple[float, ...],
+    def _record(self, out: SchedulerOutput, start: float, end: float, t: tuple[float, ...],
                 finished: list[Request]) -> StepRecord:
         bm = self.block_manager
         lanes = self.scheduler.lanes
+        self._last_wait_reasons = out.waiting_reason_by_lane
         return StepRecord(
-            step_id=out.step_id, start_time=start, duration_s=t[3] - t[0],
+            step_id=out.step_id, start_time=start, end_time=end, duration_s=t[3] - t[0],
             schedule_s=t[1] - t[0], execute_s=t[2] - t[1], update_s=t[3] - t[2],
             num_prefill_seqs=len(out.prefills), num_decode_seqs=len(out.decodes),
             num_prefill_tokens=out.num_prefill_tokens, num_decode_tokens=out.num_decode_tokens,
@@ -237,7 +255,8 @@ class Engine:
             kv_blocks_cached=bm.num_cached_free, kv_usage=bm.usage,
             running_by_lane={q.name: q.num_running for q in lanes},
             waiting_by_lane={q.name: q.num_waiting for q in lanes},
-            waiting_by_reason=out.waiting_by_reason, tokens_by_lane=out.tokens_by_lane,
+            waiting_by_reason=out.waiting_by_reason,
+            waiting_reason_by_lane=out.waiting_reason_by_lane, tokens_by_lane=out.tokens_by_lane,
             admitted=out.admitted,
             finished=[(r.request_id, r.finish_reason or "") for r in finished],
             preempted=out.preempted, config_version=out.config_version,
@@ -253,6 +272,23 @@ class Engine:
                 return outputs
             outputs.append(self.step())
         raise RuntimeError(f"requests still unfinished after {max_steps} steps")
+
+    def gauges(self) -> EngineGauges:
+        """The engine's state now (between steps): what the metrics' gauges show."""
+        bm = self.block_manager
+        lanes = self.scheduler.lanes
+        waiting_by_lane = {q.name: q.num_waiting for q in lanes}
+        by_reason: dict[str, int] = {}
+        for name, num in waiting_by_lane.items():
+            if num:  # queued since the last step: no scheduling decision about it yet
+                reason = self._last_wait_reasons.get(name, "not_yet_scheduled")
+                by_reason[reason] = by_reason.get(reason, 0) + num
+        return EngineGauges(
+            time=self.clock(), running_by_lane={q.name: q.num_running for q in lanes},
+            waiting_by_lane=waiting_by_lane, waiting_by_reason=by_reason,
+            kv_blocks_total=bm.num_blocks, kv_blocks_used=bm.num_used,
+            kv_blocks_free=bm.num_free, kv_blocks_cached=bm.num_cached_free,
+            kv_usage=bm.usage, live=self.live_config)
 
     def stats(self) -> dict[str, Any]:
         lanes = self.scheduler.lanes

@@ -243,11 +243,15 @@ class LaneSet:
                 blocked[lane.name] = "static_batch"
         return blocked
 
-    def waiting_reasons(self, blocked: dict[str, str], stop: str | None) -> dict[str, int]:
-        """Queued requests by why they did not start: their lane's block, else `stop`."""
-        reasons: dict[str, int] = {}
+    def waiting_reasons(self, blocked: dict[str, str], stop: str | None,
+                        ) -> tuple[dict[str, int], dict[str, str]]:
+        """Why queued requests did not start (their lane's block, else `stop`): the count
+        by reason, and the reason by lane (lanes with queued requests only)."""
+        counts: dict[str, int] = {}
+        by_lane: dict[str, str] = {}
         for lane in self.lanes.values():
             if lane.num_waiting:
                 reason = blocked.get(lane.name) or stop or "fair_share"
-                reasons[reason] = reasons.get(reason, 0) + lane.num_waiting
-        return reasons
+                counts[reason] = counts.get(reason, 0) + lane.num_waiting
+                by_lane[lane.name] = reason
+        return counts, by_lane

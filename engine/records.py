@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.config import LiveConfig
 from engine.request import Request
 
 
@@ -35,6 +36,7 @@ class SchedulerOutput:
     preempted: list[str] = field(default_factory=list)
     admitted: list[str] = field(default_factory=list)  # first scheduled in this step
     waiting_by_reason: dict[str, int] = field(default_factory=dict)
+    waiting_reason_by_lane: dict[str, str] = field(default_factory=dict)  # lanes with waiting
     tokens_by_lane: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -73,6 +75,7 @@ class StepRecord:
 
     step_id: int
     start_time: float  # engine clock at the start of schedule()
+    end_time: float  # engine clock after execute (the time its tokens carry)
     duration_s: float  # schedule + execute + update
     schedule_s: float
     execute_s: float
@@ -91,6 +94,7 @@ class StepRecord:
     running_by_lane: dict[str, int]
     waiting_by_lane: dict[str, int]
     waiting_by_reason: dict[str, int]
+    waiting_reason_by_lane: dict[str, str]  # why each lane with waiting requests started none
     tokens_by_lane: dict[str, int]
     admitted: list[str]
     finished: list[tuple[str, str]]  # (request id, finish reason)
@@ -117,6 +121,10 @@ class AdmissionDecision:
     retry_after_s: float | None = None
     lane: str = ""
     estimated_wait_s: float | None = None
+    tenant: str = ""
+    priority: int = 0
+    num_prompt_tokens: int = 0
+    time: float = 0.0  # engine clock when decided (set by the engine)
 
 
 @dataclass(frozen=True)
@@ -146,6 +154,20 @@ class RequestRecord:
     e2e_s: float | None
     prefill_time_s: float | None
     decode_time_s: float | None
+    token_times: tuple[float, ...] = ()  # when each output token was sampled
+
+    @property
+    def outcome(self) -> str:
+        """finished (stop or length) | cancelled | timeout | rejected | error."""
+        if self.finish_reason in ("stop", "length"):
+            return "finished"
+        return self.finish_reason or "error"
+
+    @property
+    def inter_token_latencies(self) -> list[float]:
+        """Seconds between consecutive output tokens (empty under two tokens)."""
+        t = self.token_times
+        return [b - a for a, b in zip(t, t[1:], strict=False)]
 
     @classmethod
     def from_request(cls, req: Request) -> RequestRecord:
@@ -160,5 +182,21 @@ class RequestRecord:
             first_token_time=req.first_token_time, finished_time=req.finished_time,
             deadline=req.deadline, queue_delay_s=req.queue_delay_s, ttft_s=req.ttft_s,
             tpot_s=req.tpot_s, e2e_s=req.e2e_s, prefill_time_s=req.prefill_time_s,
-            decode_time_s=req.decode_time_s,
+            decode_time_s=req.decode_time_s, token_times=tuple(req.token_times),
         )
+
+
+@dataclass(frozen=True)
+class EngineGauges:
+    """The engine's state at one moment, between steps: queues, KV pool, live config."""
+
+    time: float  # engine clock
+    running_by_lane: dict[str, int]
+    waiting_by_lane: dict[str, int]
+    waiting_by_reason: dict[str, int]  # as of the last step's decisions
+    kv_blocks_total: int
+    kv_blocks_used: int  # held by requests
+    kv_blocks_free: int  # empty + cached
+    kv_blocks_cached: int  # free, but holding a reusable prefix
+    kv_usage: float  # used / total
+    live: LiveConfig

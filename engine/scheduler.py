@@ -181,7 +181,8 @@ class Scheduler:
             max_running = lane.config.max_running
             if max_running is not None and lane.num_running >= max_running:
                 blocked[lane.name] = "lane_max_running"
-        out.waiting_by_reason = self.lanes.waiting_reasons(blocked, stop_reason)
+        out.waiting_by_reason, out.waiting_reason_by_lane = self.lanes.waiting_reasons(
+            blocked, stop_reason)
 
     def _try_start(self, req: Request, budget: int, live: LiveConfig) -> str | None:
         """Take prefix-cache hits and blocks for req's first chunk; a reason if it can't."""

@@ -1,0 +1,123 @@
+"""Lock-free metric primitives the engine thread writes and a scrape reads.
+
+prometheus-client's own Histogram takes a lock and scans its buckets on every observe;
+the engine thread observes several values per step and one per output token (inter-token
+latency), so these keep plain lists instead. Only the engine thread writes; a scrape
+copies the lists (atomic under the GIL), and derives each count from the bucket counts,
+so the cumulative buckets and the +Inf bucket always agree.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+# Upper bounds (seconds, or tokens for the step sizes).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
+                   40.0, 80.0, 160.0, 320.0, 640.0)
+TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15,
+                         0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+STEP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                5.0, 10.0)
+TOKEN_COUNT_BUCKETS = tuple(float(2 ** i) for i in range(15))  # 1 .. 16384
+
+
+class HistogramChild:
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def observe_all(self, values: Iterable[float]) -> None:
+        counts, bounds = self.counts, self.bounds
+        total = 0.0
+        for value in values:
+            counts[bisect_left(bounds, value)] += 1
+            total += value
+        self.sum += total
+
+
+class CounterChild:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class _Family:
+    def __init__(self, name: str, doc: str, labelnames: tuple[str, ...],
+                 make: Callable[[], Any]):
+        self.name, self.doc, self.labelnames = name, doc, labelnames
+        self._make = make
+        self.children: dict[tuple[str, ...], Any] = {}
+
+    def labels(self, *values: str) -> Any:
+        child = self.children.get(values)
+        if child is None:
+            child = self.children[values] = self._make()
+        return child
+
+
+class Histogram(_Family):
+    def __init__(self, name: str, doc: str, labelnames: tuple[str, ...],
+                 buckets: tuple[float, ...]):
+        super().__init__(name, doc, labelnames, lambda: HistogramChild(buckets))
+        self.buckets = buckets
+
+    def family(self) -> HistogramMetricFamily:
+        fam = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
+        for labels, child in list(self.children.items()):
+            counts, total = list(child.counts), child.sum
+            cumulative, acc = [], 0
+            for bound, n in zip(self.buckets, counts, strict=False):
+                acc += n
+                cumulative.append((_le(bound), acc))
+            cumulative.append(("+Inf", acc + counts[-1]))
+            fam.add_metric(list(labels), cumulative, total)
+        return fam
+
+
+class Counter(_Family):
+    def __init__(self, name: str, doc: str, labelnames: tuple[str, ...]):
+        if not name.endswith("_total"):
+            raise ValueError(f"counter {name!r} must end in _total")
+        super().__init__(name, doc, labelnames, CounterChild)
+
+    def family(self) -> CounterMetricFamily:
+        fam = CounterMetricFamily(self.name.removesuffix("_total"), self.doc,
+                                  labels=self.labelnames)
+        for labels, child in list(self.children.items()):
+            fam.add_metric(list(labels), child.value)
+        return fam
+
+
+class FamiliesCollector(Collector):
+    """Exposes Histogram and Counter families; `extra` yields families built at scrape."""
+
+    def __init__(self, families: list[_Family],
+                 extra: list[Callable[[], Iterator[Any]]] | None = None):
+        self.families = families
+        self.extra = extra or []
+
+    def collect(self) -> Iterator[Any]:
+        for family in self.families:
+            yield family.family()
+        for source in self.extra:
+            yield from source()
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))

@@ -1,0 +1,134 @@
+"""The trace database's tables, declared once: DuckDB DDL and the Arrow schema of each
+batch the writer inserts come from the same column list.
+
+Times are seconds since the epoch (DOUBLE, the engine clock); durations are seconds.
+`run_id` names one server process, so one file may hold several runs (restarts).
+docs/traces.md documents every column and has example queries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+# type name -> (DuckDB type, Arrow type)
+TYPES: dict[str, tuple[str, pa.DataType]] = {
+    "str": ("VARCHAR", pa.string()),
+    "int": ("BIGINT", pa.int64()),
+    "float": ("DOUBLE", pa.float64()),
+    "bool": ("BOOLEAN", pa.bool_()),
+    "str[]": ("VARCHAR[]", pa.list_(pa.string())),
+    "int[]": ("BIGINT[]", pa.list_(pa.int64())),
+    "map<str,int>": ("MAP(VARCHAR, BIGINT)", pa.map_(pa.string(), pa.int64())),
+    "map<str,float>": ("MAP(VARCHAR, DOUBLE)", pa.map_(pa.string(), pa.float64())),
+    "map<str,str>": ("MAP(VARCHAR, VARCHAR)", pa.map_(pa.string(), pa.string())),
+}
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (column, type name from TYPES)
+    time_column: str  # what retention and time windows filter on
+
+    @property
+    def column_names(self) -> list[str]:
+        return [name for name, _ in self.columns]
+
+    def ddl(self) -> str:
+        cols = ", ".join(f"{name} {TYPES[kind][0]}" for name, kind in self.columns)
+        return f"CREATE TABLE IF NOT EXISTS {self.name} ({cols})"
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([(name, TYPES[kind][1]) for name, kind in self.columns])
+
+
+STEPS = Table("steps", (
+    ("run_id", "str"), ("step_id", "int"), ("start_time", "float"), ("end_time", "float"),
+    ("duration_s", "float"), ("schedule_s", "float"), ("execute_s", "float"),
+    ("update_s", "float"),
+    ("num_prefill_seqs", "int"), ("num_decode_seqs", "int"),
+    ("num_prefill_tokens", "int"), ("num_decode_tokens", "int"),
+    ("token_budget", "int"), ("tokens_used", "int"), ("max_num_seqs", "int"),
+    ("kv_blocks_used", "int"), ("kv_blocks_free", "int"), ("kv_blocks_cached", "int"),
+    ("kv_usage", "float"),
+    ("running_by_lane", "map<str,int>"), ("waiting_by_lane", "map<str,int>"),
+    ("waiting_by_reason", "map<str,int>"), ("waiting_reason_by_lane", "map<str,str>"),
+    ("tokens_by_lane", "map<str,int>"),
+    ("decode_ids", "str[]"),  # each decoded one token
+    ("prefill_ids", "str[]"), ("prefill_tokens", "int[]"),  # parallel lists
+    ("admitted", "str[]"),  # first scheduled in this step
+    ("preempted", "str[]"), ("finished", "str[]"), ("finish_reasons", "str[]"),
+    ("config_version", "int"), ("prefix_query_tokens", "int"), ("prefix_hit_tokens", "int"),
+), "start_time")
+
+REQUESTS = Table("requests", (
+    ("run_id", "str"), ("request_id", "str"), ("model", "str"), ("lane", "str"),
+    ("tenant", "str"), ("priority", "int"),
+    ("outcome", "str"),  # finished | cancelled | timeout | rejected | error
+    ("finish_reason", "str"), ("finish_detail", "str"),
+    ("num_prompt_tokens", "int"), ("num_output_tokens", "int"), ("num_cached_tokens", "int"),
+    ("num_preemptions", "int"),
+    ("arrival_time", "float"), ("admitted_time", "float"), ("first_scheduled_time", "float"),
+    ("first_token_time", "float"), ("finished_time", "float"), ("deadline", "float"),
+    ("queue_delay_s", "float"), ("ttft_s", "float"), ("tpot_s", "float"), ("e2e_s", "float"),
+    ("prefill_time_s", "float"), ("decode_time_s", "float"),
+    ("preempted_s", "float"),  # re-queued after preemption (inside prefill/decode time)
+    ("wait_reasons", "map<str,float>"),  # seconds queued, by why it was not started
+), "finished_time")
+
+KV_SNAPSHOTS = Table("kv_snapshots", (
+    ("run_id", "str"), ("step_id", "int"), ("time", "float"),
+    ("trigger", "str"),  # periodic | above_high_watermark | below_high_watermark | ...
+    ("total", "int"), ("used", "int"), ("free", "int"), ("cached", "int"),
+    ("usage", "float"), ("high_watermark", "float"), ("reject_watermark", "float"),
+    ("by_lane", "map<str,int>"), ("by_tenant", "map<str,int>"),
+), "time")
+
+ADMISSIONS = Table("admissions", (
+    ("run_id", "str"), ("time", "float"), ("request_id", "str"), ("lane", "str"),
+    ("tenant", "str"), ("priority", "int"), ("num_prompt_tokens", "int"),
+    # admitted | rejected (at arrival); queued | requeued (a wait, written when it ends)
+    ("kind", "str"),
+    ("reason", "str"),  # rejection reason, or the main reason of a wait
+    ("message", "str"), ("retry_after_s", "float"), ("estimated_wait_s", "float"),
+    ("wait_s", "float"),  # waits only
+    ("wait_reasons", "map<str,float>"),  # waits only: seconds by reason
+), "time")
+
+CONFIG_CHANGES = Table("config_changes", (
+    ("run_id", "str"), ("time", "float"), ("version", "int"), ("source", "str"),
+    ("actor", "str"), ("change", "str"),  # JSON: {field: [old, new]}
+    ("note", "str"),
+), "time")
+
+RUNS = Table("runs", (
+    ("run_id", "str"), ("started", "float"), ("model", "str"), ("schema_version", "int"),
+    ("settings", "str"),  # JSON
+), "started")
+
+TABLES: dict[str, Table] = {t.name: t for t in (
+    STEPS, REQUESTS, KV_SNAPSHOTS, ADMISSIONS, CONFIG_CHANGES, RUNS)}
+
+# One row per request per step it ran in. A view over `steps`: the writer stores each
+# step's request ids as lists, which costs one row per step instead of one per request.
+STEP_REQUESTS_VIEW = """
+CREATE OR REPLACE VIEW step_requests AS
+SELECT run_id, step_id, start_time, end_time, unnest(decode_ids) AS request_id,
+       'decode' AS phase, 1::BIGINT AS tokens
+FROM steps
+UNION ALL
+SELECT run_id, step_id, start_time, end_time, unnest(prefill_ids) AS request_id,
+       'prefill' AS phase, unnest(prefill_tokens) AS tokens
+FROM steps
+"""
+
+
+def create_schema(con) -> None:
+    """Create every table and view (idempotent). `con`: a read-write DuckDB connection."""
+    for table in TABLES.values():
+        con.execute(table.ddl())
+    con.execute(STEP_REQUESTS_VIEW)

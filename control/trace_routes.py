@@ -1,0 +1,105 @@
+"""The trace read API: fixed questions over the server's DuckDB trace (no SQL from callers).
+
+    GET /v1/trace/summary?since=&until=
+    GET /v1/trace/steps?since=&until=&limit=&batch=     steps in a window
+    GET /v1/trace/steps/around?at=&before=&after=       the steps around a moment
+    GET /v1/trace/requests/{request_id}                 one request's timeline
+    GET /v1/trace/slow?since=&until=&limit=&by=         slowest requests, where time went
+    GET /v1/trace/latency?since=&until=&by=lane|tenant  latency breakdown by group
+    GET /v1/trace/kv?since=&until=&bucket_s=            KV usage over time
+
+Times: epoch seconds, ISO 8601, 14:02, or relative (-15m). Each read first waits (up to
+2 s) for the writer to commit what the engine has handed it, so a read sees the latest
+steps. Handlers are plain functions: FastAPI runs them on its thread pool, off the event
+loop, each with its own DuckDB cursor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from control.errors import APIError
+from control.metrics import CONTENT_TYPE
+from control.state import get_state
+from control.trace import queries
+from control.trace.timeparse import parse_time
+
+router = APIRouter()
+SYNC_TIMEOUT_S = 2.0
+
+
+@router.get("/metrics")
+def metrics(request: Request) -> Response:
+    state = get_state(request)
+    if state.metrics is None:
+        raise APIError(404, "metrics are off for this server", code="metrics_off")
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _read(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    writer = get_state(request).trace
+    if writer is None:
+        raise APIError(404, "tracing is off: start the server with --trace-db PATH",
+                       code="trace_off")
+    writer.sync(SYNC_TIMEOUT_S)
+    con = writer.cursor()
+    try:
+        return fn(con, *args, **kwargs)
+    except ValueError as exc:
+        raise APIError(400, str(exc), code="invalid_value") from None
+    finally:
+        con.close()
+
+
+def _t(value: str | None, name: str) -> float | None:
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise APIError(400, f"{name}: {exc}", code="invalid_value", param=name) from None
+
+
+@router.get("/v1/trace/summary")
+def summary(request: Request, since: str | None = None, until: str | None = None) -> Any:
+    return _read(request, queries.summary, _t(since, "since"), _t(until, "until"))
+
+
+@router.get("/v1/trace/steps")
+def steps(request: Request, since: str | None = None, until: str | None = None,
+          limit: int = 1000, batch: bool = False) -> Any:
+    return _read(request, queries.steps, _t(since, "since"), _t(until, "until"), limit, batch)
+
+
+@router.get("/v1/trace/steps/around")
+def steps_around(request: Request, at: str, before: int = 5, after: int = 5) -> Any:
+    return _read(request, queries.steps_around, _t(at, "at"), before, after)
+
+
+@router.get("/v1/trace/requests/{request_id}")
+def request_timeline(request: Request, request_id: str) -> Any:
+    timeline = _read(request, queries.request_timeline, request_id)
+    if timeline is None:
+        raise APIError(404, f"request {request_id!r} is not in the trace (it may still be"
+                       " queued, or retention removed it)", code="not_found")
+    return timeline
+
+
+@router.get("/v1/trace/slow")
+def slow(request: Request, since: str | None = None, until: str | None = None,
+         limit: int = 10, by: str = "e2e_s") -> Any:
+    return _read(request, queries.slow, _t(since, "since"), _t(until, "until"), limit, by)
+
+
+@router.get("/v1/trace/latency")
+def latency(request: Request, since: str | None = None, until: str | None = None,
+            by: str = "lane") -> Any:
+    return _read(request, queries.latency, _t(since, "since"), _t(until, "until"), by)
+
+
+@router.get("/v1/trace/kv")
+def kv(request: Request, since: str | None = None, until: str | None = None,
+       bucket_s: float = 10.0) -> Any:
+    return _read(request, queries.kv_usage, _t(since, "since"), _t(until, "until"), bucket_s)
