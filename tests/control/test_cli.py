@@ -13,12 +13,28 @@ def test_no_subcommand_prints_help(capsys):
     assert "serve" in capsys.readouterr().out
 
 
-def test_serve_help_says_trace_db_is_not_used_yet(capsys):
+def test_serve_help_lists_the_trace_and_metrics_options(capsys):
     with pytest.raises(SystemExit) as done:
         main(["serve", "--help"])
     assert done.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "--trace-db" in out and "NOT used yet" in out
+    for flag in ("--trace-db", "--trace-max-age", "--trace-max-mb", "--kv-snapshot-every",
+                 "--metrics-tenants"):
+        assert flag in out
+
+
+def test_a_trace_db_in_a_missing_directory_fails_before_anything_loads(capsys, tmp_path):
+    db = tmp_path / "nowhere" / "trace.duckdb"
+    assert main(["serve", "--model", "smollm2-135m", "--trace-db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and str(tmp_path / "nowhere") in err
+
+
+def test_a_bad_retention_duration_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["serve", "--trace-max-age", "soon"])
+    assert done.value.code == 2
+    assert "not a duration" in capsys.readouterr().err
 
 
 def test_a_hub_name_fails_before_anything_loads(capsys):
