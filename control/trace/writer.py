@@ -266,5 +266,6 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, schema: pa.Schema,
     con.register("_batch", batch)
     try:
         con.execute(f"INSERT INTO {table} SELECT * FROM _batch")
-    finally:
-        con.unregister("_batch")
+    finally:  # after a failed insert the transaction is aborted and this may fail too
+        with contextlib.suppress(Exception):
+            con.unregister("_batch")
