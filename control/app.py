@@ -57,7 +57,8 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
                              stall_after_s=settings.stall_after_s, observer=observer)
     elif engine.observer is None:
         engine.observer = observer
-    state = ServerState(settings, engine, metrics=metrics, trace=writer)
+    state = ServerState(settings, engine, metrics=metrics, observer=engine.observer,
+                        trace=writer)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -70,6 +71,8 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
             engine.abort_all("shutdown")
             engine.stop()
             state.close()
+            if state.observer is not None:
+                state.observer.stop()
             if writer is not None:
                 writer.stop()
 

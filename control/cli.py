@@ -1,7 +1,8 @@
-"""`batchpilot` command line. Subcommands: `serve` (more arrive with later issues: trace,
-ctl, loadtest, dashboard, checklist).
+"""`batchpilot` command line. Subcommands: `serve`, `trace` (control/trace/cli.py); more
+arrive with later issues: ctl, loadtest, dashboard, checklist.
 
     batchpilot serve --model smollm2-135m --config serving.yaml --host 127.0.0.1 --port 8000
+    batchpilot trace --url http://127.0.0.1:8000 slow --since -15m
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import sys
 
 from control.settings import DEFAULT_MODEL, ServeSettings
+from control.trace.cli import add_trace_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=_serve)
+    add_trace_parser(sub)
     return parser
 
 

@@ -154,8 +154,8 @@ class ServingMetrics:
             value = getattr(r, attr)
             if value is not None and not (attr == "e2e_s" and outcome == "rejected"):
                 hist.labels(*key).observe(value)
-        if len(r.token_times) > 1:
-            self.itl.labels(*key).observe_all(r.inter_token_latencies)
+        if len(r.token_times) > 1:  # every gap between consecutive output tokens
+            self.itl.labels(*key).observe_gaps(r.token_times)
 
     def observe_admission(self, d: AdmissionDecision) -> None:
         decision = "admitted" if d.accepted else "rejected"

@@ -10,7 +10,7 @@ so the cumulative buckets and the +Inf bucket always agree.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
@@ -38,13 +38,15 @@ class HistogramChild:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
 
-    def observe_all(self, values: Iterable[float]) -> None:
+    def observe_gaps(self, times: tuple[float, ...]) -> None:
+        """Observe every gap between consecutive times (a request's inter-token latencies),
+        in one pass (faster here than numpy for the usual tens to thousands of values)."""
         counts, bounds = self.counts, self.bounds
-        total = 0.0
-        for value in values:
-            counts[bisect_left(bounds, value)] += 1
-            total += value
-        self.sum += total
+        prev = times[0]
+        for t in times[1:]:
+            counts[bisect_left(bounds, t - prev)] += 1
+            prev = t
+        self.sum += times[-1] - times[0]
 
 
 class CounterChild:

@@ -1,14 +1,23 @@
-"""What the engine thread does after each step for metrics and the trace: update the
-metrics, publish the gauges, hand the records to the trace writer, and take a KV snapshot
-every `kv_snapshot_every` steps and whenever usage crosses a watermark.
+"""What the engine thread does after each step for metrics and the trace, and the
+metrics' own thread.
 
-Cheap (a few microseconds a step; the trace writer's queue never blocks) and it never
-raises: a failure is logged once and counted in batchpilot_observer_errors_total.
+    engine thread (per step, a few µs)       "metrics" thread         "trace-writer" thread
+    ----------------------------------       ----------------         ---------------------
+    KV snapshot when due, gauges at most     histograms, counters,    rows -> DuckDB
+    every 50 ms -> StepItem -> both queues   gauges (lossless)        (bounded: drops)
+
+Everything else runs off the engine thread: on a GPU server that work overlaps the host's
+wait for the GPU instead of lengthening the step. KV snapshots are taken every
+`kv_snapshot_every` steps and whenever usage crosses a watermark. Nothing here raises into
+the engine: a failure is logged once and counted in batchpilot_observer_errors_total.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
+import time
 from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -18,8 +27,11 @@ from control.trace.rows import kv_row
 from control.trace.writer import StepItem, TraceWriter
 from engine.config import LiveConfig
 from engine.engine import Engine, StepOutput
+from engine.records import EngineGauges
 
 log = logging.getLogger("batchpilot.observer")
+GAUGES_EVERY_S = 0.05  # gauges refresh at most this often while busy (scrapes: seconds)
+MAX_BACKLOG = 100_000  # steps the metrics thread may fall behind before it drops
 
 
 def watermark_band(usage: float, live: LiveConfig) -> int:
@@ -32,18 +44,81 @@ BAND_TRIGGERS = {(0, 1): "above_high_watermark", (1, 0): "below_high_watermark",
                  (0, 2): "above_reject_watermark", (2, 0): "below_high_watermark"}
 
 
+class MetricsFeed:
+    """Applies StepItems to the metrics on a thread of its own (started on first use)."""
+
+    def __init__(self, metrics: ServingMetrics):
+        self.metrics = metrics
+        self.dropped = 0  # items not applied because the backlog was full (engine thread)
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._failed = False
+
+    def submit(self, item: StepItem | None, gauges: EngineGauges | None) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="metrics", daemon=True)
+            self._thread.start()
+        if self._queue.qsize() >= MAX_BACKLOG:
+            self.dropped += 1
+            return
+        self._queue.put((item, gauges))
+
+    def sync(self, timeout_s: float = 5.0) -> bool:
+        """Wait until everything submitted so far is applied."""
+        if self._thread is None:
+            return True
+        done = threading.Event()
+        self._queue.put((None, done))
+        return done.wait(timeout_s)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put((None, None))
+            self._thread.join(5)
+            self._thread = None
+
+    def _run(self) -> None:
+        m = self.metrics
+        while True:
+            item, extra = self._queue.get()
+            if item is None and extra is None:
+                return
+            if isinstance(extra, threading.Event):
+                extra.set()
+                continue
+            try:
+                if item is not None:
+                    if item.record is not None:
+                        m.observe_step(item.record)
+                    for decision in item.admissions:
+                        m.observe_admission(decision)
+                    for rec in item.finished:
+                        m.observe_request(rec)
+                if extra is not None:
+                    m.set_gauges(extra)
+            except Exception:
+                if not self._failed:
+                    log.exception("updating the metrics failed; serving goes on")
+                    self._failed = True
+                m.observer_errors.labels(m.model).inc()
+
+
 class Observer:
     def __init__(self, metrics: ServingMetrics | None = None,
                  writer: TraceWriter | None = None, kv_snapshot_every: int = 50):
         if kv_snapshot_every < 1:
             raise ValueError(f"kv_snapshot_every={kv_snapshot_every!r} must be >= 1")
         self.metrics = metrics
+        self.feed = MetricsFeed(metrics) if metrics is not None else None
         self.writer = writer
         self.kv_snapshot_every = kv_snapshot_every
+        self.errors = 0  # failures on the engine thread (each logged once)
         self._band = 0
-        self._failed = False
-        if metrics is not None and writer is not None:
-            metrics.add_source(lambda: writer_families(writer, metrics.model))
+        self._next_gauges = 0.0  # monotonic time of the next gauge refresh
+        if metrics is not None:
+            metrics.add_source(self._own_families)
+            if writer is not None:
+                metrics.add_source(lambda: writer_families(writer, metrics.model))
 
     def on_step(self, engine: Engine, out: StepOutput) -> None:
         try:
@@ -54,25 +129,23 @@ class Observer:
     def on_change(self, engine: Engine) -> None:
         """After a command (abort, config change) between steps: refresh the gauges."""
         try:
-            if self.metrics is not None:
-                self.metrics.set_gauges(engine.gauges())
+            if self.feed is not None:
+                self.feed.submit(None, engine.gauges())
         except Exception:
             self._error("refreshing the gauges")
 
+    def sync(self, timeout_s: float = 5.0) -> bool:
+        """Wait until the metrics reflect every step so far (tests, /metrics)."""
+        return self.feed is None or self.feed.sync(timeout_s)
+
+    def stop(self) -> None:
+        if self.feed is not None:
+            self.feed.stop()
+
     def _on_step(self, engine: Engine, out: StepOutput) -> None:
-        metrics, record = self.metrics, out.record
-        if metrics is not None:
-            if record is not None:
-                metrics.observe_step(record)
-            for decision in out.admissions:
-                metrics.observe_admission(decision)
-            for rec in out.finished:
-                metrics.observe_request(rec)
-            metrics.set_gauges(engine.gauges())
-        if self.writer is None:
-            return
+        record = out.record
         kv = None
-        if record is not None:
+        if record is not None and self.writer is not None:
             live = engine.live_config
             band = watermark_band(record.kv_usage, live)
             trigger = BAND_TRIGGERS.get((self._band, band))
@@ -82,14 +155,31 @@ class Observer:
             if trigger is not None:
                 kv = kv_row(self.writer.run_id, record.step_id, record.end_time, trigger,
                             engine.kv_snapshot(), live)
-        self.writer.submit(StepItem(record, out.finished, out.admissions, kv))
+        item = StepItem(record, out.finished, out.admissions, kv)
+        if self.feed is not None:
+            gauges = None
+            now = time.monotonic()
+            if now >= self._next_gauges or not engine.requests:  # and always when idle
+                gauges = engine.gauges()
+                self._next_gauges = now + GAUGES_EVERY_S
+            self.feed.submit(item, gauges)
+        if self.writer is not None:
+            self.writer.submit(item)
 
     def _error(self, what: str) -> None:
-        if not self._failed:  # once: a broken observer must not flood the log every step
+        if not self.errors:  # once: a broken observer must not flood the log every step
             log.exception("observer failed while %s; the engine goes on", what)
-            self._failed = True
-        if self.metrics is not None:
-            self.metrics.observer_errors.labels(self.metrics.model).inc()
+        self.errors += 1
+
+    def _own_families(self) -> Iterator[object]:
+        model = self.metrics.model
+        yield counter_family("batchpilot_observer_errors_engine_thread_total",
+                             "Failures recording a step on the engine thread (the engine"
+                             " went on).", ["model"], {(model,): self.errors})
+        yield counter_family("batchpilot_metrics_records_dropped_total",
+                             "Steps the metrics thread could not keep up with (their"
+                             " records are missing from the metrics).", ["model"],
+                             {(model,): self.feed.dropped})
 
 
 def writer_families(writer: TraceWriter, model: str) -> Iterator[object]:

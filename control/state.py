@@ -20,6 +20,7 @@ from control.bootstrap import EngineParts
 from control.engine_loop import AsyncEngine
 from control.errors import APIError
 from control.metrics import ServingMetrics
+from control.observer import Observer
 from control.settings import ServeSettings
 from control.trace.writer import TraceWriter
 
@@ -31,6 +32,7 @@ class ServerState:
     settings: ServeSettings
     engine: AsyncEngine
     metrics: ServingMetrics | None = None
+    observer: Observer | None = None
     trace: TraceWriter | None = None  # None: tracing is off
     started: int = field(default_factory=lambda: int(time.time()))
     inflight: int = 0  # generation requests admitted and not yet answered

@@ -37,6 +37,8 @@ def metrics(request: Request) -> Response:
     state = get_state(request)
     if state.metrics is None:
         raise APIError(404, "metrics are off for this server", code="metrics_off")
+    if state.observer is not None:  # apply the steps already taken (normally none left)
+        state.observer.sync(SYNC_TIMEOUT_S)
     return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 

@@ -163,12 +163,6 @@ class RequestRecord:
             return "finished"
         return self.finish_reason or "error"
 
-    @property
-    def inter_token_latencies(self) -> list[float]:
-        """Seconds between consecutive output tokens (empty under two tokens)."""
-        t = self.token_times
-        return [b - a for a, b in zip(t, t[1:], strict=False)]
-
     @classmethod
     def from_request(cls, req: Request) -> RequestRecord:
         return cls(

@@ -18,7 +18,7 @@ STEP_COLUMNS = (
     " tokens_used, max_num_seqs, kv_blocks_used, kv_blocks_free, kv_blocks_cached, kv_usage,"
     " running_by_lane, waiting_by_lane, waiting_by_reason, waiting_reason_by_lane,"
     " tokens_by_lane, admitted, preempted, finished, finish_reasons, config_version")
-BATCH_COLUMNS = "decode_ids, prefill_ids, prefill_tokens"
+BATCH_COLUMNS = "decode_seqs, prefill_seqs, prefill_tokens"
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s")
 GROUPS = ("lane", "tenant", "outcome", "model")
 SLOW_BY = ("e2e_s", "ttft_s", "queue_delay_s", "tpot_s")
@@ -52,8 +52,29 @@ def steps(con, since: float | None = None, until: float | None = None, limit: in
     """Steps in a window, oldest first; `batch` adds which requests ran (id lists)."""
     where, params = _window("start_time", since, until)
     cols = STEP_COLUMNS + (", " + BATCH_COLUMNS if batch else "")
-    return _rows(con, f"SELECT {cols} FROM steps WHERE {where} ORDER BY start_time"
-                 f" LIMIT {_limit(limit)}", params)
+    found = _rows(con, f"SELECT {cols} FROM steps WHERE {where} ORDER BY start_time"
+                  f" LIMIT {_limit(limit)}", params)
+    return _with_request_ids(con, found) if batch else found
+
+
+def _with_request_ids(con, steps_: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Replace each step's request numbers by request ids: decode_ids, prefill_ids."""
+    wanted: dict[str, set[int]] = {}
+    for s in steps_:
+        wanted.setdefault(s["run_id"], set()).update(s["decode_seqs"] or (),
+                                                     s["prefill_seqs"] or ())
+    names: dict[tuple[str, int], str] = {}
+    for run_id, seqs in wanted.items():
+        for seq, rid in con.execute(
+                "SELECT seq, request_id FROM request_ids WHERE run_id = ? AND seq IN"
+                " (SELECT unnest(?::BIGINT[]))", [run_id, sorted(seqs)]).fetchall():
+            names[run_id, seq] = rid
+    for s in steps_:
+        run = s["run_id"]
+        s["decode_ids"] = [names.get((run, q), f"#{q}") for q in s.pop("decode_seqs") or ()]
+        s["prefill_ids"] = [names.get((run, q), f"#{q}")
+                            for q in s.pop("prefill_seqs") or ()]
+    return steps_
 
 
 def steps_around(con, at: float, before: int = 5, after: int = 5) -> list[dict[str, Any]]:
@@ -66,7 +87,7 @@ def steps_around(con, at: float, before: int = 5, after: int = 5) -> list[dict[s
                     f" ORDER BY start_time DESC LIMIT {before}", [at]) if before else []
     later = _rows(con, f"SELECT {cols} FROM steps WHERE start_time > ?"
                   f" ORDER BY start_time LIMIT {after}", [at]) if after else []
-    return earlier[::-1] + later
+    return _with_request_ids(con, earlier[::-1] + later)
 
 
 def request_timeline(con, request_id: str) -> dict[str, Any] | None:
@@ -83,18 +104,23 @@ def request_timeline(con, request_id: str) -> dict[str, Any] | None:
     lo = record["arrival_time"] if record else admissions[0]["time"]
     hi = record["finished_time"] if record and record["finished_time"] else None
     where, params = _window("start_time", lo, hi)
-    ran = _rows(con, f"""
-        SELECT step_id, start_time, end_time,
-               CASE WHEN list_contains(decode_ids, ?) THEN 'decode' ELSE 'prefill' END
-                   AS phase,
-               CASE WHEN list_contains(decode_ids, ?) THEN 1
-                    ELSE prefill_tokens[list_position(prefill_ids, ?)] END AS tokens,
-               list_contains(preempted, ?) AS preempted_here,
-               num_prefill_seqs + num_decode_seqs AS batch_seqs, tokens_used, kv_usage
-        FROM steps
-        WHERE run_id = ? AND {where} AND (list_contains(decode_ids, ?)
-              OR list_contains(prefill_ids, ?) OR list_contains(preempted, ?))
-        ORDER BY start_time""", [request_id] * 4 + [run_id] + params + [request_id] * 3)
+    seq = con.execute("SELECT seq FROM request_ids WHERE run_id = ? AND request_id = ?",
+                      [run_id, request_id]).fetchone()
+    ran = []
+    if seq is not None:
+        ran = _rows(con, f"""
+            SELECT step_id, start_time, end_time,
+                   CASE WHEN list_contains(decode_seqs, ?) THEN 'decode'
+                        WHEN list_contains(prefill_seqs, ?) THEN 'prefill' END AS phase,
+                   CASE WHEN list_contains(decode_seqs, ?) THEN 1
+                        ELSE prefill_tokens[list_position(prefill_seqs, ?)] END AS tokens,
+                   list_contains(preempted, ?) AS preempted_here,
+                   num_prefill_seqs + num_decode_seqs AS batch_seqs, tokens_used, kv_usage
+            FROM steps
+            WHERE run_id = ? AND {where} AND (list_contains(decode_seqs, ?)
+                  OR list_contains(prefill_seqs, ?) OR list_contains(preempted, ?))
+            ORDER BY start_time""", [seq[0]] * 4 + [request_id, run_id] + params
+                    + [seq[0], seq[0], request_id])
     return {"request_id": request_id, "request": record, "admissions": admissions,
             "steps": ran, "events": _events(record, admissions, ran),
             "breakdown": _breakdown(record)}
@@ -133,9 +159,10 @@ def latency(con, since: float | None = None, until: float | None = None,
     if by not in GROUPS:
         raise ValueError(f"by={by!r} must be one of {', '.join(GROUPS)}")
     where, params = _window("finished_time", since, until)
+    ran = "FILTER (WHERE outcome <> 'rejected')"  # a rejection's e2e is 0: not a latency
     pcts = ", ".join(
-        f"quantile_cont({c}, 0.5) AS {c}_p50, quantile_cont({c}, 0.9) AS {c}_p90,"
-        f" quantile_cont({c}, 0.99) AS {c}_p99" for c in LATENCIES)
+        f"quantile_cont({c}, 0.5) {ran} AS {c}_p50, quantile_cont({c}, 0.9) {ran} AS {c}_p90,"
+        f" quantile_cont({c}, 0.99) {ran} AS {c}_p99" for c in LATENCIES)
     return _rows(con, f"""
         SELECT {by} AS "group", count(*) AS requests,
                count(*) FILTER (WHERE outcome = 'finished') AS finished,
@@ -202,7 +229,8 @@ def summary(con, since: float | None = None, until: float | None = None) -> dict
     overall = latency(con, since, until, by="model")
     awhere, aparams = _window("time", since, until)
     waits = _rows(con, f"SELECT reason, count(*) AS waits, sum(wait_s) AS wait_s FROM"
-                  f" admissions WHERE kind IN ('queued', 'requeued') AND {awhere}"
+                  f" admissions WHERE kind IN ('queued', 'requeued') AND wait_s > 0"
+                  f" AND {awhere}"
                   f" GROUP BY reason ORDER BY wait_s DESC", aparams)
     changes = _rows(con, f"SELECT time, version, source, actor, change FROM config_changes"
                     f" WHERE {awhere} ORDER BY time", aparams)

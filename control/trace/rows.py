@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from control.trace.waits import WaitRow
 from engine.block_manager import KVSnapshot
 from engine.config import LiveConfig
 from engine.records import AdmissionDecision, RequestRecord, StepRecord
 
 
-def step_row(run_id: str, r: StepRecord) -> tuple:
-    prefill_ids = [rid for rid, _ in r.prefill_chunks]
+def step_row(run_id: str, r: StepRecord, seq: Callable[[str], int]) -> tuple:
+    """`seq(request_id)`: the request's number in the request_ids table."""
+    decode_seqs = list(map(seq, r.decode_ids))
+    prefill_seqs = [seq(rid) for rid, _ in r.prefill_chunks]
     prefill_tokens = [n for _, n in r.prefill_chunks]
     return (
         run_id, r.step_id, r.start_time, r.end_time, r.duration_s, r.schedule_s, r.execute_s,
@@ -17,7 +21,7 @@ def step_row(run_id: str, r: StepRecord) -> tuple:
         r.num_decode_tokens, r.token_budget, r.tokens_used, r.max_num_seqs, r.kv_blocks_used,
         r.kv_blocks_free, r.kv_blocks_cached, r.kv_usage, r.running_by_lane,
         r.waiting_by_lane, r.waiting_by_reason, r.waiting_reason_by_lane, r.tokens_by_lane,
-        r.decode_ids, prefill_ids, prefill_tokens, r.admitted, r.preempted,
+        decode_seqs, prefill_seqs, prefill_tokens, r.admitted, r.preempted,
         [rid for rid, _ in r.finished], [why for _, why in r.finished], r.config_version,
         r.prefix_query_tokens, r.prefix_hit_tokens,
     )

@@ -58,8 +58,11 @@ STEPS = Table("steps", (
     ("running_by_lane", "map<str,int>"), ("waiting_by_lane", "map<str,int>"),
     ("waiting_by_reason", "map<str,int>"), ("waiting_reason_by_lane", "map<str,str>"),
     ("tokens_by_lane", "map<str,int>"),
-    ("decode_ids", "str[]"),  # each decoded one token
-    ("prefill_ids", "str[]"), ("prefill_tokens", "int[]"),  # parallel lists
+    # Which requests ran, as their numbers in `request_ids` (integers cost a tenth of the
+    # strings to write): each decode seq computed one token; prefill_tokens parallels
+    # prefill_seqs. The step_requests view gives them back as request ids.
+    ("decode_seqs", "int[]"),
+    ("prefill_seqs", "int[]"), ("prefill_tokens", "int[]"),
     ("admitted", "str[]"),  # first scheduled in this step
     ("preempted", "str[]"), ("finished", "str[]"), ("finish_reasons", "str[]"),
     ("config_version", "int"), ("prefix_query_tokens", "int"), ("prefix_hit_tokens", "int"),
@@ -105,25 +108,35 @@ CONFIG_CHANGES = Table("config_changes", (
     ("note", "str"),
 ), "time")
 
+REQUEST_IDS = Table("request_ids", (
+    ("run_id", "str"), ("seq", "int"),  # numbered in order of first appearance, per run
+    ("request_id", "str"), ("time", "float"),
+), "time")
+
 RUNS = Table("runs", (
     ("run_id", "str"), ("started", "float"), ("model", "str"), ("schema_version", "int"),
     ("settings", "str"),  # JSON
 ), "started")
 
 TABLES: dict[str, Table] = {t.name: t for t in (
-    STEPS, REQUESTS, KV_SNAPSHOTS, ADMISSIONS, CONFIG_CHANGES, RUNS)}
+    STEPS, REQUESTS, KV_SNAPSHOTS, ADMISSIONS, CONFIG_CHANGES, REQUEST_IDS, RUNS)}
 
 # One row per request per step it ran in. A view over `steps`: the writer stores each
-# step's request ids as lists, which costs one row per step instead of one per request.
+# step's requests as lists of their numbers (one row per step instead of one per request
+# per step), and `request_ids` turns the numbers back into ids.
 STEP_REQUESTS_VIEW = """
 CREATE OR REPLACE VIEW step_requests AS
-SELECT run_id, step_id, start_time, end_time, unnest(decode_ids) AS request_id,
-       'decode' AS phase, 1::BIGINT AS tokens
-FROM steps
-UNION ALL
-SELECT run_id, step_id, start_time, end_time, unnest(prefill_ids) AS request_id,
-       'prefill' AS phase, unnest(prefill_tokens) AS tokens
-FROM steps
+WITH ran AS (
+    SELECT run_id, step_id, start_time, end_time, unnest(decode_seqs) AS seq,
+           'decode' AS phase, 1::BIGINT AS tokens
+    FROM steps
+    UNION ALL
+    SELECT run_id, step_id, start_time, end_time, unnest(prefill_seqs) AS seq,
+           'prefill' AS phase, unnest(prefill_tokens) AS tokens
+    FROM steps
+)
+SELECT ran.run_id, step_id, start_time, end_time, request_id, phase, tokens
+FROM ran JOIN request_ids USING (run_id, seq)
 """
 
 

@@ -32,6 +32,7 @@ from control.trace.schema import (
     ADMISSIONS,
     CONFIG_CHANGES,
     KV_SNAPSHOTS,
+    REQUEST_IDS,
     REQUESTS,
     RUNS,
     SCHEMA_VERSION,
@@ -86,6 +87,9 @@ class TraceWriter:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._buffers: dict[str, list[tuple]] = {name: [] for name in TABLES}
         self._waits = WaitTracker()
+        self._seqs: dict[str, int] = {}  # request id -> its number, until the request ends
+        self._next_seq = 0
+        self._now = 0.0  # engine clock of the step being added
         self._written: Counter[str] = Counter()
         self._dropped_full: Counter[str] = Counter()  # queue full: the submitting thread
         self._dropped_failed: Counter[str] = Counter()  # failed flushes: the writer thread
@@ -106,6 +110,9 @@ class TraceWriter:
             self._con = duckdb.connect(path)
         except duckdb.Error as exc:
             raise ValueError(f"trace DB {path!r} cannot be opened: {exc}") from None
+        # The server's cores belong to serving: one DuckDB thread, bounded memory.
+        self._con.execute("SET threads = 1")
+        self._con.execute("SET memory_limit = '1GB'")
         create_schema(self._con)
         self._buffers[RUNS.name].append((self.run_id, time.time(), self.model, SCHEMA_VERSION,
                                          json.dumps(self._run_settings, default=str)))
@@ -201,7 +208,8 @@ class TraceWriter:
             b[ADMISSIONS.name].append(rows.admission_row(run, decision))
             self._waits.on_admission(decision)
         if item.record is not None:
-            b[STEPS.name].append(rows.step_row(run, item.record))
+            self._now = item.record.start_time
+            b[STEPS.name].append(rows.step_row(run, item.record, self._seq))
             for wait in self._waits.on_step(item.record):
                 b[ADMISSIONS.name].append(rows.wait_row(run, wait))
         for rec in item.finished:
@@ -209,8 +217,17 @@ class TraceWriter:
             if wait is not None:
                 b[ADMISSIONS.name].append(rows.wait_row(run, wait))
             b[REQUESTS.name].append(rows.request_row(run, self.model, rec, preempted_s, reasons))
+            self._seqs.pop(rec.request_id, None)  # it will run in no later step
         if item.kv_row is not None:
             b[KV_SNAPSHOTS.name].append(item.kv_row)
+
+    def _seq(self, request_id: str) -> int:
+        seq = self._seqs.get(request_id)
+        if seq is None:
+            seq = self._seqs[request_id] = self._next_seq
+            self._next_seq += 1
+            self._buffers[REQUEST_IDS.name].append((self.run_id, seq, request_id, self._now))
+        return seq
 
     def _flush(self) -> None:
         pending = {name: rows_ for name, rows_ in self._buffers.items() if rows_}

@@ -45,8 +45,11 @@ def run(eng: Engine, obs: Observer, max_steps: int = 10_000) -> int:
     return steps
 
 
-def samples(metrics: ServingMetrics) -> dict[tuple[str, tuple], float]:
+def samples(metrics: ServingMetrics, obs: Observer | None = None,
+            ) -> dict[tuple[str, tuple], float]:
     """(sample name, sorted labels) -> value, from the rendered exposition."""
+    if obs is not None:
+        assert obs.sync()
     out = {}
     for family in text_string_to_metric_families(metrics.render().decode()):
         for s in family.samples:
@@ -82,8 +85,8 @@ def test_tables_agree_with_each_other_and_with_the_metrics(traced):
     # every step within its budget; its counts match its id lists
     assert one("SELECT count(*) FROM steps WHERE tokens_used > token_budget"
                " OR tokens_used <> num_prefill_tokens + num_decode_tokens"
-               " OR len(decode_ids) <> num_decode_seqs"
-               " OR len(prefill_ids) <> num_prefill_seqs")[0] == 0
+               " OR len(decode_seqs) <> num_decode_seqs"
+               " OR len(prefill_seqs) <> num_prefill_seqs")[0] == 0
     # tokens a request ran across step_requests = prompt - cached + output - 1
     bad = con.execute("""
         SELECT r.request_id FROM requests r JOIN step_requests s USING (run_id, request_id)
@@ -98,7 +101,7 @@ def test_tables_agree_with_each_other_and_with_the_metrics(traced):
                " AND reason = 'too_long'")[0] == 1
     assert one("SELECT count(*) FROM kv_snapshots")[0] >= 1
 
-    values = samples(obs.metrics)
+    values = samples(obs.metrics, obs)
     steps, prefill, decode, preempted = one(
         "SELECT count(*), sum(num_prefill_tokens), sum(num_decode_tokens),"
         " sum(len(preempted)) FROM steps")
@@ -139,7 +142,7 @@ def test_a_full_queue_drops_and_counts_records_and_the_engine_goes_on(tmp_path):
     assert stats.queue_depth == 5
     assert stats.dropped["steps"] == steps - 5  # every step after the first five
     assert stats.dropped["requests"] == 6  # they all ended after the fifth step
-    values = samples(metrics)
+    values = samples(metrics, obs)
     assert total(values, "batchpilot_trace_records_dropped_total", table="steps") == \
         stats.dropped["steps"]
     assert total(values, "batchpilot_engine_steps_total") == steps  # metrics lose nothing
@@ -180,7 +183,7 @@ def test_retention_by_age_and_by_size(tmp_path):
     assert con.execute("SELECT min(start_time) FROM steps").fetchone()[0] == 900
     deleted = apply_retention(con, path, Retention(max_bytes=1 << 20), now=1000.0)
     assert deleted == 0  # the file is small: the size limit does nothing
-    con.execute("INSERT INTO steps (run_id, step_id, start_time, decode_ids) SELECT 'r', i,"
+    con.execute("INSERT INTO steps (run_id, step_id, start_time, finished) SELECT 'r', i,"
                 " 1000 + i, (SELECT list('request-' || x) FROM range(200) u(x)) FROM range(3000)"
                 " t(i)")
     con.execute("CHECKPOINT")
@@ -236,6 +239,7 @@ def test_an_observer_failure_is_counted_and_never_raises(tmp_path):
     eng = sim_engine()
     add_workload(eng, n=1)
     obs.on_step(eng, None)  # a broken input: logged and counted, not raised
-    assert total(samples(metrics), "batchpilot_observer_errors_total") == 1
+    assert total(samples(metrics, obs),
+                 "batchpilot_observer_errors_engine_thread_total") == 1
     item = StepItem(None, [], [])
     assert item.kv_row is None
