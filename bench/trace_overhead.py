@@ -12,7 +12,7 @@ Two executors:
             microsecond of observability shows. Reported, not the goal.
 The trace's records are counted after each run (written and dropped).
 
-    python bench/trace_overhead.py [--rounds 11] [--steps 500] [--step-ms 2]
+    python bench/trace_overhead.py [--rounds 31] [--steps 300] [--step-ms 2]
 
 Last line: one JSON object.
 """
@@ -134,23 +134,29 @@ def measure(requests, rounds: int, steps: int, spin: int, label: str) -> dict:
     med = {m: statistics.median(v) for m, v in per_mode.items()}
     # Paired within each round (the machine's speed drifts between rounds): the median of
     # the per-round slowdowns.
-    slow = {m: statistics.median(100.0 * (1 - on / off) for on, off in
-                                 zip(per_mode[m], per_mode["off"], strict=True))
-            for m in ("metrics", "trace")}
+    paired = {m: sorted(100.0 * (1 - on / off) for on, off in
+                        zip(per_mode[m], per_mode["off"], strict=True))
+              for m in ("metrics", "trace")}
+    slow = {m: statistics.median(v) for m, v in paired.items()}
+    spread = {m: statistics.quantiles(v, n=4)[::2] if len(v) > 1 else v * 2
+              for m, v in paired.items()}  # the middle half of the rounds
     us = {m: 1e6 * (1 / med[m] - 1 / med["off"]) for m in ("metrics", "trace")}
     print(f"{label}: median steps/s off {med['off']:.0f}, metrics {med['metrics']:.0f},"
           f" metrics+trace {med['trace']:.0f}; median paired slowdown: metrics"
-          f" {slow['metrics']:+.1f}%, metrics+trace {slow['trace']:+.1f}%; added per step"
+          f" {slow['metrics']:+.1f}% (middle half {spread['metrics'][0]:+.1f}..."
+          f"{spread['metrics'][1]:+.1f}), metrics+trace {slow['trace']:+.1f}% (middle half"
+          f" {spread['trace'][0]:+.1f}...{spread['trace'][1]:+.1f}); added per step"
           f" (from the medians): metrics {us['metrics']:.0f} µs, metrics+trace"
           f" {us['trace']:.0f} µs; trace rows written {written}, dropped {dropped}")
-    return {"steps_per_s": med, "slowdown_pct": slow, "added_us_per_step": us,
+    return {"steps_per_s": med, "slowdown_pct": slow, "slowdown_iqr_pct": spread,
+            "added_us_per_step": us,
             "rows_written": written, "rows_dropped": dropped}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=31)
+    parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--scale", type=float, default=4.0)
     parser.add_argument("--step-ms", type=float, default=2.0)

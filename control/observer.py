@@ -22,6 +22,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from control.bursts import drain
 from control.metrics import ServingMetrics, counter_family
 from control.trace.rows import kv_row
 from control.trace.writer import StepItem, TraceWriter
@@ -31,6 +32,7 @@ from engine.records import EngineGauges
 
 log = logging.getLogger("batchpilot.observer")
 GAUGES_EVERY_S = 0.05  # gauges refresh at most this often while busy (scrapes: seconds)
+APPLY_EVERY_S = 0.1  # the metrics thread applies queued steps this often (a scrape syncs)
 MAX_BACKLOG = 100_000  # steps the metrics thread may fall behind before it drops
 
 
@@ -53,6 +55,7 @@ class MetricsFeed:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._failed = False
+        self._wake = threading.Event()
 
     def submit(self, item: StepItem | None, gauges: EngineGauges | None) -> None:
         if self._thread is None:
@@ -69,38 +72,47 @@ class MetricsFeed:
             return True
         done = threading.Event()
         self._queue.put((None, done))
+        self._wake.set()
         return done.wait(timeout_s)
 
     def stop(self) -> None:
         if self._thread is not None:
             self._queue.put((None, None))
+            self._wake.set()
             self._thread.join(5)
             self._thread = None
 
     def _run(self) -> None:
-        m = self.metrics
+        """Every APPLY_EVERY_S (or when synced), apply everything queued: bursts, not one
+        GIL hand-over per step."""
         while True:
-            item, extra = self._queue.get()
-            if item is None and extra is None:
-                return
-            if isinstance(extra, threading.Event):
-                extra.set()
-                continue
-            try:
-                if item is not None:
-                    if item.record is not None:
-                        m.observe_step(item.record)
-                    for decision in item.admissions:
-                        m.observe_admission(decision)
-                    for rec in item.finished:
-                        m.observe_request(rec)
-                if extra is not None:
-                    m.set_gauges(extra)
-            except Exception:
-                if not self._failed:
-                    log.exception("updating the metrics failed; serving goes on")
-                    self._failed = True
-                m.observer_errors.labels(m.model).inc()
+            self._wake.wait(APPLY_EVERY_S)
+            self._wake.clear()
+            for item, extra in drain(self._queue):
+                if item is None and extra is None:
+                    return
+                if isinstance(extra, threading.Event):
+                    extra.set()
+                else:
+                    self._apply(item, extra)
+
+    def _apply(self, item: StepItem | None, gauges: EngineGauges | None) -> None:
+        m = self.metrics
+        try:
+            if item is not None:
+                if item.record is not None:
+                    m.observe_step(item.record)
+                for decision in item.admissions:
+                    m.observe_admission(decision)
+                for rec in item.finished:
+                    m.observe_request(rec)
+            if gauges is not None:
+                m.set_gauges(gauges)
+        except Exception:
+            if not self._failed:
+                log.exception("updating the metrics failed; serving goes on")
+                self._failed = True
+            m.observer_errors.labels(m.model).inc()
 
 
 class Observer:

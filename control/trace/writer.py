@@ -26,6 +26,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from control.bursts import drain
 from control.trace import rows
 from control.trace.retention import Retention, apply_retention
 from control.trace.schema import (
@@ -100,6 +101,7 @@ class TraceWriter:
         self._read_root: duckdb.DuckDBPyConnection | None = None
         self._read_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._wake = threading.Event()  # sync and stop wake the writer before its interval
 
     # ---- life (the server's thread) ---------------------------------------------------
     def open(self) -> TraceWriter:
@@ -131,6 +133,7 @@ class TraceWriter:
         """Write what is queued, then close."""
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(("stop", None))
+            self._wake.set()
             self._thread.join(timeout_s)
         if self._con is not None and (self._thread is None or not self._thread.is_alive()):
             self._con.close()
@@ -161,6 +164,7 @@ class TraceWriter:
             return False
         done = threading.Event()
         self._queue.put(("sync", done))  # never dropped: it carries no records
+        self._wake.set()
         return done.wait(timeout_s)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -177,27 +181,34 @@ class TraceWriter:
 
     # ---- the writer thread -------------------------------------------------------------
     def _run(self) -> None:
+        """Wake every flush interval (or when asked), take everything queued, write it.
+
+        Working in bursts, not per step, keeps this thread off the GIL while the engine
+        steps: one hand-over per flush instead of one per step."""
         interval = self.settings.flush_interval_s
-        next_flush = time.monotonic() + interval
         next_retention = time.monotonic() + self.settings.retention.check_every_s
         while True:
-            try:
-                kind, payload = self._queue.get(timeout=max(0.0, next_flush - time.monotonic()))
-            except queue.Empty:
-                kind, payload = "tick", None
-            if kind == "step":
-                self._add_step(payload)
-            elif kind == "config":
-                self._buffers[CONFIG_CHANGES.name].append(payload)
-            now = time.monotonic()
-            full = any(len(b) >= self.settings.max_batch_rows for b in self._buffers.values())
-            if kind in ("sync", "stop", "tick") or full or now >= next_flush:
-                self._flush()
-                next_flush = time.monotonic() + interval
-            if kind == "sync":
-                payload.set()
-            elif kind == "stop":
+            self._wake.wait(interval)
+            self._wake.clear()
+            markers = []
+            for kind, payload in drain(self._queue):
+                if kind == "step":
+                    self._add_step(payload)
+                elif kind == "config":
+                    self._buffers[CONFIG_CHANGES.name].append(payload)
+                else:
+                    markers.append((kind, payload))
+                    if kind == "stop":
+                        break
+                if any(len(b) >= self.settings.max_batch_rows for b in self._buffers.values()):
+                    self._flush()
+            self._flush()
+            for kind, payload in markers:
+                if kind == "sync":
+                    payload.set()
+            if any(kind == "stop" for kind, _ in markers):
                 return
+            now = time.monotonic()
             if now >= next_retention:
                 self._retain()
                 next_retention = now + self.settings.retention.check_every_s

@@ -4,8 +4,6 @@ failure is survived; retention; wait reasons."""
 
 from __future__ import annotations
 
-import threading
-
 import duckdb
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -224,12 +222,13 @@ def test_sync_and_stop_commit_everything_submitted(tmp_path):
     add_workload(eng, n=2)
     obs = Observer(None, writer)
     run(eng, obs)
-    done = threading.Event()
-    writer._queue.put(("sync", done))  # the same marker sync() uses
-    assert done.wait(10)
-    writer.stop()
+    assert writer.sync(10)  # long before the 60 s flush interval
+    assert writer.stats().written["requests"] == 2
+    eng.add_request("last", [5, 6, 7], SamplingParams(max_tokens=3))
+    run(eng, obs)
+    writer.stop()  # commits what is still queued
     con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
-    assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 2
+    assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 3
     assert set(TABLES) <= {r[0] for r in con.execute("SHOW TABLES").fetchall()}
 
 
