@@ -11,6 +11,7 @@ last records and close the database.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 import uuid
@@ -19,13 +20,16 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from control import health, routes, trace_routes
+from control import control_routes, health, routes, trace_routes
+from control.auth import check_exposure, load_tokens
 from control.bootstrap import build_parts
+from control.config_store import ConfigStore
+from control.config_watch import ConfigWatcher
 from control.engine_loop import AsyncEngine
 from control.errors import install_error_handlers
 from control.metrics import ServingMetrics
 from control.observer import Observer
-from control.settings import ServeSettings
+from control.settings import LOOPBACK_HOSTS, ServeSettings
 from control.state import ServerState
 from control.trace.writer import TraceSettings, TraceWriter
 
@@ -59,15 +63,25 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
         engine.observer = observer
     state = ServerState(settings, engine, metrics=metrics, observer=engine.observer,
                         trace=writer)
+    if settings.control_api:
+        state.control_tokens = load_tokens(settings.control_tokens_path)
+        check_exposure(settings.host, state.control_tokens, LOOPBACK_HOSTS)
+        state.config_store = ConfigStore(engine, writer)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if writer is not None:
             writer.start()
         engine.start()
+        watch = None
+        if state.config_store is not None and settings.config_path and settings.watch_config:
+            state.config_watcher = ConfigWatcher(state.config_store, settings.config_path)
+            watch = asyncio.ensure_future(state.config_watcher.run())
         try:
             yield
         finally:
+            if watch is not None:
+                watch.cancel()
             engine.abort_all("shutdown")
             engine.stop()
             state.close()
@@ -83,4 +97,5 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     app.include_router(routes.router)
     app.include_router(health.router)
     app.include_router(trace_routes.router)
+    app.include_router(control_routes.router)
     return app

@@ -1,8 +1,9 @@
-"""`batchpilot` command line. Subcommands: `serve`, `trace` (control/trace/cli.py); more
-arrive with later issues: ctl, loadtest, dashboard, checklist.
+"""`batchpilot` command line. Subcommands: `serve`, `trace` (control/trace/cli.py), `ctl`
+(control/ctl_cli.py); more arrive with later issues: loadtest, dashboard, checklist.
 
     batchpilot serve --model smollm2-135m --config serving.yaml --host 127.0.0.1 --port 8000
     batchpilot trace --url http://127.0.0.1:8000 slow --since -15m
+    batchpilot ctl --url http://127.0.0.1:8000 set max_num_seqs=64 --reason "incident 42"
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import logging
 import sys
 
+from control.ctl_cli import add_ctl_parser
 from control.settings import DEFAULT_MODEL, ServeSettings
 from control.trace.cli import add_trace_parser
 
@@ -48,6 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-tenants", metavar="A,B,...", type=_names, default=(),
                        help="tenants that get their own metrics label; the rest count as"
                        " 'other' (default: only 'default')")
+    serve.add_argument("--control-tokens", metavar="FILE",
+                       help="control API tokens, one 'name scope secret' per line (scope:"
+                       " read or admin); also read from $BATCHPILOT_CONTROL_TOKENS. Without"
+                       " any, the control API is open and the server must bind loopback")
+    serve.add_argument("--no-control-api", action="store_true",
+                       help="serve without the /control API")
+    serve.add_argument("--no-watch-config", action="store_true",
+                       help="do not reload --config when the file changes (SIGHUP still"
+                       " reloads it)")
     serve.add_argument("--served-model-name", help="the model id clients send and"
                        " /v1/models shows (default: the --model's last path part)")
     serve.add_argument("--device", help="cpu or cuda[:N] (default: cuda when available)")
@@ -61,11 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
                        choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=_serve)
     add_trace_parser(sub)
+    add_ctl_parser(sub)
     return parser
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from control.auth import check_exposure, load_tokens
     from control.bootstrap import read_serving_config
+    from control.settings import LOOPBACK_HOSTS
     from control.trace.store import check_trace_db
     from engine.models import resolve_model_source
 
@@ -74,7 +88,8 @@ def _serve(args: argparse.Namespace) -> int:
         served_model_name=args.served_model_name, trace_db=args.trace_db,
         trace_max_age_s=args.trace_max_age, kv_snapshot_every=args.kv_snapshot_every,
         trace_max_bytes=int(args.trace_max_mb * 2**20) if args.trace_max_mb else None,
-        metrics_tenants=args.metrics_tenants,
+        metrics_tenants=args.metrics_tenants, control_api=not args.no_control_api,
+        control_tokens_path=args.control_tokens, watch_config=not args.no_watch_config,
         device=args.device, shutdown_grace_s=args.shutdown_grace_s,
         max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level)
     try:  # fail before binding a port or loading anything
@@ -82,6 +97,9 @@ def _serve(args: argparse.Namespace) -> int:
         read_serving_config(settings.config_path)
         resolve_model_source(settings.model)
         check_trace_db(settings.trace_db)
+        if settings.control_api:
+            check_exposure(settings.host, load_tokens(settings.control_tokens_path),
+                           LOOPBACK_HOSTS)
     except (ValueError, FileNotFoundError) as exc:
         print(f"batchpilot serve: error: {exc}", file=sys.stderr)
         return 2

@@ -83,7 +83,8 @@ class AsyncEngine:
         self.stats = LoopStats()
         self.abort_counts: Counter[str] = Counter()  # by reason; engine thread writes
         self.reject_counts: Counter[str] = Counter()  # admission rejections by reason
-        self.draining = False
+        self.draining = False  # shutting down (SIGTERM): for good
+        self.admission_paused = False  # an operator's drain (control API): until resumed
         self._beat = time.monotonic()  # last sign of life of the engine thread
         self._stopped = False
 
@@ -119,6 +120,8 @@ class AsyncEngine:
             return f"the engine loop has made no progress for {busy_s:.1f}s"
         if self.draining:
             return "the server is draining (shutting down)"
+        if self.admission_paused:
+            return "admission is paused by an operator (`batchpilot ctl resume` reopens it)"
         return None
 
     # ---- commands (any thread) -------------------------------------------------------
@@ -226,12 +229,13 @@ class AsyncEngine:
 
     def _add(self, sub: Submission, delivery: Delivery, decided: asyncio.Future) -> None:
         engine = self._engine
-        if self.draining:  # refused, and recorded like any rejection
+        if self.draining or self.admission_paused:  # refused, recorded like any rejection
+            reason, why = ("draining", "the server is shutting down") if self.draining else (
+                "admission_paused", "an operator paused admission on this server")
             decision = engine.refuse(
-                sub.request_id, sub.prompt_token_ids, "draining", "the server is shutting"
-                " down and admits no new requests; retry on another replica",
-                DRAINING_RETRY_AFTER_S, tenant=sub.tenant, lane=sub.lane,
-                priority=sub.priority)
+                sub.request_id, sub.prompt_token_ids, reason, f"{why} and admits no new"
+                " requests; retry on another replica", DRAINING_RETRY_AFTER_S,
+                tenant=sub.tenant, lane=sub.lane, priority=sub.priority)
         else:
             try:
                 decision = engine.add_request(

@@ -28,7 +28,7 @@ ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error",
 REJECTION_STATUS = {
     "too_long": 400, "empty_prompt": 400, "unknown_lane": 400,
     "queue_full": 429, "deadline": 429,
-    "kv_reject_watermark": 503, "draining": 503, "loading": 503,
+    "kv_reject_watermark": 503, "draining": 503, "admission_paused": 503, "loading": 503,
 }
 REJECTION_PARAM = {"too_long": "max_tokens", "empty_prompt": "prompt", "unknown_lane": "X-Lane"}
 

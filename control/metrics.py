@@ -40,7 +40,8 @@ REASONS = frozenset({
     "stop", "length", "stop_string", "client_disconnected", "request_timeout",
     "stream_idle_timeout", "server_shutting_down", "engine_error", "queue_timeout",
     "deadline_passed_while_queued", "queue_full", "deadline", "kv_reject_watermark",
-    "too_long", "empty_prompt", "unknown_lane", "draining", "cancelled", "timeout", "error",
+    "too_long", "empty_prompt", "unknown_lane", "draining", "admission_paused", "cancelled",
+    "timeout", "error",
     "operator",
 })
 REQUEST_LATENCIES = (  # (name, doc, RequestRecord attribute, buckets)

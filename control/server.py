@@ -15,6 +15,7 @@ subclass replaces it and records nothing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
@@ -50,7 +51,18 @@ class DrainingServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
+        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+            self._loop.add_signal_handler(signal.SIGHUP, self._reload_config)  # main thread
         self._spawn(self._when_ready())
+
+    def _reload_config(self) -> None:
+        """SIGHUP: reload the --config YAML now (validated, versioned, audited)."""
+        watcher = self.state.config_watcher
+        if watcher is None:
+            log.warning("SIGHUP: no --config file is watched; nothing to reload")
+        else:
+            log.info("SIGHUP: reloading %s", watcher.path)
+            watcher.trigger()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._loop is None:  # not serving yet: nothing to drain

@@ -30,6 +30,9 @@ class ServeSettings:
     trace_queue: int = 20_000  # steps the trace writer may fall behind before dropping
     kv_snapshot_every: int = 50  # steps between KV snapshots (plus watermark crossings)
     metrics_tenants: tuple[str, ...] = ()  # tenants with their own label; others: "other"
+    control_api: bool = True  # the /control API (steer budgets, lanes, profiles live)
+    control_tokens_path: str | None = None  # "name scope secret" lines; see control/auth.py
+    watch_config: bool = True  # reload the --config YAML when it changes (and on SIGHUP)
     device: str | None = None  # None: cuda when available, else cpu
     shutdown_grace_s: float = 30.0  # SIGTERM: in-flight requests get this long to finish
     max_request_timeout_s: float = 600.0  # cap (and default) for X-Request-Timeout-Ms

@@ -16,7 +16,9 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
+from control.auth import Token
 from control.bootstrap import EngineParts
+from control.config_store import ConfigStore
 from control.engine_loop import AsyncEngine
 from control.errors import APIError
 from control.metrics import ServingMetrics
@@ -34,6 +36,9 @@ class ServerState:
     metrics: ServingMetrics | None = None
     observer: Observer | None = None
     trace: TraceWriter | None = None  # None: tracing is off
+    config_store: ConfigStore | None = None  # None: the control API is off
+    control_tokens: tuple[Token, ...] = ()  # none: the API is open, on loopback only
+    config_watcher: Any = None  # a ConfigWatcher while the --config file is watched
     started: int = field(default_factory=lambda: int(time.time()))
     inflight: int = 0  # generation requests admitted and not yet answered
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(

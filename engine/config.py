@@ -88,7 +88,18 @@ class LiveConfig:
     default_lane: str = "interactive"  # for requests that name no lane
     long_context_lane: str | None = "long_context"  # lane for long prompts naming none
     long_context_threshold: int = 4096  # prompt tokens from which that lane is chosen
+    # tenant -> lane for the tenant's requests that name no lane (e.g. a static-batched
+    # lane: continuous batching off for one tenant). Given as a mapping; kept sorted pairs.
+    tenant_lanes: tuple[tuple[str, str], ...] = ()
     version: int = 0  # assigned by the engine when the snapshot is installed
+
+    def __post_init__(self) -> None:
+        if isinstance(self.tenant_lanes, dict):
+            object.__setattr__(self, "tenant_lanes", tuple(sorted(
+                (str(t), str(lane)) for t, lane in self.tenant_lanes.items())))
+        elif not isinstance(self.tenant_lanes, tuple):
+            raise ValueError(f"tenant_lanes={self.tenant_lanes!r} must be a mapping of tenant"
+                             " to lane")
 
     def lane(self, name: str) -> LaneConfig:
         for lane in self.lanes:
@@ -149,6 +160,9 @@ class LiveConfig:
         _require(self.long_context_lane is None or self.long_context_lane in names,
                  "long_context_lane", self.long_context_lane,
                  f"one of the lanes ({', '.join(names)}) or null")
+        for tenant, lane in self.tenant_lanes:
+            _require(lane in names, f"tenant_lanes.{tenant}", lane,
+                     f"one of the lanes ({', '.join(names)})")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,10 @@ from engine.scheduler import Scheduler
 _request_id = attrgetter("request_id")
 
 
+class LaneNotEmptyError(ValueError):
+    """A config change removes a lane that still has requests and names no lane for them."""
+
+
 class Executor(Protocol):
     def execute(self, out: SchedulerOutput) -> list[int]:
         """Run one step; return one sampled token id per sample row of `out`."""
@@ -93,6 +97,14 @@ class Engine:
         Requests of a removed lane move to `lane_moves[lane]`; removing a lane that still
         has requests without naming a target is refused, so nothing is dropped.
         """
+        self.check_lane_moves(live, lane_moves)
+        moves = dict(lane_moves or {})
+        installed = live.replace(version=self.live_config.version + 1)
+        self.scheduler.set_live(installed, moves, list(self.requests.values()))
+        return installed
+
+    def check_lane_moves(self, live: LiveConfig, lane_moves: dict[str, str] | None) -> None:
+        """Raise ValueError (LaneNotEmptyError) unless `live` may be installed now."""
         live.validate(self.static)
         moves = dict(lane_moves or {})
         new_names = set(live.lane_names)
@@ -103,11 +115,8 @@ class Engine:
         for name in set(self.live_config.lane_names) - new_names:
             count = sum(1 for r in self.requests.values() if r.lane == name)
             if count and name not in moves:
-                raise ValueError(f"lane {name!r} still has {count} requests; name a lane to"
-                                 " move them to, or wait until it drains")
-        installed = live.replace(version=self.live_config.version + 1)
-        self.scheduler.set_live(installed, moves, list(self.requests.values()))
-        return installed
+                raise LaneNotEmptyError(f"lane {name!r} still has {count} requests; name a"
+                                        " lane to move them to, or wait until it drains")
 
     # ---- requests ----------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int],
@@ -120,7 +129,7 @@ class Engine:
         now = self.clock()
         req = Request(request_id, list(prompt_token_ids), params or SamplingParams(),
                       arrival_time if arrival_time is not None else now, tenant=tenant,
-                      lane=lane or self.route(len(prompt_token_ids)), priority=priority,
+                      lane=lane or self.route(len(prompt_token_ids), tenant), priority=priority,
                       deadline=deadline, eos_token_id=self.eos_token_id)
         ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
                                self.block_manager.usage, self.throughput.tokens_per_s, now)
@@ -140,7 +149,7 @@ class Engine:
         it is reported like any rejection, with a RequestRecord in the next step."""
         now = self.clock()
         req = Request(request_id, list(prompt_token_ids), SamplingParams(), now, tenant=tenant,
-                      lane=lane or self.route(len(prompt_token_ids)), priority=priority)
+                      lane=lane or self.route(len(prompt_token_ids), tenant), priority=priority)
         return self._reject(req, AdmissionDecision(
             False, request_id, reason, message, retry_after_s, req.lane, None, tenant, priority,
             req.num_prompt_tokens, now))
@@ -154,9 +163,13 @@ class Engine:
         self._pending_admissions.append(decision)
         return decision
 
-    def route(self, num_prompt_tokens: int) -> str:
-        """The lane for a request that names none: long prompts to the long-context lane."""
+    def route(self, num_prompt_tokens: int, tenant: str = "") -> str:
+        """The lane for a request that names none: its tenant's lane if the config names
+        one, else long prompts to the long-context lane, else the default lane."""
         live = self.live_config
+        for name, lane in live.tenant_lanes:
+            if name == tenant:
+                return lane
         if live.long_context_lane and num_prompt_tokens >= live.long_context_threshold:
             return live.long_context_lane
         return live.default_lane

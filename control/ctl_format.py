@@ -1,0 +1,73 @@
+"""Text output of `batchpilot ctl`: the live config, lanes, a change's diff, the history."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from control.trace.format import clock, table
+
+LANE_COLUMNS = ("weight", "max_running", "max_waiting", "policy", "tenant_fair_share",
+                "queue_timeout_ms", "preempt_first", "batching")
+
+
+def show(value: Any) -> str:
+    """A value for a terminal: strings bare, the rest as JSON (null, true, 0.9, {...})."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def lanes_text(config: dict[str, Any], state: dict[str, Any], indent: str = "  ") -> list[str]:
+    rows = [[name, *("-" if lane.get(c) is None else show(lane[c]) for c in LANE_COLUMNS),
+             state.get(name, {}).get("running", "-"), state.get(name, {}).get("waiting", "-")]
+            for name, lane in config.get("lanes", {}).items()]
+    headers = ["lane", ">weight", ">max_running", ">max_waiting", "policy", "fair_share",
+               ">timeout_ms", "preempt", "batching", ">running", ">waiting"]
+    return table(headers, rows, indent)
+
+
+def get_text(data: dict[str, Any]) -> str:
+    config = data["config"]
+    lines = [f"version {data['version']}   admission {data.get('admission', '-')}",
+             "settings"]
+    lines += table(["key", "value"], [[k, show(v)] for k, v in config.items()
+                                      if k not in ("lanes", "tenant_lanes")])[1:]
+    tenants = config.get("tenant_lanes") or {}
+    lines.append("tenant_lanes  " + (", ".join(f"{t} -> {lane}" for t, lane in tenants.items())
+                                     or "-"))
+    lines += ["lanes", *lanes_text(config, data.get("lanes_state", {}))]
+    static = data.get("static", {})
+    lines.append("static (restart to change)  " + "  ".join(f"{k}={show(v)}"
+                                                            for k, v in static.items()))
+    lines.append("profiles  " + (", ".join(data.get("profiles", {})) or "-"))
+    return "\n".join(lines)
+
+
+def change_text(data: dict[str, Any], dry_run: bool, before: int | None = None) -> str:
+    """The diff as `key: old -> new` lines, then what became of it."""
+    lines = [f"{key}: {show(old)} -> {show(new)}" for key, (old, new) in
+             data.get("diff", {}).items()] or ["no setting changed"]
+    if dry_run:
+        lines.append(f"dry run: nothing was applied (still version {data['version']})")
+    elif not data.get("applied"):
+        lines.append(f"nothing to apply (still version {data['version']})")
+    else:
+        was = f" (was {before})" if before is not None else ""
+        lines.append(f"applied: now version {data['version']}{was}")
+    return "\n".join(lines)
+
+
+def diff_summary(diff: dict[str, Any], most: int = 3) -> str:
+    items = [f"{key} {show(old)}->{show(new)}" for key, (old, new) in diff.items()]
+    more = f", +{len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + more or "-"
+
+
+def history_text(data: dict[str, Any]) -> str:
+    rows = [[v["version"], clock(v.get("time"), date=True)[:19], v.get("actor") or "-",
+             v.get("source") or "-", v.get("reason") or "-", diff_summary(v.get("diff", {}))]
+            for v in data.get("versions", [])]
+    return "\n".join(table([">version", "time", "actor", "source", "reason", "changes"],
+                           rows, indent=""))
+
+
+# ---- subcommands -----------------------------------------------------------------------
