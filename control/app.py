@@ -74,9 +74,10 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
             writer.start()
         engine.start()
         watch = None
-        if state.config_store is not None and settings.config_path and settings.watch_config:
+        if state.config_store is not None and settings.config_path:  # SIGHUP reloads it
             state.config_watcher = ConfigWatcher(state.config_store, settings.config_path)
-            watch = asyncio.ensure_future(state.config_watcher.run())
+            if settings.watch_config:  # and so does an edit
+                watch = asyncio.ensure_future(state.config_watcher.run())
         try:
             yield
         finally:

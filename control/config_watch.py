@@ -12,7 +12,6 @@ config in force stays as it was.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 from pathlib import Path
@@ -33,18 +32,16 @@ class ConfigWatcher:
         self.store, self.path, self.poll_s = store, path, poll_s
         self.last_error: str | None = None  # why the last reload was refused
         self._digest = self._read_digest()
-        self._kick = asyncio.Event()
+        self._pending: asyncio.Future | None = None  # a reload SIGHUP started
 
     def trigger(self) -> None:
-        """Reload now (SIGHUP), even if the file looks unchanged."""
-        self._digest = None
-        self._kick.set()
+        """Reload now (SIGHUP), even if the file looks unchanged (event loop thread)."""
+        self._digest = self._read_digest()
+        self._pending = asyncio.ensure_future(self.reload())
 
     async def run(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.poll_s)
-            self._kick.clear()
+            await asyncio.sleep(self.poll_s)
             digest = self._read_digest()
             if digest is not None and digest != self._digest:
                 self._digest = digest

@@ -62,3 +62,10 @@ def test_the_ready_banner_gives_the_url_and_a_curl():
     text = banner("http://127.0.0.1:8123", "smollm2-135m")
     assert text.startswith(f"{READY_LINE}: serving smollm2-135m at http://127.0.0.1:8123")
     assert "curl -s http://127.0.0.1:8123/v1/chat/completions" in text
+
+
+def test_a_public_address_without_control_tokens_is_refused(capsys, monkeypatch):
+    monkeypatch.delenv("BATCHPILOT_CONTROL_TOKENS", raising=False)
+    assert main(["serve", "--model", "smollm2-135m", "--host", "0.0.0.0"]) == 2
+    err = capsys.readouterr().err
+    assert "--control-tokens" in err and "--no-control-api" in err

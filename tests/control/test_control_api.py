@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
 import time
 
+import httpx
 import pytest
-from serving_helpers import asgi_client, make_engine, wait_until_idle, write_yaml
+from serving_helpers import ServerProcess, asgi_client, make_engine, wait_until_idle, write_yaml
 
 from control.config_watch import ConfigWatcher
 from control.settings import ServeSettings
@@ -293,3 +295,20 @@ async def _until_async(probe, ok, timeout_s: float = 20.0) -> None:
     while not ok(await probe()):
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+def test_sighup_reloads_the_config_of_a_running_server(tiny_llama_dir, tmp_path):
+    config = {"serving": {"num_kv_blocks": 256, "max_num_seqs": 4}}
+    with ServerProcess(tiny_llama_dir, tmp_path, config, "--no-watch-config") as server, \
+            httpx.Client(base_url=server.url, timeout=30) as client:
+        assert client.get("/control/config").json()["version"] == 1
+        write_yaml(tmp_path / "serving.yaml",
+                   {"serving": {"num_kv_blocks": 256, "max_num_seqs": 2}})
+        server.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while client.get("/control/config").json()["version"] != 2:
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.1)
+        got = client.get("/control/config").json()
+        assert got["config"]["max_num_seqs"] == 2
+        assert client.get("/control/history").json()["versions"][-1]["source"] == "file"
