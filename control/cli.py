@@ -1,9 +1,11 @@
 """`batchpilot` command line. Subcommands: `serve`, `trace` (control/trace/cli.py), `ctl`
-(control/ctl_cli.py); more arrive with later issues: loadtest, dashboard, checklist.
+(control/ctl_cli.py), `loadtest` (control/loadtest/cli.py); more arrive with later issues:
+dashboard, checklist.
 
     batchpilot serve --model smollm2-135m --config serving.yaml --host 127.0.0.1 --port 8000
     batchpilot trace --url http://127.0.0.1:8000 slow --since -15m
     batchpilot ctl --url http://127.0.0.1:8000 set max_num_seqs=64 --reason "incident 42"
+    batchpilot loadtest --scenario playbooks/scenarios/chat.yaml --url http://127.0.0.1:8000
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import sys
 
 from control.ctl_cli import add_ctl_parser
+from control.loadtest.cli import add_loadtest_parser
 from control.settings import DEFAULT_MODEL, ServeSettings
 from control.trace.cli import add_trace_parser
 
@@ -73,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
     add_trace_parser(sub)
     add_ctl_parser(sub)
+    add_loadtest_parser(sub)
     return parser
 
 

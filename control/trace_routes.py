@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import duckdb
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -105,3 +106,30 @@ def latency(request: Request, since: str | None = None, until: str | None = None
 def kv(request: Request, since: str | None = None, until: str | None = None,
        bucket_s: float = 10.0) -> Any:
     return _read(request, queries.kv_usage, _t(since, "since"), _t(until, "until"), bucket_s)
+
+
+@router.post("/v1/loadtest/results")
+def loadtest_results(request: Request, body: dict[str, Any]) -> dict[str, Any]:
+    """Store `batchpilot loadtest` results in the trace DB (tables loadtest_runs and
+    loadtest_requests), so the dashboard and the checklist find them. Admin scope."""
+    from control.auth import authorize
+    from control.loadtest.store import insert_rows
+
+    state = get_state(request)
+    authorize(request, state.control_tokens, "admin")
+    if state.trace is None:
+        raise APIError(404, "tracing is off: start the server with --trace-db PATH, or save"
+                       " the results with `batchpilot loadtest --db FILE`", code="trace_off")
+    runs = body.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise APIError(400, "body must be {\"runs\": [rows of one run per config, ...]}",
+                       code="invalid_value", param="runs")
+    con = state.trace.cursor()
+    try:
+        for rows in runs:
+            insert_rows(con, rows)
+    except (KeyError, TypeError, ValueError, AttributeError, duckdb.Error) as exc:
+        raise APIError(400, f"malformed results: {exc}", code="invalid_value") from None
+    finally:
+        con.close()
+    return {"stored_runs": len(runs)}

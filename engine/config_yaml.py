@@ -44,15 +44,19 @@ class LoadedConfig:
     profiles: dict[str, dict[str, Any]]
 
 
-def load_config_file(path: str | Path) -> LoadedConfig:
+def read_yaml_file(path: str | Path, what: str = "config file") -> Any:
+    """The parsed file; ValueError when it is missing or not YAML."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"config file {str(path)!r} does not exist")
+        raise ValueError(f"{what} {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        return yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise ValueError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
-    return load_config_dict(data)
+        raise ValueError(f"{what} {str(path)!r} is not valid YAML: {exc}") from None
+
+
+def load_config_file(path: str | Path) -> LoadedConfig:
+    return load_config_dict(read_yaml_file(path) or {})
 
 
 def load_config_dict(data: dict[str, Any]) -> LoadedConfig:

@@ -1,0 +1,103 @@
+"""The load tester's two goals on CPU with the default model (SmolLM2-135M), one run:
+
+1. mixed scenario at the highest rate tried: continuous batching goodput >= 2x static;
+2. chat with long prompts mixed in: p99 ITL with chunked prefill <= 1/2 of without.
+
+Starts `batchpilot serve --model smollm2-135m` on 127.0.0.1 (a free port), runs
+`batchpilot loadtest --compare ...` for each goal (configs alternate, `--rounds`), stops
+the server. Prints both side-by-side tables, then one JSON line with the ratios.
+
+    python bench/loadtest_goals.py [--rates 1,2,4] [--rounds 1] [--out bench/loadtest_out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "playbooks" / "scenarios"
+# chunked prefill needs no large budget; without chunking a prompt runs whole in one step,
+# so the budget must cover max_model_len (the server refuses less)
+CHUNKING = ["chunked:chunked_prefill=true,prefill_chunk_size=128,max_batched_tokens=256",
+            "unchunked:chunked_prefill=false,max_batched_tokens=8192"]
+BATCHING = ["continuous:batching=continuous", "static:batching=static"]
+
+
+def start_server(log_path: Path) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "control.cli", "serve", "--model", "smollm2-135m", "--host",
+           "127.0.0.1", "--port", "0", "--log-level", "warning"]
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log_path.read_text()
+        for line in log_path.read_text(errors="replace").splitlines():
+            if line.startswith("batchpilot: ready"):
+                return proc, line.rsplit(" at ", 1)[1].strip()
+        time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError(f"the server did not get ready:\n{log_path.read_text()}")
+
+
+def loadtest(url: str, scenario: str, compare: list[str], rounds: int, out: Path,
+             rate: float | None) -> list[dict]:
+    cmd = [sys.executable, "-m", "control.cli", "loadtest", "--scenario",
+           str(SCENARIOS / scenario), "--url", url, "--rounds", str(rounds), "--json",
+           "--out", str(out), "--db", str(out / "loadtest.duckdb")]
+    for spec in compare:
+        cmd += ["--compare", spec]
+    if rate is not None:
+        cmd += ["--rate", str(rate)]
+    done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"loadtest failed ({done.returncode})")
+    return json.loads(done.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rates", default="1,2", help="mixed scenario rates (req/s)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "loadtest_out"))
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    proc, url = start_server(out / "server.log")
+    result: dict = {"bench": "loadtest_goals", "goodput": {}, "itl": {}}
+    try:
+        for rate in [float(r) for r in args.rates.split(",")]:
+            s = loadtest(url, "mixed.yaml", BATCHING, args.rounds, out / f"mixed-{rate:g}",
+                         rate)
+            cont, stat = s[0]["goodput_rps"], s[1]["goodput_rps"]
+            ratio = cont / stat if stat else None
+            result["goodput"][f"{rate:g}"] = {"continuous": cont, "static": stat,
+                                              "ratio": ratio}
+            print(f"mixed @ {rate:g} req/s: goodput continuous {cont:.3f}, static"
+                  f" {stat:.3f} req/s, ratio {ratio}", flush=True)
+        s = loadtest(url, "chat-long-prompts.yaml", CHUNKING, args.rounds, out / "chunking",
+                     None)
+        chunked, unchunked = s[0]["itl"]["p99"], s[1]["itl"]["p99"]
+        result["itl"] = {"chunked_p99_s": chunked, "unchunked_p99_s": unchunked,
+                         "ratio": chunked / unchunked if unchunked else None}
+        print(f"chat with long prompts: p99 ITL chunked {chunked:.3f} s, unchunked"
+              f" {unchunked:.3f} s", flush=True)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    top = result["goodput"][max(result["goodput"], key=float)]
+    result["goal_goodput_2x"] = bool(top["ratio"] and top["ratio"] >= 2.0)
+    result["goal_itl_half"] = bool(result["itl"]["ratio"] is not None
+                                   and result["itl"]["ratio"] <= 0.5)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Send a planned workload to a server and time what each client sees.
+
+Each request is sent at its planned arrival time (open loop), unless `concurrency`
+requests are already in flight: then it waits client-side, as a real client pool would.
+Streaming requests record the time of every content chunk; a request with
+`cancel_after_s` closes its connection at that moment (the server aborts it). A
+non-streaming response carries no per-token timing, so its TTFT is the server's own
+(`batchpilot.timing.ttft_s` in the body) and it contributes no ITL.
+
+    results, duration_s = asyncio.run(run(url, planned, prompts, model="smollm2-135m"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+
+import httpx
+
+from control.loadtest.records import PlannedRequest, RequestResult
+
+REJECTED_STATUSES = (429, 503)
+
+
+async def run(url: str, planned: list[PlannedRequest], prompts: dict[int, str], *,
+              model: str, concurrency: int = 64, timeout_s: float = 300.0,
+              token: str | None = None,
+              on_done: Callable[[RequestResult], None] | None = None,
+              ) -> tuple[list[RequestResult], float]:
+    """All results (in plan order) and the wall time from the first send to the last end."""
+    limits = httpx.Limits(max_connections=concurrency + 4,
+                          max_keepalive_connections=concurrency + 4)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    gate = asyncio.Semaphore(concurrency)
+    start = time.monotonic()
+    async with httpx.AsyncClient(base_url=url.rstrip("/"), limits=limits, headers=headers,
+                                 timeout=httpx.Timeout(timeout_s, connect=30.0)) as client:
+        async def one(p: PlannedRequest) -> RequestResult:
+            await asyncio.sleep(max(0.0, start + p.arrival_s - time.monotonic()))
+            async with gate:
+                result = await send(client, p, prompts[p.index], model, timeout_s)
+            if on_done is not None:
+                on_done(result)
+            return result
+
+        results = await asyncio.gather(*(one(p) for p in planned))
+    sent = [r.sent_at for r in results if r.sent_at]
+    ends = [r.sent_at + (r.e2e_s or 0.0) for r in results if r.sent_at]
+    duration = (max(ends) - min(sent)) if sent else 0.0
+    return list(results), duration
+
+
+def body_for(p: PlannedRequest, prompt: str, model: str) -> dict:
+    body = {"model": model, "prompt": prompt, "max_tokens": p.output_tokens,
+            "ignore_eos": p.ignore_eos, "stream": p.stream}
+    if p.stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def headers_for(p: PlannedRequest) -> dict[str, str]:
+    headers = {"X-Tenant": p.tenant}
+    if p.lane:
+        headers["X-Lane"] = p.lane
+    return headers
+
+
+async def send(client: httpx.AsyncClient, p: PlannedRequest, prompt: str, model: str,
+               timeout_s: float) -> RequestResult:
+    result = RequestResult(p, "error", sent_at=time.time())
+    t0 = time.monotonic()
+    go = _stream(client, p, prompt, model, result, t0) if p.stream else \
+        _whole(client, p, prompt, model, result, t0)
+    try:
+        if p.cancel_after_s is not None:
+            await asyncio.wait_for(go, p.cancel_after_s)
+        else:
+            await go
+    except TimeoutError:  # the client gives up: leaving the block closes the connection
+        result.outcome = "cancelled"
+        result.e2e_s = time.monotonic() - t0
+    except httpx.TimeoutException:
+        result.outcome, result.error = "timeout", f"no answer within {timeout_s:g} s"
+        result.e2e_s = time.monotonic() - t0
+    except httpx.HTTPError as exc:
+        result.outcome, result.error = "error", f"{type(exc).__name__}: {exc}"
+        result.e2e_s = time.monotonic() - t0
+    return result
+
+
+async def _whole(client, p, prompt, model, result: RequestResult, t0: float) -> None:
+    reply = await client.post("/v1/completions", json=body_for(p, prompt, model),
+                              headers=headers_for(p))
+    result.e2e_s = time.monotonic() - t0
+    result.http_status = reply.status_code
+    result.request_id = reply.headers.get("x-batchpilot-request-id", "")
+    data = _json(reply.content)
+    if reply.status_code != 200:
+        _refused(result, reply.status_code, reply.headers, data)
+        return
+    usage = data.get("usage") or {}
+    result.prompt_tokens = usage.get("prompt_tokens", 0)
+    result.output_tokens = usage.get("completion_tokens", 0)
+    timing = (data.get("batchpilot") or {}).get("timing") or {}
+    result.ttft_s = timing.get("ttft_s")
+    reason = (data.get("choices") or [{}])[0].get("finish_reason")
+    result.outcome = "timeout" if reason == "timeout" else "ok"
+
+
+async def _stream(client, p, prompt, model, result: RequestResult, t0: float) -> None:
+    async with client.stream("POST", "/v1/completions", json=body_for(p, prompt, model),
+                             headers=headers_for(p)) as reply:
+        result.http_status = reply.status_code
+        result.request_id = reply.headers.get("x-batchpilot-request-id", "")
+        if reply.status_code != 200:
+            _refused(result, reply.status_code, reply.headers, _json(await reply.aread()))
+            result.e2e_s = time.monotonic() - t0
+            return
+        reason = None
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = _json(line[6:].encode())
+            now = time.monotonic() - t0
+            for choice in event.get("choices") or ():
+                if choice.get("text"):
+                    result.chunk_times_s.append(now)
+                    if result.ttft_s is None:
+                        result.ttft_s = now
+                reason = choice.get("finish_reason") or reason
+            if event.get("usage"):
+                result.prompt_tokens = event["usage"].get("prompt_tokens", 0)
+                result.output_tokens = event["usage"].get("completion_tokens", 0)
+        result.e2e_s = time.monotonic() - t0
+        if not result.output_tokens:
+            result.output_tokens = len(result.chunk_times_s)
+        result.outcome = "timeout" if reason == "timeout" else "ok"
+
+
+def _refused(result: RequestResult, status: int, headers, data: dict) -> None:
+    error = data.get("error") or {}
+    result.error = error.get("code") or error.get("message") or f"HTTP {status}"
+    rejected = status in REJECTED_STATUSES or "x-batchpilot-reject-reason" in headers
+    result.outcome = "rejected" if rejected else "error"
+
+
+def _json(raw: bytes) -> dict:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
