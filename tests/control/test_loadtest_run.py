@@ -32,8 +32,9 @@ def server(tiny_loaded, tmp_path_factory):
     settings = ServeSettings(model="tiny", trace_db=str(tmp / "trace.duckdb"))
     engine, _, settings = make_engine(tiny_loaded, delay_s=0.02, settings=settings,
                                       max_num_seqs=4)
-    with LiveServer(engine, settings) as url:
-        yield url, engine
+    live = LiveServer(engine, settings)
+    with live as url:
+        yield url, engine, live.app
 
 
 def cancelled_on_server(url: str) -> float:
@@ -46,7 +47,7 @@ def cancelled_on_server(url: str) -> float:
 
 
 def test_streams_cancellations_and_timing(server):
-    url, _ = server
+    url, _, _ = server
     before = cancelled_on_server(url)
     plan = planned(12, cancel_every=4, stream_every=2)
     prompts = {p.index: f"load test prompt {p.index}" for p in plan}
@@ -77,7 +78,7 @@ async def _wait_for(condition, timeout_s: float = 10.0) -> bool:
 
 
 def test_loadtest_cli_compares_configs_and_stores_results(server, tmp_path, capsys):
-    url, engine = server
+    url, engine, _ = server
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(
         "name: tiny\ndescription: a few short requests\nseed: 1\nrequests: 6\n"
@@ -102,3 +103,26 @@ def test_loadtest_cli_compares_configs_and_stores_results(server, tmp_path, caps
     assert engine.live_config.version == version + 2  # static, then the restore (continuous
     # was already in force: a change that changes nothing installs no version)
     assert engine.live_config.batching == "continuous"
+
+
+def test_results_can_be_stored_in_the_servers_trace_db(server, capsys):
+    import httpx
+
+    from control.loadtest.metrics import summarize
+    from control.loadtest.records import RequestResult
+    from control.loadtest.store import rows_for_api
+
+    url, _, app = server
+    results = [RequestResult(p, "ok", 200, sent_at=1000.0 + p.index, ttft_s=0.1, e2e_s=0.5,
+                             chunk_times_s=[0.1, 0.3, 0.5], prompt_tokens=8, output_tokens=3)
+               for p in planned(3)]
+    rows = rows_for_api("run-x", "tiny", "cfg", url, summarize(results, 3.0, None, "cfg"),
+                        results)
+    reply = httpx.post(url + "/v1/loadtest/results", json={"runs": [rows]})
+    assert reply.status_code == 200 and reply.json() == {"stored_runs": 1}
+    bad = httpx.post(url + "/v1/loadtest/results", json={"runs": [{"nope": [{"a": 1}]}]})
+    assert bad.status_code == 400
+    con = app.state.serving.trace.cursor()
+    assert con.execute("SELECT count(*) FROM loadtest_requests WHERE run_id = 'run-x'"
+                       ).fetchone()[0] == 3
+    con.close()
