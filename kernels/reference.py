@@ -103,12 +103,15 @@ def paged_attention(
 
     out = torch.empty(num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
     decodes = [s for s in range(len(ctx_lens)) if starts[s + 1] - starts[s] == 1]
-    if len(decodes) > 1:  # one batched computation for every single-query sequence
-        rows = torch.tensor([starts[s] for s in decodes], device=q.device)
-        index = torch.tensor(decodes, device=q.device)
+    done: set[int] = set()
+    for group in length_groups(decodes, ctx_lens):  # one padded batch per group
+        if len(group) < 2:
+            continue  # a lone decode takes the per-sequence path below
+        rows = torch.tensor([starts[s] for s in group], device=q.device)
+        index = torch.tensor(group, device=q.device)
         out[rows] = decode_attention(q[rows], k_cache, v_cache, block_tables[index],
                                      context_lens[index], scale)
-    done = set(decodes) if len(decodes) > 1 else set()
+        done.update(group)
     for s, context_len in enumerate(ctx_lens):
         lo, hi = starts[s], starts[s + 1]
         q_len = hi - lo
@@ -128,6 +131,19 @@ def paged_attention(
         )  # (1, nh, q_len, d)
         out[lo:hi] = o[0].transpose(0, 1)
     return out.to(q.dtype)
+
+
+def length_groups(seqs: list[int], ctx_lens: list[int]) -> list[list[int]]:
+    """`seqs` sorted by context length and cut where the length more than doubles, so
+    padding each group to its longest context computes under 2x its real tokens (one
+    batch padded to the longest of short chat turns and long documents can waste 10x)."""
+    groups: list[list[int]] = []
+    for s in sorted(seqs, key=ctx_lens.__getitem__):
+        if groups and ctx_lens[s] <= 2 * ctx_lens[groups[-1][0]]:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
 
 
 def decode_attention(

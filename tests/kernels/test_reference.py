@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernels
-from kernels.reference import paged_attention, reference_attention, write_kv
+from kernels.reference import length_groups, paged_attention, reference_attention, write_kv
 
 HEAD_DIM = 8
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -161,3 +161,13 @@ def test_backend_dispatch(monkeypatch):
             kernels.get_attention_backend()
     with pytest.raises(ValueError, match="reference"):
         kernels.get_attention_backend("flash")
+
+
+def test_length_groups_bound_the_padding_of_batched_decodes():
+    lens = [900, 30, 35, 1000, 64, 70, 500, 1]
+    groups = length_groups(list(range(len(lens))), lens)
+    assert sorted(s for g in groups for s in g) == list(range(len(lens)))
+    for group in groups:  # each padded to its longest: under 2x its shortest
+        assert max(lens[s] for s in group) <= 2 * min(lens[s] for s in group)
+    assert [lens[s] for s in groups[1]] == [30, 35]
+    assert length_groups([], []) == []
