@@ -7,7 +7,7 @@ Starts `batchpilot serve --model smollm2-135m` on 127.0.0.1 (a free port), runs
 `batchpilot loadtest --compare ...` for each goal (configs alternate, `--rounds`), stops
 the server. Prints both side-by-side tables, then one JSON line with the ratios.
 
-    python bench/loadtest_goals.py [--rates 1,2,4] [--rounds 1] [--out bench/loadtest_out]
+    python bench/loadtest_goals.py [--rates 0.5,1] [--rounds 1] [--out bench/loadtest_out]
 """
 
 from __future__ import annotations
@@ -27,15 +27,17 @@ SCENARIOS = ROOT / "playbooks" / "scenarios"
 # so the budget must cover max_model_len (the server refuses less)
 CHUNKING = ["chunked:chunked_prefill=true,prefill_chunk_size=128,max_batched_tokens=256",
             "unchunked:chunked_prefill=false,max_batched_tokens=8192"]
-BATCHING = ["continuous:batching=continuous", "static:batching=static"]
+# the same budgets for both: only the batching mode differs
+BATCHING = ["continuous:batching=continuous,prefill_chunk_size=256,max_batched_tokens=512",
+            "static:batching=static,prefill_chunk_size=256,max_batched_tokens=512"]
 
 
 def start_server(log_path: Path) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "control.cli", "serve", "--model", "smollm2-135m", "--host",
            "127.0.0.1", "--port", "0", "--log-level", "warning"]
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         assert proc.poll() is None, log_path.read_text()
@@ -64,7 +66,7 @@ def loadtest(url: str, scenario: str, compare: list[str], rounds: int, out: Path
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rates", default="1,2", help="mixed scenario rates (req/s)")
+    parser.add_argument("--rates", default="0.5,1", help="mixed scenario rates (req/s)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / "bench" / "loadtest_out"))
     args = parser.parse_args()
