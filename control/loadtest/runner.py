@@ -118,7 +118,7 @@ async def _stream(client, p, prompt, model, result: RequestResult, t0: float) ->
             _refused(result, reply.status_code, reply.headers, _json(await reply.aread()))
             result.e2e_s = time.monotonic() - t0
             return
-        reason = None
+        reason, server_ttft = None, None
         async for line in reply.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -133,7 +133,11 @@ async def _stream(client, p, prompt, model, result: RequestResult, t0: float) ->
             if event.get("usage"):
                 result.prompt_tokens = event["usage"].get("prompt_tokens", 0)
                 result.output_tokens = event["usage"].get("completion_tokens", 0)
+            timing = (event.get("batchpilot") or {}).get("timing") or {}
+            server_ttft = timing.get("ttft_s", server_ttft)
         result.e2e_s = time.monotonic() - t0
+        if result.ttft_s is None:  # no chunk had text (tokens that decode to nothing)
+            result.ttft_s = server_ttft if server_ttft is not None else result.e2e_s
         if not result.output_tokens:
             result.output_tokens = len(result.chunk_times_s)
         result.outcome = "timeout" if reason == "timeout" else "ok"

@@ -62,7 +62,7 @@ def test_streams_cancellations_and_timing(server):
         assert r.output_tokens == 24 and r.e2e_s >= r.ttft_s > 0
         if r.planned.stream:
             # a chunk per token that decodes to text (the random tiny model's often don't)
-            assert 2 <= len(r.chunk_times_s) <= 24
+            assert len(r.chunk_times_s) <= 24
             assert r.chunk_times_s == sorted(r.chunk_times_s)
     # the server saw the client leave: one cancelled request per closed connection
     deadline = asyncio.run(_wait_for(lambda: cancelled_on_server(url) - before == 3))
