@@ -22,12 +22,11 @@ import argparse
 import json
 import os
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
 from control.ctl_format import change_text, get_text, history_text, lanes_text
+from control.http_json import HTTPFailure, request_json
 from control.trace.format import as_json
 from engine.config_yaml import KEY_ALIASES
 
@@ -120,42 +119,27 @@ class Client:
 
     def call(self, method: str, path: str, body: Any = None, *, dry_run: bool = False,
              if_match: int | None = None) -> Any:
-        url = self.url + path + ("?dry_run=1" if dry_run else "")
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         if if_match is not None:
             self.if_match = if_match  # for the message if the server answers 412
             headers["If-Match"] = str(if_match)
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
+            return request_json(self.url, path + ("?dry_run=1" if dry_run else ""),
+                                method=method, body=body, headers=headers,
+                                timeout_s=HTTP_TIMEOUT_S)
+        except HTTPFailure as exc:
             raise self._refusal(exc) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise CtlError(f"cannot reach the server at {self.url}: {reason}", 1) from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise CtlError(f"{method} {path} did not answer with JSON; is {self.url} a"
-                           " batchpilot server?", 1) from None
 
-    def _refusal(self, exc: urllib.error.HTTPError) -> CtlError:
-        try:
-            body = json.loads(exc.read())
-            message = body["error"]["message"]
-        except Exception:  # not our JSON error: say what HTTP said
-            body, message = {}, str(exc.reason)
-        code = exit_code(exc.code)
-        if exc.code == 412 and "current_version" in body:
+    def _refusal(self, exc: HTTPFailure) -> CtlError:
+        if exc.status is None:  # unreachable, or not a JSON answer
+            return CtlError(exc.message, 1)
+        message, code = exc.message, exit_code(exc.status)
+        if exc.status == 412 and "current_version" in exc.body:
             message = (f"the config changed since version {self.if_match} (now"
-                       f" {body['current_version']}): get it again and retry")
+                       f" {exc.body['current_version']}): get it again and retry")
         elif code == 3:
-            message += "; " + self._token_hint(exc.code)
-        return CtlError(f"the server answered {exc.code}: {message}", code)
+            message += "; " + self._token_hint(exc.status)
+        return CtlError(f"the server answered {exc.status}: {message}", code)
 
     def _token_hint(self, status: int) -> str:
         if not self.token:

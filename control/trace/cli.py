@@ -21,12 +21,11 @@ import argparse
 import json
 import os
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from control.http_json import HTTPFailure, request_json
 from control.trace import format as fmt
 from control.trace import queries
 from control.trace.schema import TABLES
@@ -98,28 +97,14 @@ class UrlSource:
                                                                safe=""))
         query = urllib.parse.urlencode({k: str(v).lower() if isinstance(v, bool) else v
                                         for k, v in params.items() if v is not None})
-        url = self.url + route + (f"?{query}" if query else "")
         try:
-            with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as resp:
-                body = resp.read()
-        except urllib.error.HTTPError as exc:
-            raise TraceError(f"the server answered {exc.code}: {_server_message(exc)}",
-                             2 if exc.code == 400 else 1) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise TraceError(f"cannot reach the server at {self.url}: {reason}", 1) from None
-        try:
-            return json.loads(body)
-        except ValueError:
-            raise TraceError(f"{url} did not answer with JSON; is {self.url} a batchpilot"
-                             " server?", 1) from None
-
-
-def _server_message(exc: urllib.error.HTTPError) -> str:
-    try:
-        return json.loads(exc.read())["error"]["message"]
-    except Exception:  # not our JSON error: say what HTTP said
-        return str(exc.reason)
+            return request_json(self.url, route + (f"?{query}" if query else ""),
+                                timeout_s=HTTP_TIMEOUT_S)
+        except HTTPFailure as exc:
+            if exc.status is None:
+                raise TraceError(exc.message, 1) from None
+            raise TraceError(f"the server answered {exc.status}: {exc.message}",
+                             2 if exc.status == 400 else 1) from None
 
 
 # ---- subcommands -----------------------------------------------------------------------
