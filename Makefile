@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint run bench gpu-check clean
+.PHONY: install system-deps test lint run bench gpu-check clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -23,7 +23,13 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: $(STAMP)
+# promtool and prometheus (Debian's package) for the Grafana/Prometheus tests.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-deps:
+	command -v promtool >/dev/null || ($(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq --no-install-recommends prometheus)
+
+test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests
 
