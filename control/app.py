@@ -60,6 +60,8 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
         engine = AsyncEngine(functools.partial(build_parts, settings),
                              stall_after_s=settings.stall_after_s, observer=observer)
     elif engine.observer is None:
+        if engine.parts is not None and engine.live_config is not None:  # loaded already
+            observer.prime(engine.live_config, engine.parts.static)
         engine.observer = observer
     state = ServerState(settings, engine, metrics=metrics, observer=engine.observer,
                         trace=writer)

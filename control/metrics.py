@@ -3,8 +3,14 @@
 The engine thread calls `observe(step_output)` after each step and `set_gauges` after
 each step or command; /metrics renders the registry. Names start with `batchpilot_`,
 times are seconds, counters end in `_total`. Labels: model on every metric; lane and
-tenant where a request is known; tenants outside `tenants` are counted as "other", and
-reasons outside the known set as "other", so the number of series stays bounded.
+tenant where a request is known. Lanes outside the live config's lanes (as of the last
+`set_gauges`: lanes come and go through the control API), tenants outside `tenants` and
+reasons outside the known set are all counted as "other", so a client cannot create series.
+
+Series whose labels are known in advance start at 0, so the first increment shows in a
+rate(): the model's step, preemption, config-change and error counters at construction, and
+per configured lane (the default tenant only) each outcome under its usual reason, both
+admission decisions and the request histograms, the first time a config names the lane.
 
 Counters of requests and their tokens move when a request ends (they match the trace's
 `requests` table); `batchpilot_scheduled_tokens_total` moves every step (live throughput).
@@ -44,6 +50,11 @@ REASONS = frozenset({
     "timeout", "error",
     "operator",
 })
+# The reasons each outcome starts at 0 with (its usual ones; panels sum over reasons).
+OUTCOME_REASONS = {"finished": ("stop", "length"), "cancelled": ("client_disconnected",),
+                   "timeout": ("request_timeout",), "rejected": ("queue_full",),
+                   "error": ("engine_error",)}
+DEFAULT_TENANT = "default"
 REQUEST_LATENCIES = (  # (name, doc, RequestRecord attribute, buckets)
     ("time_to_first_token_seconds", "Arrival to first output token.", "ttft_s",
      LATENCY_BUCKETS),
@@ -67,7 +78,7 @@ def reason_label(text: str) -> str:
 class ServingMetrics:
     def __init__(self, model: str, tenants: Iterable[str] = ()):
         self.model = model
-        self.tenants = frozenset(tenants) | {"default"}
+        self.tenants = frozenset(tenants) | {DEFAULT_TENANT}
         self.registry = CollectorRegistry(auto_describe=False)
         lt = ("model", "lane", "tenant")
         p = "batchpilot_"
@@ -113,11 +124,17 @@ class ServingMetrics:
                     self.observer_errors]
         self._gauges: EngineGauges | None = None
         self._config_version: int | None = None
+        self._lanes: frozenset[str] = frozenset()  # the live config's, as last seen
+        self._zeroed_lanes: set[str] = set()
+        self._zero_model_series()
         self._sources: list[Callable[[], Iterator[Any]]] = [self._gauge_families]
         self.registry.register(FamiliesCollector(families, self._sources))
 
     def tenant(self, tenant: str) -> str:
         return tenant if tenant in self.tenants else OTHER
+
+    def lane(self, lane: str) -> str:
+        return lane if lane in self._lanes else OTHER
 
     def add_source(self, source: Callable[[], Iterator[Any]]) -> None:
         """Families built at each scrape (e.g. the trace writer's counts)."""
@@ -144,7 +161,7 @@ class ServingMetrics:
             self.prefix_hits.labels(m).inc(r.prefix_hit_tokens)
 
     def observe_request(self, r: RequestRecord) -> None:
-        key = (self.model, r.lane, self.tenant(r.tenant))
+        key = (self.model, self.lane(r.lane), self.tenant(r.tenant))
         outcome = r.outcome
         reason = reason_label(r.finish_reason if outcome == "finished"
                               else r.finish_detail or r.finish_reason)
@@ -161,15 +178,42 @@ class ServingMetrics:
     def observe_admission(self, d: AdmissionDecision) -> None:
         decision = "admitted" if d.accepted else "rejected"
         reason = reason_label(d.reason or "") if not d.accepted else "none"
-        self.admissions.labels(self.model, d.lane, self.tenant(d.tenant), decision,
-                               reason).inc()
+        self.admissions.labels(self.model, self.lane(d.lane), self.tenant(d.tenant),
+                               decision, reason).inc()
 
     def set_gauges(self, gauges: EngineGauges) -> None:
         version = gauges.live.version
         if self._config_version is not None and version > self._config_version:
             self.config_changes.labels(self.model).inc(version - self._config_version)
         self._config_version = version
+        names = gauges.live.lane_names
+        for lane in names:
+            if lane not in self._zeroed_lanes:
+                self._zero_lane_series(lane)
+        self._lanes = frozenset(names)
         self._gauges = gauges
+
+    # ---- series at 0 (labels() creates a child at 0) ---------------------------------------
+    def _zero_model_series(self) -> None:
+        m = self.model
+        for family in (self.steps, self.preemptions, self.prefix_queries, self.prefix_hits,
+                       self.config_changes, self.observer_errors, self.step_duration):
+            family.labels(m)
+        for kind in ("prefill", "decode"):
+            self.step_tokens.labels(m, kind)
+            self.scheduled_tokens.labels(m, kind)
+
+    def _zero_lane_series(self, lane: str) -> None:
+        key = (self.model, lane, DEFAULT_TENANT)
+        for family in (*self.latency.values(), self.itl, self.prompt_tokens,
+                       self.generation_tokens):
+            family.labels(*key)
+        for outcome, reasons in OUTCOME_REASONS.items():
+            for reason in reasons:
+                self.requests.labels(*key, outcome, reason)
+        self.admissions.labels(*key, "admitted", "none")
+        self.admissions.labels(*key, "rejected", OUTCOME_REASONS["rejected"][0])
+        self._zeroed_lanes.add(lane)
 
     # ---- at scrape -------------------------------------------------------------------
     def _gauge_families(self) -> Iterator[GaugeMetricFamily]:

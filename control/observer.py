@@ -26,7 +26,7 @@ from control.bursts import drain
 from control.metrics import ServingMetrics, counter_family
 from control.trace.rows import kv_row
 from control.trace.writer import StepItem, TraceWriter
-from engine.config import LiveConfig
+from engine.config import LiveConfig, StaticConfig
 from engine.engine import Engine, StepOutput
 from engine.records import EngineGauges
 
@@ -99,6 +99,10 @@ class MetricsFeed:
     def _apply(self, item: StepItem | None, gauges: EngineGauges | None) -> None:
         m = self.metrics
         try:
+            # gauges first: their live config (in force during the step: it changes only
+            # between steps) says which lanes the item's records may be labelled with
+            if gauges is not None:
+                m.set_gauges(gauges)
             if item is not None:
                 if item.record is not None:
                     m.observe_step(item.record)
@@ -106,8 +110,6 @@ class MetricsFeed:
                     m.observe_admission(decision)
                 for rec in item.finished:
                     m.observe_request(rec)
-            if gauges is not None:
-                m.set_gauges(gauges)
         except Exception:
             if not self._failed:
                 log.exception("updating the metrics failed; serving goes on")
@@ -131,6 +133,13 @@ class Observer:
             metrics.add_source(self._own_families)
             if writer is not None:
                 metrics.add_source(lambda: writer_families(writer, metrics.model))
+
+    def prime(self, live: LiveConfig, static: StaticConfig) -> None:
+        """Gauges of an idle engine under this config, for an engine loaded before this
+        observer was attached (its next step or command refreshes them). Call it before
+        attaching: afterwards only the engine thread feeds the metrics."""
+        if self.metrics is not None:
+            self.metrics.set_gauges(idle_gauges(live, static.num_kv_blocks))
 
     def on_step(self, engine: Engine, out: StepOutput) -> None:
         try:
@@ -192,6 +201,15 @@ class Observer:
                              "Steps the metrics thread could not keep up with (their"
                              " records are missing from the metrics).", ["model"],
                              {(model,): self.feed.dropped})
+
+
+def idle_gauges(live: LiveConfig, num_kv_blocks: int) -> EngineGauges:
+    """What Engine.gauges() says of an engine that has run nothing yet."""
+    idle = dict.fromkeys(live.lane_names, 0)
+    return EngineGauges(time=0.0, running_by_lane=idle, waiting_by_lane=dict(idle),
+                        waiting_by_reason={}, kv_blocks_total=num_kv_blocks, kv_blocks_used=0,
+                        kv_blocks_free=num_kv_blocks, kv_blocks_cached=0, kv_usage=0.0,
+                        live=live)
 
 
 def writer_families(writer: TraceWriter, model: str) -> Iterator[object]:

@@ -107,7 +107,7 @@ def test_template_variables_list_the_workload(scraped):
         assert body["status"] == "success", body
         values[v["name"]] = set(body["data"])
     assert values == {"model": {"tiny"}, "lane": set(LANES),
-                      "tenant": {"acme", "globex", "other"}}
+                      "tenant": {"acme", "globex", "other", "default"}}
 
 
 def test_every_rule_evaluates_cleanly(scraped):
