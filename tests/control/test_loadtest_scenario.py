@@ -241,3 +241,16 @@ def test_load_tokenizer_reads_a_checkpoint_dir(tiny_llama_dir, tiny_tokenizer):
     tokenizer = load_tokenizer(tiny_llama_dir)
     text = "The scheduler picks the running decodes first."
     assert tokenizer.encode(text) == tiny_tokenizer.encode(text)
+
+
+def test_each_run_of_a_comparison_gets_its_own_texts_of_the_same_lengths(tiny_tokenizer):
+    from control.loadtest.cli import run_prompts
+
+    maker = PromptMaker(tiny_tokenizer)
+    planned = plan(load_scenario(SCENARIOS[0].with_name("chat.yaml")))[:6]
+    a = run_prompts(maker, planned, "1:continuous:0")
+    b = run_prompts(maker, planned, "1:static:0")
+    assert a == run_prompts(maker, planned, "1:continuous:0")  # reproducible
+    for p in planned:  # no shared text: a prefix cache cannot carry one run into the next
+        assert a[p.index] != b[p.index]
+        assert maker.count(a[p.index]) == maker.count(b[p.index]) == p.prompt_tokens
