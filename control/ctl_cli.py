@@ -178,10 +178,26 @@ def _set(args: argparse.Namespace, client: Client) -> Any:
 def _post_change(args: argparse.Namespace, client: Client) -> Any:
     """profile NAME, rollback VERSION: the server builds the change; the answer is set's."""
     path = (f"/control/profiles/{urllib.parse.quote(args.name, safe='')}"
-            if args.ctl_command == "profile" else f"/control/rollback/{args.version}")
+            if args.ctl_command == "profile"
+            else f"/control/rollback/{_rollback_target(args.version, client)}")
     body = {"reason": args.reason, "lane_moves": parse_moves(args.move)}
     data = client.call("POST", path, body, dry_run=args.dry_run, if_match=args.if_match)
     return data, lambda d: change_text(d, args.dry_run)
+
+
+def _rollback_target(version: str, client: Client) -> int:
+    """VERSION as given, or `previous`: the version before the latest change (undo)."""
+    if version != "previous":
+        try:
+            return int(version)
+        except ValueError:
+            raise CtlError(f"rollback: {version!r} is not a version number or 'previous'",
+                           2) from None
+    versions = client.call("GET", "/control/history")["versions"]
+    if len(versions) < 2:
+        raise CtlError("rollback previous: there is no earlier version in this server's"
+                       " history", 2)
+    return versions[-2]["version"]
 
 
 def _history(args: argparse.Namespace, client: Client) -> Any:
@@ -236,7 +252,9 @@ def add_ctl_parser(sub: Any) -> None:
     p = add("profile", "apply a named profile from the serving config", change)
     p.add_argument("name", metavar="NAME")
     p = add("rollback", "install an earlier version's settings as a new version", change)
-    p.add_argument("version", type=int, metavar="VERSION")
+    p.add_argument("version", metavar="VERSION",
+                   help="a version number from `history`, or `previous` (undo the latest"
+                   " change)")
     add("history", "every config version: when, who, why, what changed")
     add("drain", "stop admitting new requests (running ones finish)", reason)
     add("resume", "admit new requests again", reason)

@@ -318,6 +318,10 @@ def test_ctl_steers_the_real_server(live, ctl, monkeypatch):
     assert code == 0 and out.splitlines() == ["max_num_seqs: 2 -> 3", "applied: now version 6"]
     rows = [line.split() for line in ctl("history")[1].splitlines()[1:]]
     assert [(r[0], r[4]) for r in rows[-2:]] == [("5", "profile:degrade"), ("6", "rollback:2")]
+    code, out, _ = ctl("rollback", "previous", "--reason", "undo the undo")
+    assert code == 0 and out.splitlines() == ["max_num_seqs: 3 -> 2", "applied: now version 7"]
+    code, _, err = ctl("rollback", "latest")
+    assert code == 2 and "'latest' is not a version number or 'previous'" in err
 
 
 def test_ctl_refusals_from_the_real_server(live, ctl, monkeypatch):
