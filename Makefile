@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps test lint run bench gpu-check clean
+.PHONY: install system-deps test lint run screenshots bench gpu-check clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -33,12 +33,22 @@ test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q tests
 
-# The OpenAI-compatible server on the default model with the embedded defaults; it prints
-# the URL and an example curl once the model is loaded. Ctrl+C drains, then exits.
+# The OpenAI-compatible server on the default model with the embedded defaults and a trace
+# (batchpilot-trace.duckdb), and the dashboard beside it; it prints both URLs once the
+# model is loaded. Ctrl+C drains the server and stops both.
 HOST ?= 127.0.0.1
 PORT ?= 8000
+DASHBOARD_PORT ?= 8501
 run: $(STAMP)
-	$(PY) -m control.cli serve --model smollm2-135m --host $(HOST) --port $(PORT)
+	$(PY) -m control.run_all --host $(HOST) --port $(PORT) --dashboard-port $(DASHBOARD_PORT)
+
+# A screenshot of each dashboard page (docs/screenshots/) against a server under a short
+# load, in headless Chromium (Debian's) driven by Playwright.
+screenshots: $(STAMP)
+	command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq --no-install-recommends chromium)
+	$(PY) -m pip install -q -e '.[screenshots]'
+	$(PY) -m dashboard.screenshots
 
 bench: $(STAMP)
 	$(PY) bench/scheduler_overhead.py

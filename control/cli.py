@@ -1,20 +1,24 @@
 """`batchpilot` command line. Subcommands: `serve`, `trace` (control/trace/cli.py), `ctl`
-(control/ctl_cli.py), `loadtest` (control/loadtest/cli.py); more arrive with later issues:
-dashboard, checklist.
+(control/ctl_cli.py), `loadtest` (control/loadtest/cli.py), `dashboard`
+(control/dashboard_cli.py), `checklist` (control/checklist/).
 
     batchpilot serve --model smollm2-135m --config serving.yaml --host 127.0.0.1 --port 8000
     batchpilot trace --url http://127.0.0.1:8000 slow --since -15m
     batchpilot ctl --url http://127.0.0.1:8000 set max_num_seqs=64 --reason "incident 42"
     batchpilot loadtest --scenario playbooks/scenarios/chat.yaml --url http://127.0.0.1:8000
+    batchpilot dashboard --url http://127.0.0.1:8000
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 
+from control.checklist.cli import add_checklist_parser
 from control.ctl_cli import add_ctl_parser
+from control.dashboard_cli import add_dashboard_parser
 from control.loadtest.cli import add_loadtest_parser
 from control.settings import DEFAULT_MODEL, ServeSettings
 from control.trace.cli import add_trace_parser
@@ -77,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_trace_parser(sub)
     add_ctl_parser(sub)
     add_loadtest_parser(sub)
+    add_dashboard_parser(sub)
+    add_checklist_parser(sub)
     return parser
 
 
@@ -130,9 +136,24 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
+TIME_OPTIONS = ("--since", "--until", "--at")
+
+
+def relative_times(argv: list[str]) -> list[str]:
+    """`--since -15m` as `--since=-15m`: argparse takes a value that starts with '-' and
+    a digit-and-unit for an option, and the runbooks' relative times look like that."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in TIME_OPTIONS and re.fullmatch(r"-\d+(\.\d+)?[smhd]?", arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(relative_times(sys.argv[1:] if argv is None else argv))
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

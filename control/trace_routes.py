@@ -7,6 +7,14 @@
     GET /v1/trace/slow?since=&until=&limit=&by=         slowest requests, where time went
     GET /v1/trace/latency?since=&until=&by=lane|tenant  latency breakdown by group
     GET /v1/trace/kv?since=&until=&bucket_s=            KV usage over time
+    GET /v1/trace/series/{latency|steps|queues|outcomes}?since=&until=&buckets=[&by=]
+                                                        charts: at most `buckets` time buckets
+    GET /v1/trace/config_changes?since=&until=          every config change, with its diff
+    GET /v1/loadtest/runs?limit=                        stored load-test results, newest first
+    GET /v1/trace/checklist                             facts for the go-live checklist
+    GET /v1/loadtest/stats?long_prompt_tokens=&limit=   load-test length spread per run
+    GET /v1/trace/report/latency?since=&until=          latency of the requests that arrived
+    GET /v1/trace/report/kv_crossings?since=&until=     KV watermark crossings
 
 Times: epoch seconds, ISO 8601, 14:02, or relative (-15m). Each read first waits (up to
 2 s) for the writer to commit what the engine has handed it, so a read sees the latest
@@ -26,7 +34,7 @@ from fastapi.responses import Response
 from control.errors import APIError
 from control.metrics import CONTENT_TYPE
 from control.state import get_state
-from control.trace import queries
+from control.trace import facts, queries, report_queries, series
 from control.trace.timeparse import parse_time
 
 router = APIRouter()
@@ -106,6 +114,58 @@ def latency(request: Request, since: str | None = None, until: str | None = None
 def kv(request: Request, since: str | None = None, until: str | None = None,
        bucket_s: float = 10.0) -> Any:
     return _read(request, queries.kv_usage, _t(since, "since"), _t(until, "until"), bucket_s)
+
+
+SERIES = {"latency": series.latency_series, "steps": series.step_series,
+          "queues": series.queue_series, "outcomes": series.outcome_series}
+
+
+@router.get("/v1/trace/series/{kind}")
+def time_series(request: Request, kind: str, since: str | None = None,
+                until: str | None = None, buckets: int = 300, by: str | None = None) -> Any:
+    if kind not in SERIES:
+        raise APIError(404, f"no series {kind!r}: one of {', '.join(SERIES)}",
+                       code="not_found")
+    if by is not None and kind != "latency":
+        raise APIError(400, "by= applies to the latency series only", code="invalid_value",
+                       param="by")
+    extra = {"by": by} if by is not None else {}
+    return _read(request, SERIES[kind], _t(since, "since"), _t(until, "until"), buckets,
+                 **extra)
+
+
+@router.get("/v1/trace/config_changes")
+def config_changes(request: Request, since: str | None = None,
+                   until: str | None = None) -> Any:
+    return _read(request, series.config_changes, _t(since, "since"), _t(until, "until"))
+
+
+@router.get("/v1/loadtest/runs")
+def loadtest_runs(request: Request, limit: int = 100) -> Any:
+    return _read(request, series.loadtest_runs, limit)
+
+
+@router.get("/v1/trace/checklist")
+def checklist_facts(request: Request) -> Any:
+    return _read(request, facts.checklist_facts)
+
+
+@router.get("/v1/loadtest/stats")
+def loadtest_stats(request: Request, long_prompt_tokens: int = 512, limit: int = 100) -> Any:
+    return _read(request, facts.loadtest_stats, long_prompt_tokens, limit)
+
+
+@router.get("/v1/trace/report/latency")
+def cohort_latency(request: Request, since: str | None = None,
+                   until: str | None = None) -> Any:
+    return _read(request, report_queries.cohort_latency, _t(since, "since"),
+                 _t(until, "until"))
+
+
+@router.get("/v1/trace/report/kv_crossings")
+def kv_crossings(request: Request, since: str | None = None,
+                 until: str | None = None) -> Any:
+    return _read(request, report_queries.kv_crossings, _t(since, "since"), _t(until, "until"))
 
 
 @router.post("/v1/loadtest/results")

@@ -18,93 +18,18 @@ error, a bad value, or a file that cannot be opened.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import urllib.parse
-from collections.abc import Callable
 from typing import Any
 
-from control.http_json import HTTPFailure, request_json
 from control.trace import format as fmt
-from control.trace import queries
+from control.trace import queries, report
 from control.trace.schema import TABLES
+from control.trace.sources import FileSource, TraceError, UrlSource
 from control.trace.timeparse import parse_time
 
 URL_ENV = "BATCHPILOT_URL"
-HTTP_TIMEOUT_S = 30.0
 EXPORTS = (*TABLES, "step_requests")  # every table, and the view
-# question -> (the query over a connection, the server's route for it)
-QUESTIONS: dict[str, tuple[Callable[..., Any], str]] = {
-    "summary": (queries.summary, "/v1/trace/summary"),
-    "slow": (queries.slow, "/v1/trace/slow"),
-    "steps": (queries.steps, "/v1/trace/steps"),
-    "steps_around": (queries.steps_around, "/v1/trace/steps/around"),
-    "request": (queries.request_timeline, "/v1/trace/requests/{request_id}"),
-}
-
-
-class TraceError(Exception):
-    """A failure to report on stderr, with the exit code it gets."""
-
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
-
-
-def not_found(request_id: str) -> TraceError:
-    return TraceError(f"request {request_id!r} is not in the trace (it may still be queued,"
-                      " or retention removed it)", 1)
-
-
-class FileSource:
-    """A trace file, opened read-only for each question (a server must not hold it)."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def connect(self) -> Any:
-        from control.trace.store import open_read_only  # imports duckdb
-
-        try:
-            return open_read_only(self.path)
-        except ValueError as exc:
-            raise TraceError(str(exc), 2) from None
-
-    def ask(self, question: str, **params: Any) -> Any:
-        con = self.connect()
-        try:
-            data = QUESTIONS[question][0](con, **params)
-        except ValueError as exc:
-            raise TraceError(str(exc), 2) from None
-        finally:
-            con.close()
-        if data is None:
-            raise not_found(params["request_id"])
-        return json.loads(json.dumps(data, default=str))  # what the HTTP API would send
-
-
-class UrlSource:
-    """A running server's trace read API."""
-
-    def __init__(self, url: str):
-        self.url = url.rstrip("/")
-
-    def ask(self, question: str, **params: Any) -> Any:
-        route = QUESTIONS[question][1]
-        if "request_id" in params:
-            route = route.format(request_id=urllib.parse.quote(params.pop("request_id"),
-                                                               safe=""))
-        query = urllib.parse.urlencode({k: str(v).lower() if isinstance(v, bool) else v
-                                        for k, v in params.items() if v is not None})
-        try:
-            return request_json(self.url, route + (f"?{query}" if query else ""),
-                                timeout_s=HTTP_TIMEOUT_S)
-        except HTTPFailure as exc:
-            if exc.status is None:
-                raise TraceError(exc.message, 1) from None
-            raise TraceError(f"the server answered {exc.status}: {exc.message}",
-                             2 if exc.status == 400 else 1) from None
 
 
 # ---- subcommands -----------------------------------------------------------------------
@@ -174,7 +99,7 @@ def _export_text(data: dict[str, Any]) -> str:
 
 
 COMMANDS = {"summary": _summary, "slow": _slow, "request": _request, "steps": _steps,
-            "export": _export}
+            "export": _export, "report": report.command}
 
 
 # ---- the parser ------------------------------------------------------------------------
@@ -217,6 +142,10 @@ def add_trace_parser(sub: Any) -> None:
     p = add("export", "write every table (and the step_requests view) as Parquet; --db only")
     p.add_argument("--parquet", metavar="DIR", required=True,
                    help="folder for the files (created if missing; files are replaced)")
+    p = add("report", "a postmortem draft in Markdown: the config change that caused a"
+            " latency regression, timeline, latency before/during/after, KV, rejections")
+    _window(p)
+    report.add_options(p)
 
 
 def _source_options(parser: argparse.ArgumentParser, default: Any) -> None:

@@ -22,53 +22,14 @@ import duckdb
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from trace_helpers import fill_trace
 
 from control import trace_routes
 from control.cli import main
 from control.errors import install_error_handlers
-from control.observer import Observer
 from control.trace.schema import TABLES
-from control.trace.writer import TraceSettings, TraceWriter
-from engine.config import EngineConfig, LiveConfig, StaticConfig
-from engine.engine import Engine
-from engine.request import SamplingParams
-from engine.sim_executor import FakeClock, SimulatedExecutor
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "traces.md"
-
-
-def fill_trace(path: str) -> TraceWriter:
-    """Run a small simulated workload into a trace at `path`; the writer stays started."""
-    clock = FakeClock()
-    engine = Engine(EngineConfig(
-        StaticConfig(num_kv_blocks=40, block_size=16, max_model_len=1024),
-        LiveConfig(max_num_seqs=4, max_num_batched_tokens=64, prefill_chunk_size=64)),
-        SimulatedExecutor(clock=clock, step_cost_s=0.01, eos_every=20), clock=clock)
-    writer = TraceWriter(TraceSettings(path), "run1", "tiny").start()
-    observer = Observer(None, writer, kv_snapshot_every=5)
-
-    def add(i: int) -> None:  # distinct prompts: no prefix-cache hits across requests
-        engine.add_request(f"r{i}", list(range(1000 * i + 3, 1000 * i + 100 + i * 20)),
-                           SamplingParams(max_tokens=60), tenant="acme" if i % 2 else "zeta")
-
-    for i in range(6):
-        add(i)
-    engine.add_request("big", list(range(3, 1100)), SamplingParams(max_tokens=10))
-    steps = 0
-    while engine.has_unfinished_requests():
-        observer.on_step(engine, engine.step())
-        steps += 1
-        if steps == 3:
-            engine.abort("r5")  # still queued: cancelled
-        elif steps == 10:
-            add(6)
-            add(7)
-        elif steps == 20:
-            live = engine.update_config(engine.live_config.replace(max_num_seqs=3))
-            writer.submit_config_change(clock(), live.version, "test", "tester",
-                                        {"max_num_seqs": [4, 3]})
-    assert writer.sync(10)
-    return writer
 
 
 @pytest.fixture(scope="module")
@@ -329,3 +290,13 @@ def test_the_docs_describe_every_table_and_column():
     missing = [f"{t.name}.{c}" for t in TABLES.values() for c in (t.name, *t.column_names)
                if f"`{c}`" not in text]
     assert not missing, f"docs/traces.md does not mention {missing}"
+
+
+def test_relative_times_may_follow_their_option_as_a_separate_word():
+    from control.cli import relative_times
+
+    assert relative_times(["trace", "summary", "--since", "-15m", "--until", "-1.5h"]) == [
+        "trace", "summary", "--since=-15m", "--until=-1.5h"]
+    assert relative_times(["trace", "steps", "--at", "-30", "--before", "3"]) == [
+        "trace", "steps", "--at=-30", "--before", "3"]
+    assert relative_times(["ctl", "set", "--json", "-v"]) == ["ctl", "set", "--json", "-v"]

@@ -1,0 +1,13 @@
+"""Every check, registered by importing the modules that define them."""
+
+from __future__ import annotations
+
+from control.checklist import (  # noqa: F401  (imported for their @register)
+    checks_config,
+    checks_loadtest,
+    checks_ops,
+    checks_runtime,
+)
+from control.checklist.registry import CHECKS
+
+__all__ = ["CHECKS"]
