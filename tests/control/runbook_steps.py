@@ -10,7 +10,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-RUNBOOKS = Path(__file__).resolve().parents[2] / "playbooks" / "runbooks"
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
+RUNBOOKS = PLAYBOOKS / "runbooks"
+TUNING = PLAYBOOKS / "tuning.md"
 BLOCK = re.compile(r"^```bash\n(?P<body>.*?)^```\n(?P<after>[^\n]*)", re.M | re.S)
 
 
@@ -29,7 +31,8 @@ def runbook_steps(path: Path) -> list[Step]:
     text = path.read_text()
     steps = []
     for match in BLOCK.finditer(text):
-        commands = [c for c in match["body"].splitlines() if c.strip()
+        body = re.sub(r"\\\n\s*", "", match["body"])  # join continued lines
+        commands = [c for c in body.splitlines() if c.strip()
                     and not c.lstrip().startswith("#")]
         expect = tuple(re.findall(r"`([^`]+)`", match["after"])) \
             if match["after"].startswith("Prints:") else ()

@@ -1,6 +1,6 @@
-"""Every command in every runbook (playbooks/runbooks/*.md), run in order against a
-scripted incident on a live server (a bad config change under load, then its rollback),
-prints what the runbook's `Prints:` line says it will.
+"""Every command in every runbook (playbooks/runbooks/*.md) and in the tuning guide, run
+in order against a scripted incident on a live server (a bad config change under load,
+then its rollback), prints what the page's `Prints:` line says it will.
 
 `batchpilot ...` commands run in this process (control.cli.main), others (curl) in bash;
 both with the runbooks' environment: BATCHPILOT_URL, REQUEST_ID, INCIDENT_TIME,
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from incident_helpers import scripted_incident
-from runbook_steps import RUNBOOKS, Step, all_runbooks, runbook_steps
+from runbook_steps import RUNBOOKS, TUNING, Step, all_runbooks, runbook_steps
 
 from control.cli import main
 
@@ -82,6 +82,22 @@ def test_every_runbook_has_its_sections_and_prints_lines():
 def test_runbook_commands_print_what_the_runbook_says(runbook, incident, env, capsys,
                                                       monkeypatch):
     for step in runbook_steps(RUNBOOKS / runbook):
+        out = run(step, env, capsys, monkeypatch)
+        missing = [text for text in step.expect if text not in out]
+        assert not missing, f"{step}\nexpected {missing} in:\n{out}"
+
+
+def test_tuning_guide_commands_print_what_it_says(incident, env, capsys, monkeypatch,
+                                                  tiny_llama_dir):
+    """The guide's sweep runs as written but for its size: 3 requests per config, and the
+    tiny model's tokenizer named (the test server serves it as "tiny")."""
+    steps = runbook_steps(TUNING)
+    assert len(steps) == 3 and all(s.expect for s in steps)
+    for step in steps:
+        if "batchpilot loadtest" in step.command:
+            step = Step(step.runbook, step.line, step.command.replace(
+                " --out sweep-budget/", f" --requests 3 --tokenizer {tiny_llama_dir}"),
+                step.expect)
         out = run(step, env, capsys, monkeypatch)
         missing = [text for text in step.expect if text not in out]
         assert not missing, f"{step}\nexpected {missing} in:\n{out}"
