@@ -51,8 +51,9 @@ with right:
 
 left, right = st.columns(2)
 with left:
-    charts.show(charts.bars(rows, "preemptions", None, "Preemptions", "preemptions",
-                            changes), "No preemptions.")
+    preempted = rows if rows["preemptions"].sum() > 0 else rows.iloc[0:0]
+    charts.show(charts.bars(preempted, "preemptions", None, "Preemptions", "preemptions",
+                            changes), "No preemptions in this window.")
 with right:
     step_s = rows.melt(id_vars=["time"], value_vars=["step_s_mean", "step_s_max"],
                        var_name="key", value_name="seconds")
