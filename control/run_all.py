@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 from control.server import READY_LINE
 
@@ -53,13 +52,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n  API        {url}   (OpenAI-compatible; /metrics; /control)\n"
           f"  dashboard  http://{args.host}:{args.dashboard_port}\n"
           f"  trace      {args.trace_db}\n\nCtrl+C stops both.", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     threading.Thread(target=_pump, args=(server,), name="server-log", daemon=True).start()
     try:
-        while server.poll() is None and dashboard.poll() is None:
-            time.sleep(0.5)
+        while not stop.is_set() and server.poll() is None and dashboard.poll() is None:
+            stop.wait(0.5)
     except KeyboardInterrupt:
-        pass
+        stop.set()  # Ctrl+C: stop both, below
     finally:
         for proc in (dashboard, server):
             if proc.poll() is None:

@@ -107,9 +107,10 @@ def add_trace_parser(sub: Any) -> None:
     """Register `batchpilot trace` and its subcommands on `batchpilot`'s subparsers."""
     trace = sub.add_parser(
         "trace", help="read the scheduler trace: summary, slow requests, a request's"
-        " timeline, steps, Parquet export", description="Postmortem questions over the"
-        " scheduler trace, from its file (--db, read-only: the server must not hold it) or a"
-        " running server (--url). Times: epoch seconds, ISO 8601, 14:02, or -15m.")
+        " timeline, steps, Parquet export, postmortem report",
+        description="Postmortem questions over the scheduler trace, from its file (--db,"
+        " read-only: the server must not hold it) or a running server (--url). Times: epoch"
+        " seconds, ISO 8601, 14:02, or -15m.")
     _source_options(trace, None)
     trace.set_defaults(func=run, trace_parser=trace)
     cmds = trace.add_subparsers(dest="trace_command", metavar="SUBCOMMAND")

@@ -272,6 +272,7 @@ def _where_time_went(rows: list[dict[str, Any]]) -> str:
 
 
 def _todo() -> str:
-    return ("## To write\n\n- Impact (who noticed, for how long): TODO\n"
-            "- Detection (alert, dashboard, report): TODO\n"
-            "- Why the change was made, and why it hurt: TODO\n- Action items: TODO")
+    blank = "_(for the author to fill in)_"
+    return (f"## To write\n\n- Impact (who noticed, for how long): {blank}\n"
+            f"- Detection (alert, dashboard, report): {blank}\n"
+            f"- Why the change was made, and why it hurt: {blank}\n- Action items: {blank}")
