@@ -32,6 +32,7 @@ class Scheduler:
         self.lanes = LaneSet(live.lanes)
         self.running: list[Request] = []  # admission order
         self.step_id = 0
+        self._turn = 0  # where _in_turn starts next when more run than a step may serve
 
     # ---- queue side ------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -69,7 +70,7 @@ class Scheduler:
                 if req.status is RequestStatus.RUNNING:  # else preempted as a victim
                     self._schedule_chunk(req, out, live)
         else:
-            for req in list(self.running):  # a copy: preemption edits the running list
+            for req in self._in_turn(live.max_num_seqs):
                 if req.status is not RequestStatus.RUNNING:
                     continue
                 if req.is_prefill:
@@ -78,6 +79,19 @@ class Scheduler:
                       and self._allocate_or_preempt(req, 1, out)):
                     out.decodes.append(req)
         return self._budget_left(out, live)
+
+    def _in_turn(self, cap: int) -> list[Request]:
+        """The running requests in the order this step serves them (a copy: preemption
+        edits the running list). Admission order; but when more run than `cap` may be
+        served (a limit lowered live under load), start after the last one served, so
+        every stream advances in turn instead of the newest stalling until others finish
+        (and being cut by the stream idle timeout)."""
+        running = self.running
+        if len(running) <= cap:
+            return list(running)
+        k = self._turn % len(running)
+        self._turn = k + cap
+        return running[k:] + running[:k]
 
     def _schedule_decodes(self, out: SchedulerOutput, live: LiveConfig) -> list[Request]:
         """The per-step hot path: one token for each decoding request, in admission order.
@@ -89,7 +103,7 @@ class Scheduler:
         cap = min(live.max_num_batched_tokens, live.max_num_seqs)  # decodes are 1 token
         decodes = out.decodes
         partial: list[Request] = []
-        for req in list(self.running):  # a copy: preemption edits the running list
+        for req in self._in_turn(cap):
             if req.status is not running_status:
                 continue  # preempted as a victim earlier in this loop
             computed = req.num_computed_tokens

@@ -108,3 +108,20 @@ def test_policy_and_batching_swaps_mid_run_keep_every_request():
     d.run()
     assert {r.config_version for r in d.records()} == {1, 2, 3, 4, 5}
     assert all(log.finish_reason == "length" for log in d.logs.values())
+
+
+@pytest.mark.parametrize("policy", ["decode_first", "mixed"])
+def test_lowering_max_num_seqs_under_load_lets_every_running_request_advance(policy):
+    """Six decoding, the limit cut to two: the six take turns (each advances within three
+    steps) instead of the newest four stalling until the first two finish."""
+    d = _busy_driver(max_num_seqs=8, max_num_batched_tokens=256, schedule_policy=policy)
+    d.step()  # all six prefilled
+    d.update_config(d.engine.live_config.replace(max_num_seqs=2))
+    served: list[set[str]] = []
+    for _ in range(6):
+        out = d.step()
+        assert out.record.num_decode_seqs == 2
+        served.append({rid for rid, kind, _ in out.record.scheduled if kind == "decode"})
+    assert set().union(*served[:3]) == {f"r{i}" for i in range(6)}
+    assert set().union(*served[3:]) == {f"r{i}" for i in range(6)}
+    d.run()  # and all finish
