@@ -16,6 +16,7 @@ has requests, 412 stale If-Match, 428 no If-Match on a PATCH.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -109,26 +110,29 @@ async def patch_config(request: Request, body: ChangeBody, dry_run: bool = False
                                   dry_run=dry_run))
 
 
-@router.post("/profiles/{name}")
-async def apply_profile(request: Request, name: str, body: ActionBody | None = None,
-                        dry_run: bool = False) -> JSONResponse:
+async def _action(request: Request, body: ActionBody | None, dry_run: bool,
+                  change: Callable[..., Any]) -> JSONResponse:
+    """A profile or a rollback: the store builds the change; If-Match is optional."""
     store, actor = _store(request, "admin")
     body = body or ActionBody()
     expected = _version(request.headers.get("if-match"), required=False)
-    return await _run(store.apply_profile(name, actor=actor, reason=body.reason,
-                                          expected_version=expected,
-                                          lane_moves=body.lane_moves, dry_run=dry_run))
+    return await _run(change(store, actor=actor, reason=body.reason,
+                             expected_version=expected, lane_moves=body.lane_moves,
+                             dry_run=dry_run))
+
+
+@router.post("/profiles/{name}")
+async def apply_profile(request: Request, name: str, body: ActionBody | None = None,
+                        dry_run: bool = False) -> JSONResponse:
+    return await _action(request, body, dry_run,
+                         lambda store, **kw: store.apply_profile(name, **kw))
 
 
 @router.post("/rollback/{version}")
 async def rollback(request: Request, version: int, body: ActionBody | None = None,
                    dry_run: bool = False) -> JSONResponse:
-    store, actor = _store(request, "admin")
-    body = body or ActionBody()
-    expected = _version(request.headers.get("if-match"), required=False)
-    return await _run(store.rollback(version, actor=actor, reason=body.reason,
-                                     expected_version=expected, lane_moves=body.lane_moves,
-                                     dry_run=dry_run))
+    return await _action(request, body, dry_run,
+                         lambda store, **kw: store.rollback(version, **kw))
 
 
 @router.get("/history")
