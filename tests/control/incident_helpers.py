@@ -41,6 +41,8 @@ WORKERS = 4
 BAD_CHANGE = {"max_num_seqs": 1, "max_num_batched_tokens": 16}
 BAD_REASON = "tune for batch"
 ROLLBACK_REASON = "restore batching"
+PHASE_REQUESTS = 16  # answered requests each phase needs at least (sent in it)
+PHASE_CAP_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,20 @@ async def _script(url: str, trace_db: str, server: LiveServer, phase_s: float,
                 sent.append((t, reply.json()["id"]))
                 i += 1
 
+        async def settle(since: float, min_s: float) -> None:
+            """Wait min_s, then until PHASE_REQUESTS sent since `since` have answered: a
+            slow machine gets a longer phase, never a phase too thin for the report to
+            judge (it needs 10 requests a side)."""
+            await asyncio.sleep(min_s)
+            deadline = time.time() + PHASE_CAP_S
+            while sum(t >= since for t, _ in sent) < PHASE_REQUESTS:
+                assert time.time() < deadline, f"phase from {since}: too few requests"
+                await asyncio.sleep(0.05)
+
         t0 = time.time()
         load = [asyncio.create_task(worker(w)) for w in range(WORKERS)]
-        await asyncio.sleep(phase_s)
+        await settle(t0, phase_s)
+        t_bad = time.time()
         bad = await client.patch("/control/config", headers={"If-Match": str(good)},
                                  json={"changes": BAD_CHANGE, "reason": BAD_REASON})
         assert bad.status_code == 200, bad.text
@@ -134,11 +147,12 @@ async def _script(url: str, trace_db: str, server: LiveServer, phase_s: float,
             "model": "tiny", "prompt": "far too long", "max_tokens": 1_000_000})
             for _ in range(rejected)))
         assert all(r.status_code == 400 for r in too_long), [r.text for r in too_long]
-        await asyncio.sleep(phase_s / 2)
+        await settle(t_bad, phase_s / 2)
+        t_back = time.time()
         back = await client.post(f"/control/rollback/{good}", json={"reason": ROLLBACK_REASON},
                                  headers={"If-Match": str(bad.json()["version"])})
         assert back.status_code == 200, back.text
-        await asyncio.sleep(phase_s)
+        await settle(t_back, phase_s)
         stop.set()
         await asyncio.gather(*load)
         t_end = time.time()
