@@ -40,7 +40,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DASHBOARD_PORT ?= 8501
 run: $(STAMP)
-	$(PY) -m control.run_all --host $(HOST) --port $(PORT) --dashboard-port $(DASHBOARD_PORT)
+	$(PY) -m control.serve.run_all --host $(HOST) --port $(PORT) --dashboard-port $(DASHBOARD_PORT)
 
 # A screenshot of each dashboard page (docs/screenshots/) against a server under a short
 # load, in headless Chromium (Debian's) driven by Playwright.

@@ -33,7 +33,7 @@ BATCHING = ["continuous:batching=continuous,prefill_chunk_size=128,max_batched_t
 
 
 def start_server(log_path: Path) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "control.cli", "serve", "--model", "smollm2-135m", "--host",
+    cmd = [sys.executable, "-m", "control.cli.main", "serve", "--model", "smollm2-135m", "--host",
            "127.0.0.1", "--port", "0", "--log-level", "warning"]
     with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -51,7 +51,7 @@ def start_server(log_path: Path) -> tuple[subprocess.Popen, str]:
 
 def loadtest(url: str, scenario: str, compare: list[str], rounds: int, out: Path,
              rate: float | None, requests: int | None = None) -> list[dict]:
-    cmd = [sys.executable, "-m", "control.cli", "loadtest", "--scenario",
+    cmd = [sys.executable, "-m", "control.cli.main", "loadtest", "--scenario",
            str(SCENARIOS / scenario), "--url", url, "--rounds", str(rounds), "--json",
            "--out", str(out), "--db", str(out / "loadtest.duckdb")]
     for spec in compare:

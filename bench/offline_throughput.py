@@ -20,7 +20,7 @@ import torch
 
 from engine import LLM, SamplingParams
 from engine.models import load_model
-from engine.workload import TraceScale, load_trace
+from engine.sim.workload import TraceScale, load_trace
 
 TEXT = (
     "The history of computing is a story of people trying to make machines do arithmetic"

@@ -27,8 +27,8 @@ import time
 from engine.config import EngineConfig, LaneConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
-from engine.sim_executor import SimulatedExecutor
-from engine.workload import TraceScale, load_trace
+from engine.sim.executor import SimulatedExecutor
+from engine.sim.workload import TraceScale, load_trace
 
 LANES = (LaneConfig("interactive", 4.0, policy="priority"), LaneConfig("long_context", 2.0),
          LaneConfig("batch", 1.0, preempt_first=True, tenant_fair_share=True))

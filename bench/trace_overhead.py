@@ -30,13 +30,13 @@ import statistics
 import tempfile
 import time
 
-from control.metrics import ServingMetrics
-from control.observer import Observer
+from control.metrics.observer import Observer
+from control.metrics.registry import ServingMetrics
 from control.trace.writer import TraceSettings, TraceWriter
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
-from engine.sim_executor import SimulatedExecutor
-from engine.workload import TraceScale, forced_params, load_trace
+from engine.sim.executor import SimulatedExecutor
+from engine.sim.workload import TraceScale, forced_params, load_trace
 
 MODES = ("off", "metrics", "trace")
 

@@ -1,0 +1,16 @@
+"""batchpilot's serving process and its tools, one subpackage per owner.
+
+A request enters at `api/routes.py` (uvicorn's event loop), is tokenized on the tokenizer
+thread (`serve/state.py`), crosses to the engine thread as a `Submission`
+(`serve/streams.py`), and its tokens come back as `StreamEvent`s streamed by `api/`.
+
+    api/        the OpenAI data plane and probes; event loop; never blocks
+    serve/      the process: settings, start-up, uvicorn and draining, the "engine-loop"
+                thread (the only one that touches the Engine), the tokenizer thread
+    admin/      the control API and config store: event loop; changes installed on the
+                engine thread between steps; the YAML watcher
+    metrics/    Prometheus: fed on the "metrics" thread from the engine's step records
+    trace/      DuckDB trace: the "trace-writer" thread, and the read API (event loop)
+    cli/        the `batchpilot` command: its own process, talks to a server over HTTP
+    loadtest/, checklist/   client-side tools: their own processes
+"""

@@ -19,7 +19,7 @@ from typing import Any
 
 import streamlit as st
 
-from control.ctl_cli import TOKEN_ENV, URL_ENV, Client, CtlError
+from control.cli.ctl import TOKEN_ENV, URL_ENV, Client, CtlError
 from control.trace.sources import FileSource, TraceError, UrlSource
 
 DB_ENV = "BATCHPILOT_TRACE_DB"

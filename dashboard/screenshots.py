@@ -38,7 +38,7 @@ def start_server(tmp: Path) -> tuple[subprocess.Popen, str]:
     log = tmp / "server.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "control.cli", "serve", "--model", "smollm2-135m",
+            [sys.executable, "-m", "control.cli.main", "serve", "--model", "smollm2-135m",
              "--port", "0", "--trace-db", str(tmp / "trace.duckdb"), "--log-level",
              "warning"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
@@ -52,14 +52,14 @@ def start_server(tmp: Path) -> tuple[subprocess.Popen, str]:
 
 
 def ctl(url: str, *args: str) -> None:
-    subprocess.run([sys.executable, "-m", "control.cli", "ctl", "--url", url, *args],
+    subprocess.run([sys.executable, "-m", "control.cli.main", "ctl", "--url", url, *args],
                    cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 
 def load(url: str, requests: int) -> None:
     """The mixed scenario; halfway, a config change, and its rollback near the end."""
     test = subprocess.Popen(
-        [sys.executable, "-m", "control.cli", "loadtest", "--scenario",
+        [sys.executable, "-m", "control.cli.main", "loadtest", "--scenario",
          str(ROOT / "playbooks" / "scenarios" / "mixed.yaml"), "--url", url,
          "--requests", str(requests)], cwd=ROOT, stderr=subprocess.DEVNULL)
     version = json.load(urllib.request.urlopen(url + "/control/config"))["version"]
@@ -107,7 +107,7 @@ def main() -> None:
             load(url, args.requests)
             port = free_port()
             dashboard = subprocess.Popen(
-                [sys.executable, "-m", "control.cli", "dashboard", "--url", url, "--port",
+                [sys.executable, "-m", "control.cli.main", "dashboard", "--url", url, "--port",
                  str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(5)
             photograph(f"http://127.0.0.1:{port}", Path(args.out))

@@ -60,3 +60,24 @@ def smollm2(tmp_path_factory):
     os.environ["BATCHPILOT_CACHE_DIR"] = str(tmp_path_factory.mktemp("batchpilot-cache"))
     os.environ["BATCHPILOT_GGUF_CACHE"] = "1"
     return load_model("smollm2-135m", keep_reference=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_loaded(tiny_llama_dir):
+    """The tiny model loaded once; every in-process engine shares its weights."""
+    from engine.models import load_model
+
+    return load_model(tiny_llama_dir)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """The engine thread, uvicorn's loop and the test's client share the process: with
+    torch's intra-op threads spinning on 2 cores, a step of the tiny model takes 10x longer
+    (the server itself leaves a core to its event loop, see control/serve/bootstrap.py)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

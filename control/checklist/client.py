@@ -11,7 +11,7 @@ import urllib.request
 from typing import Any
 
 from control.checklist.result import ChecklistError
-from control.http_json import HTTPFailure, request_json
+from control.cli.http_json import HTTPFailure, request_json
 
 TOKEN_ENV = "BATCHPILOT_TOKEN"  # the same default as `batchpilot ctl`
 HTTP_TIMEOUT_S = 30.0

@@ -53,7 +53,7 @@ def _from_settings(settings: dict[str, Any]) -> tuple[dict, dict, list[str]]:
         sources.append("built-in defaults (the server ran without --config)")
     elif path:
         try:
-            from control.bootstrap import read_serving_config
+            from control.serve.bootstrap import read_serving_config
 
             serving = read_serving_config(path)
         except (OSError, ValueError) as exc:

@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from control.ctl_cli import Client, CtlError, build_patch
+from control.cli.ctl import Client, CtlError, build_patch
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from control.loadtest.records import SLO, PlannedRequest
 from engine.config_yaml import read_yaml_file
-from engine.workload import AZURE_CONV_TRACE, TraceRequest, TraceScale, load_trace
+from engine.sim.workload import AZURE_CONV_TRACE, TraceRequest, TraceScale, load_trace
 
 MAX_PLANNED = 100_000  # a duration_s-only scenario stops here whatever the rate
 DEFAULT_CONCURRENCY = 64  # requests in flight when the scenario does not say
@@ -70,7 +70,7 @@ class Arrival:
 
 @dataclass(frozen=True)
 class TraceSource:
-    path: Path  # resolved: relative paths are under engine/data
+    path: Path  # resolved: relative paths are under engine/sim/data
     prompt_scale: float = 1.0  # prompt lengths multiplied by this
     output_scale: float = 1.0  # output lengths multiplied by this
     time_scale: float = 1.0  # arrival times multiplied by this (> 1 is slower)
@@ -261,4 +261,4 @@ def _trace_rows(scenario: Scenario) -> list[TraceRequest]:
 # --- parsing: YAML values -> the dataclasses above ------------------------------------
 
 
-TRACE_DIR = AZURE_CONV_TRACE.parent  # engine/data: relative trace paths start here
+TRACE_DIR = AZURE_CONV_TRACE.parent  # engine/sim/data: relative trace paths start here

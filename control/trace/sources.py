@@ -14,7 +14,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from control.http_json import HTTPFailure, request_json
+from control.cli.http_json import HTTPFailure, request_json
 from control.trace import facts, queries, report_queries, series
 
 HTTP_TIMEOUT_S = 30.0

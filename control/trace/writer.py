@@ -26,7 +26,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from control.bursts import drain
+from control.serve.bursts import drain
 from control.trace import rows
 from control.trace.retention import Retention, apply_retention
 from control.trace.schema import (

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from control.ctl_cli import CtlError
+from control.cli.ctl import CtlError
 from dashboard import charts
 from dashboard.context import Ctx, ask, context, window
 from dashboard.control_form import (

@@ -16,7 +16,7 @@ from engine.config import EngineConfig, LaneConfig, LiveConfig, StaticConfig
 from engine.engine import Engine, StepOutput
 from engine.records import AdmissionDecision, RequestRecord
 from engine.request import Request, RequestStatus, SamplingParams
-from engine.sim_executor import FakeClock, SimulatedExecutor
+from engine.sim.executor import FakeClock, SimulatedExecutor
 
 EOS = 2
 START_TIME = 1_000.0

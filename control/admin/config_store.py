@@ -1,0 +1,174 @@
+"""The live config's history and every way to change it: a patch, a profile, a rollback,
+a reloaded YAML file. One lock orders the changes; each is checked against the version it
+was based on (If-Match), validated in full before anything is installed, installed on the
+engine thread between two steps (so it applies from the next step), then audited: in
+memory (`history`), in the trace's `config_changes` table, and in the log.
+
+Runs on the event loop; the engine is touched only through `AsyncEngine.call`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from control.serve.engine_loop import AsyncEngine
+from control.trace.writer import TraceWriter
+from engine.config import LiveConfig, StaticConfig
+from engine.config_patch import apply_patch, diff
+from engine.engine import LaneNotEmptyError
+
+log = logging.getLogger("batchpilot.control")
+HISTORY_LIMIT = 1000  # versions kept in memory for rollback (the trace keeps them all)
+
+
+class ChangeError(Exception):
+    def __init__(self, status: int, code: str, message: str, **extra: Any):
+        super().__init__(message)
+        self.status, self.code, self.message, self.extra = status, code, message, extra
+
+
+@dataclass(frozen=True)
+class ConfigVersion:
+    version: int
+    time: float
+    actor: str
+    source: str  # startup | api | profile | rollback | file
+    reason: str
+    diff: dict[str, list[Any]]
+    live: LiveConfig
+
+
+@dataclass(frozen=True)
+class ChangeResult:
+    applied: bool
+    version: int
+    diff: dict[str, list[Any]]
+    live: LiveConfig
+
+
+@dataclass
+class ConfigStore:
+    engine: AsyncEngine
+    writer: TraceWriter | None = None
+    history: list[ConfigVersion] = field(default_factory=list)
+    reloaded_profiles: dict[str, dict[str, Any]] | None = None  # from a reloaded YAML
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def static(self) -> StaticConfig:
+        return self._parts().static
+
+    @property
+    def profiles(self) -> dict[str, dict[str, Any]]:
+        if self.reloaded_profiles is not None:
+            return self.reloaded_profiles
+        return self._parts().profiles
+
+    def current(self) -> LiveConfig:
+        """The installed config; the first call records it as the starting version."""
+        self._parts()
+        live = self.engine.live_config
+        if not self.history:
+            self._record(ConfigVersion(live.version, time.time(), "server", "startup", "",
+                                       {}, live))
+        return live
+
+    def _parts(self):
+        if self.engine.parts is None:
+            raise ChangeError(503, "loading", "the model is loading; try again shortly")
+        return self.engine.parts
+
+    async def patch(self, changes: dict[str, Any], *, expected_version: int | None,
+                    actor: str, source: str = "api", reason: str = "",
+                    lane_moves: dict[str, str] | None = None,
+                    dry_run: bool = False) -> ChangeResult:
+        async with self._lock:
+            current = self._check_version(expected_version)
+            try:
+                new = apply_patch(current, self.static, changes)
+            except ValueError as exc:
+                raise ChangeError(400, "invalid_value", str(exc)) from None
+            return await self._install(current, new, actor, source, reason, lane_moves,
+                                       dry_run)
+
+    async def apply_profile(self, name: str, *, actor: str, reason: str = "",
+                            expected_version: int | None = None,
+                            lane_moves: dict[str, str] | None = None,
+                            dry_run: bool = False) -> ChangeResult:
+        if name not in self.profiles:
+            known = ", ".join(sorted(self.profiles)) or "none are defined in the YAML"
+            raise ChangeError(404, "unknown_profile", f"no profile {name!r}; profiles: {known}")
+        return await self.patch(self.profiles[name], expected_version=expected_version,
+                                actor=actor, source=f"profile:{name}", reason=reason,
+                                lane_moves=lane_moves, dry_run=dry_run)
+
+    async def rollback(self, version: int, *, actor: str, reason: str = "",
+                       expected_version: int | None = None,
+                       lane_moves: dict[str, str] | None = None,
+                       dry_run: bool = False) -> ChangeResult:
+        """Install the settings of an earlier version, as a new version."""
+        self.current()
+        target = next((v for v in self.history if v.version == version), None)
+        if target is None:
+            known = [v.version for v in self.history]
+            span = f"{known[0]}..{known[-1]}" if known else "none"
+            raise ChangeError(404, "unknown_version", f"no version {version} in the history"
+                              f" (kept: {span})")
+        async with self._lock:
+            current = self._check_version(expected_version)
+            new = target.live.replace(version=current.version)
+            return await self._install(current, new, actor, f"rollback:{version}", reason,
+                                       lane_moves, dry_run)
+
+    def audit_admission(self, paused: bool, actor: str, reason: str) -> None:
+        """Drain / resume: not a config version, but a decision a postmortem must see."""
+        live = self.engine.live_config
+        version = live.version if live is not None else 0
+        change = {"admission": ["open" if paused else "paused", "paused" if paused else "open"]}
+        log.warning("admission %s by %s: %s", "paused" if paused else "resumed", actor,
+                    reason or "(no reason given)")
+        if self.writer is not None:
+            self.writer.submit_config_change(time.time(), version,
+                                             "drain" if paused else "resume", actor, change,
+                                             reason)
+
+    # ---- internals -----------------------------------------------------------------
+    def _check_version(self, expected: int | None) -> LiveConfig:
+        current = self.current()
+        if expected is not None and expected != current.version:
+            raise ChangeError(412, "version_mismatch", f"the config is at version"
+                              f" {current.version}, not {expected}: someone changed it;"
+                              " read it again and retry", current_version=current.version)
+        return current
+
+    async def _install(self, current: LiveConfig, new: LiveConfig, actor: str, source: str,
+                       reason: str, lane_moves: dict[str, str] | None,
+                       dry_run: bool) -> ChangeResult:
+        changes = diff(current, new)
+        moves = dict(lane_moves or {})
+        try:
+            if dry_run or not changes:
+                await self.engine.call(lambda e: e.check_lane_moves(new, moves))
+                return ChangeResult(False, current.version, changes, new)
+            installed = await self.engine.call(lambda e: e.update_config(new, moves))
+        except LaneNotEmptyError as exc:
+            raise ChangeError(409, "lane_not_empty", str(exc)) from None
+        except ValueError as exc:
+            raise ChangeError(400, "invalid_value", str(exc)) from None
+        self._record(ConfigVersion(installed.version, time.time(), actor, source, reason,
+                                   changes, installed))
+        log.warning("config version %d by %s (%s): %s%s", installed.version, actor, source,
+                    ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()),
+                    f"; reason: {reason}" if reason else "")
+        return ChangeResult(True, installed.version, changes, installed)
+
+    def _record(self, entry: ConfigVersion) -> None:
+        self.history.append(entry)
+        del self.history[:-HISTORY_LIMIT]
+        if self.writer is not None:
+            self.writer.submit_config_change(entry.time, entry.version, entry.source,
+                                             entry.actor, entry.diff, entry.reason)

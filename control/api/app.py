@@ -1,0 +1,105 @@
+"""The FastAPI app: OpenAI-compatible routes, probes, /metrics and the trace read API,
+over one AsyncEngine.
+
+    app = create_app(ServeSettings(model="smollm2-135m"))   # the engine loads on startup
+
+Tests pass their own AsyncEngine (a tiny model, small budgets) and may start it themselves;
+`start()` is idempotent. The lifespan starts the trace writer and the engine loop; at
+shutdown it ends what is left, stops the engine thread, then lets the writer commit the
+last records and close the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from control.admin import routes as admin_routes
+from control.admin.auth import check_exposure, load_tokens
+from control.admin.config_store import ConfigStore
+from control.admin.config_watch import ConfigWatcher
+from control.api import routes as api_routes
+from control.api.errors import install_error_handlers
+from control.metrics.observer import Observer
+from control.metrics.registry import ServingMetrics
+from control.serve.bootstrap import build_parts
+from control.serve.engine_loop import AsyncEngine
+from control.serve.settings import LOOPBACK_HOSTS, ServeSettings
+from control.serve.state import ServerState
+from control.trace import routes as trace_routes
+from control.trace.writer import TraceSettings, TraceWriter
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def open_trace(settings: ServeSettings, run_id: str) -> TraceWriter | None:
+    """Open the trace database now (raises ValueError if it cannot be used: e.g. another
+    process holds it); None when tracing is off."""
+    if not settings.trace_db:
+        return None
+    trace_settings = TraceSettings(settings.trace_db, max_queue=settings.trace_queue,
+                                   kv_snapshot_every=settings.kv_snapshot_every,
+                                   retention=settings.trace_retention)
+    run_settings = {"model": settings.model, "config": settings.config_path,
+                    "engine_overrides": settings.engine_overrides}
+    return TraceWriter(trace_settings, run_id, settings.model_name, run_settings).open()
+
+
+def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> FastAPI:
+    settings.validate()
+    metrics = ServingMetrics(settings.model_name, settings.metrics_tenants)
+    writer = open_trace(settings, new_run_id())
+    observer = Observer(metrics, writer, settings.kv_snapshot_every)
+    if engine is None:
+        engine = AsyncEngine(functools.partial(build_parts, settings),
+                             stall_after_s=settings.stall_after_s, observer=observer)
+    elif engine.observer is None:
+        if engine.parts is not None and engine.live_config is not None:  # loaded already
+            observer.prime(engine.live_config, engine.parts.static)
+        engine.observer = observer
+    state = ServerState(settings, engine, metrics=metrics, observer=engine.observer,
+                        trace=writer)
+    if settings.control_api:
+        state.control_tokens = load_tokens(settings.control_tokens_path)
+        check_exposure(settings.host, state.control_tokens, LOOPBACK_HOSTS)
+        state.config_store = ConfigStore(engine, writer)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if writer is not None:
+            writer.start()
+        engine.start()
+        watch = None
+        if state.config_store is not None and settings.config_path:  # SIGHUP reloads it
+            state.config_watcher = ConfigWatcher(state.config_store, settings.config_path)
+            if settings.watch_config:  # and so does an edit
+                watch = asyncio.ensure_future(state.config_watcher.run())
+        try:
+            yield
+        finally:
+            if watch is not None:
+                watch.cancel()
+            engine.abort_all("shutdown")
+            engine.stop()
+            state.close()
+            if state.observer is not None:
+                state.observer.stop()
+            if writer is not None:
+                writer.stop()
+
+    app = FastAPI(title="batchpilot", summary="OpenAI-compatible LLM serving",
+                  lifespan=lifespan)
+    app.state.serving = state
+    install_error_handlers(app)
+    app.include_router(api_routes.router)
+    app.include_router(trace_routes.router)
+    app.include_router(admin_routes.router)
+    return app

@@ -1,0 +1,123 @@
+"""Drive one admitted request for a route: hand out its events in order, and abort it in
+the engine when the client leaves, its time runs out, or its stream goes idle.
+
+    time ->  arrival ........ first token ..... token ..... token ......... finish
+             |<------------------ timeout_s (X-Request-Timeout-Ms) ------------->|
+                                          |<- idle ->|  (stream_idle_timeout_ms,
+                                                         live config; streams only)
+
+Every abort goes through AsyncEngine.abort, which frees the request's KV blocks before the
+next step and counts it by reason; the engine then sends the request's final event
+(finish_reason "cancelled" or "timeout"), which this class passes on like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from control.serve.engine_loop import AsyncEngine
+from control.serve.streams import CLIENT_GONE, ClientGone, RequestStream, StreamEvent
+
+ABORT_GRACE_S = 10.0  # after an abort, the final event must come within this (or within
+# the engine's stall_after_s, when longer: a long step may be running when the abort comes)
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection; the request has been aborted."""
+
+
+class EngineUnresponsive(Exception):
+    """An aborted request's final event never came: the engine loop is stuck."""
+
+
+class Generation:
+    def __init__(self, engine: AsyncEngine, stream: RequestStream,
+                 receive: Callable[[], Awaitable[dict[str, Any]]], *, timeout_s: float,
+                 streaming: bool, clock: Callable[[], float] = time.monotonic):
+        self.engine = engine
+        self.stream = stream
+        self.timeout_s = timeout_s
+        self.streaming = streaming  # the idle timeout applies to streams only
+        self.clock = clock
+        self.started = clock()
+        self.last_token: float | None = None  # when the last token arrived
+        self.aborted_at: float | None = None
+        self.abort_reason: str | None = None
+        self.finished = False
+        self.closed = False
+        self._watcher = asyncio.ensure_future(_watch_disconnect(receive, stream.queue))
+
+    @property
+    def request_id(self) -> str:
+        return self.stream.request_id
+
+    async def next_event(self) -> StreamEvent:
+        """The next event; the last one has `finished`. Raises ClientDisconnected, or
+        EngineUnresponsive when an aborted request never ends."""
+        while True:
+            try:
+                item = await asyncio.wait_for(self.stream.queue.get(), self._wait_s())
+            except asyncio.TimeoutError:
+                self._on_timeout()
+                continue
+            if isinstance(item, ClientGone):
+                self.abort("client_disconnect")
+                raise ClientDisconnected(self.request_id)
+            if item.delta_token_ids:
+                self.last_token = self.clock()
+            if item.finished:
+                self.finished = True
+            return item
+
+    def abort(self, reason: str) -> None:
+        if self.abort_reason is None and not self.finished:
+            self.abort_reason, self.aborted_at = reason, self.clock()
+            self.engine.abort(self.request_id, reason)
+
+    def close(self) -> None:
+        """Idempotent; a request that has not finished is aborted (its client is gone)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._watcher.cancel()
+        if not self.finished:
+            self.abort("client_disconnect")
+
+    def _wait_s(self) -> float:
+        now = self.clock()
+        if self.aborted_at is not None:
+            grace_s = max(ABORT_GRACE_S, self.engine.stall_after_s)
+            return max(0.0, self.aborted_at + grace_s - now)
+        wait = self.started + self.timeout_s - now
+        idle_s = self._idle_timeout_s()
+        if idle_s is not None and self.last_token is not None:
+            wait = min(wait, self.last_token + idle_s - now)
+        return max(0.0, wait)
+
+    def _idle_timeout_s(self) -> float | None:
+        live = self.engine.live_config
+        if not self.streaming or live is None:
+            return None
+        return live.stream_idle_timeout_ms / 1000.0
+
+    def _on_timeout(self) -> None:
+        if self.aborted_at is not None:
+            raise EngineUnresponsive(f"request {self.request_id} was aborted"
+                                     f" ({self.abort_reason}) but never ended")
+        if self.clock() >= self.started + self.timeout_s:
+            self.abort("request_timeout")
+        else:
+            self.abort("stream_idle_timeout")
+
+
+async def _watch_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]],
+                            queue: asyncio.Queue) -> None:
+    """The request body is already read: the next message is http.disconnect."""
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            queue.put_nowait(CLIENT_GONE)
+            return

@@ -1,0 +1,76 @@
+"""Routing metadata of one request, from its headers and body.
+
+    tenant    X-Tenant, else the body's `user`, else "default"
+    lane      X-Lane, else None: the engine routes by prompt length
+              (long_context_threshold -> long_context_lane, else default_lane)
+    priority  the body's `priority`, else X-Priority, else 0 (smaller runs first)
+    deadline  X-Deadline-Ms: milliseconds from now by which the request must finish,
+              turned into an absolute time on the engine clock (time.time(), seconds)
+    timeout   X-Request-Timeout-Ms, capped at the server's max_request_timeout_s (also
+              the default): past it the request is aborted as a timeout
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from control.api.errors import APIError
+
+MAX_NAME_LEN = 128  # tenant and lane names
+PRIORITY_LIMIT = 2**31  # |priority| below this
+MAX_MS = 7 * 24 * 3600 * 1000  # a week: more is certainly a unit mistake
+
+
+@dataclass(frozen=True)
+class RequestMeta:
+    tenant: str
+    lane: str | None
+    priority: int
+    deadline: float | None  # absolute, engine clock (s)
+    timeout_s: float  # from arrival
+
+
+def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None, *,
+              now: float, max_timeout_s: float) -> RequestMeta:
+    """Raises APIError(400) naming the header that is malformed."""
+    tenant = _name(headers.get("x-tenant"), "X-Tenant") or _name(user, "user") or "default"
+    lane = _name(headers.get("x-lane"), "X-Lane")
+    if priority is None:
+        priority = _int(headers.get("x-priority"), "X-Priority", -PRIORITY_LIMIT,
+                        PRIORITY_LIMIT - 1)
+    elif not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
+        raise APIError(400, f"priority={priority} must be in [-2**31, 2**31)",
+                       code="invalid_value", param="priority")
+    deadline_ms = _int(headers.get("x-deadline-ms"), "X-Deadline-Ms", 1, MAX_MS)
+    deadline = now + deadline_ms / 1000.0 if deadline_ms is not None else None
+    timeout_ms = _int(headers.get("x-request-timeout-ms"), "X-Request-Timeout-Ms", 1, MAX_MS)
+    timeout_s = max_timeout_s if timeout_ms is None else min(timeout_ms / 1000.0,
+                                                              max_timeout_s)
+    return RequestMeta(tenant, lane, priority or 0, deadline, timeout_s)
+
+
+def _name(value: str | None, where: str) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    if len(value) > MAX_NAME_LEN or not value.isprintable():
+        raise APIError(400, f"{where} must be printable and at most {MAX_NAME_LEN} characters",
+                       code="invalid_value", param=where)
+    return value
+
+
+def _int(value: str | None, where: str, low: int, high: int) -> int | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise APIError(400, f"{where}={value!r} must be an integer", code="invalid_value",
+                       param=where) from None
+    if not low <= number <= high:
+        raise APIError(400, f"{where}={number} must be in {low}..{high}",
+                       code="invalid_value", param=where)
+    return number

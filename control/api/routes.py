@@ -1,0 +1,157 @@
+"""The data plane's endpoints: OpenAI's /v1/completions, /v1/chat/completions and
+/v1/models, and the probes /healthz and /readyz.
+
+A generation request: validate (schemas) -> routing metadata (request_meta) -> tokenize on
+the tokenizer thread -> admit on the engine thread (reject: 400 / 429 / 503) -> stream the
+events (SSE) or collect them into one body. Nothing here blocks the event loop.
+
+Probes. /healthz: the process answers. /readyz: 200 only when the model is loaded, the
+engine loop is alive and has made progress recently (or is idle), and the server is not
+draining; else 503 with the reason. Both bodies carry a few numbers for operators.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from control.api.errors import APIError, rejection_error, retry_after
+from control.api.generation import ClientDisconnected, EngineUnresponsive, Generation
+from control.api.openai_format import ResponseFormat, from_decision
+from control.api.request_meta import RequestMeta, read_meta
+from control.api.responses import collect, sse_response
+from control.api.schemas import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ErrorResponse,
+    ModelCard,
+    ModelList,
+)
+from control.serve.state import ServerState, get_state
+from control.serve.streams import Submission
+from engine.request import SamplingParams
+
+router = APIRouter()
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 429, 500, 503)}
+LOADING_RETRY_AFTER_S = 5.0
+
+
+@router.post("/v1/completions", responses={200: {"model": CompletionResponse}, **ERRORS})
+async def completions(body: CompletionRequest, request: Request) -> Response:
+    state, meta = _prepare(request, body)
+    text, ids = await state.run_tokenizer(state.encode_prompt, body.prompt)
+    return await _generate(state, request, body, meta, "completion", text, ids,
+                           body.max_tokens or 16)
+
+
+@router.post("/v1/chat/completions",
+             responses={200: {"model": ChatCompletionResponse}, **ERRORS})
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+    state, meta = _prepare(request, body)
+    messages = [m.as_template_dict() for m in body.messages]
+    text, ids = await state.run_tokenizer(state.encode_chat, messages)
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    if max_tokens is None:  # the rest of the context (admission explains a prompt too long)
+        max_tokens = max(1, state.parts.max_prompt_capacity - len(ids))
+    return await _generate(state, request, body, meta, "chat", text, ids, max_tokens)
+
+
+@router.get("/v1/models", response_model=ModelList)
+async def models(request: Request) -> ModelList:
+    state = get_state(request)
+    max_len = state.parts.static.max_model_len if state.parts else 0
+    return ModelList(data=[ModelCard(id=state.settings.model_name, created=state.started,
+                                     max_model_len=max_len)])
+
+
+def _prepare(request: Request, body: CompletionRequest | ChatCompletionRequest,
+             ) -> tuple[ServerState, RequestMeta]:
+    """The server state, once it can serve `body.model`; and the routing metadata."""
+    state = get_state(request)
+    model = body.model
+    if model is not None and model not in state.model_names:
+        raise APIError(404, f"the model {model!r} does not exist; this server serves"
+                       f" {state.settings.model_name!r}", code="model_not_found",
+                       param="model")
+    if state.parts is None:
+        reason = state.engine.health() or "the model is loading"
+        raise APIError(503, reason, code="loading", headers=retry_after(LOADING_RETRY_AFTER_S))
+    meta = read_meta(request.headers, body.user, body.priority, now=state.parts.engine.clock(),
+                     max_timeout_s=state.settings.max_request_timeout_s)
+    return state, meta
+
+
+def _sampling_params(body: CompletionRequest | ChatCompletionRequest,
+                     max_tokens: int) -> SamplingParams:
+    try:
+        return SamplingParams(
+            max_tokens=max_tokens, temperature=1.0 if body.temperature is None
+            else body.temperature, top_p=1.0 if body.top_p is None else body.top_p,
+            top_k=max(0, body.top_k or 0), seed=body.seed, stop=body.stop_list,
+            stop_token_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos)
+    except ValueError as exc:
+        raise APIError(400, str(exc), code="invalid_value") from None
+
+
+async def _generate(state: ServerState, request: Request,
+                    body: CompletionRequest | ChatCompletionRequest, meta: RequestMeta,
+                    kind: str, text: str | None, ids: list[int], max_tokens: int) -> Response:
+    params = _sampling_params(body, max_tokens)
+    prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
+    request_id = prefix + uuid.uuid4().hex
+    fmt = ResponseFormat(kind, request_id, state.settings.model_name, len(ids), meta,
+                         include_usage=body.include_usage, lane=meta.lane or "")
+    submission = Submission(request_id, text, ids, params, tenant=meta.tenant,
+                            lane=meta.lane, priority=meta.priority, deadline=meta.deadline)
+    decision, stream = await state.engine.add(submission)
+    from_decision(fmt, decision)
+    if stream is None:
+        raise rejection_error(decision, fmt.start_headers())
+    state.inflight += 1
+    gen = Generation(state.engine, stream, request.receive, timeout_s=meta.timeout_s,
+                     streaming=body.stream)
+    if body.stream:
+        return sse_response(gen, fmt, on_close=state.finished_one)
+    try:
+        return await collect(gen, fmt)
+    except ClientDisconnected:
+        return Response(status_code=499)  # nobody is listening
+    except EngineUnresponsive as exc:
+        raise APIError(500, str(exc), code="engine_unresponsive") from None
+    finally:
+        gen.close()
+        state.finished_one()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    state = get_state(request)
+    engine = state.engine
+    reason = engine.health()
+    stats = engine.stats
+    body = {
+        "status": "ready" if reason is None else "not_ready",
+        "reason": reason,
+        "model": state.settings.model_name,
+        "draining": engine.draining,
+        "inflight": state.inflight,
+        "engine": {"steps": stats.steps, "last_step_s": stats.last_step_s,
+                   "last_step_age_s": None if stats.last_step_at is None
+                   else round(time.time() - stats.last_step_at, 3),
+                   "running": stats.running, "waiting": stats.waiting,
+                   "kv_blocks_used": stats.kv_blocks_used, "kv_usage": stats.kv_usage},
+        "aborts": dict(engine.abort_counts),
+        "rejections": dict(engine.reject_counts),
+    }
+    headers = {"Retry-After": "5"} if reason is not None else None
+    return JSONResponse(body, status_code=200 if reason is None else 503, headers=headers)

@@ -1,0 +1,69 @@
+"""`batchpilot dashboard`: the Streamlit operator dashboard (dashboard/app.py) over a
+running server (--url: read and control APIs) or a trace file (--trace-db: postmortem).
+
+    batchpilot dashboard --url http://127.0.0.1:8000 --port 8501
+    batchpilot dashboard --trace-db incident.duckdb
+
+Runs `python -m streamlit run dashboard/app.py` bound to --host (127.0.0.1 by default),
+headless, without usage statistics; it stops with Ctrl+C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from control.cli.ctl import TOKEN_ENV, URL_ENV
+
+APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+
+
+def streamlit_command(args: argparse.Namespace) -> list[str]:
+    source = ["--url", args.url] if args.url else ["--trace-db", os.path.abspath(args.trace_db)]
+    return [sys.executable, "-m", "streamlit", "run", str(APP),
+            "--server.address", args.host, "--server.port", str(args.port),
+            "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            "--", *source, "--token-env", args.token_env]
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    if args.trace_db and not os.path.isfile(args.trace_db):
+        print(f"batchpilot dashboard: trace DB {args.trace_db!r} does not exist",
+              file=sys.stderr)
+        return 2
+    if args.url and not args.url.startswith(("http://", "https://")):
+        print(f"batchpilot dashboard: --url {args.url!r} must start with http:// or"
+              " https://", file=sys.stderr)
+        return 2
+    print(f"batchpilot: dashboard at http://{args.host}:{args.port}", flush=True)
+    try:
+        return subprocess.call(streamlit_command(args))
+    except KeyboardInterrupt:
+        return 0
+
+
+def add_dashboard_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("dashboard", help="the operator dashboard (Streamlit)",
+                       description=__doc__.split("\n\n")[0])
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--url", default=None, help=f"a running server (or ${URL_ENV})")
+    source.add_argument("--trace-db", metavar="FILE", help="a trace file, opened read-only")
+    p.add_argument("--host", default="127.0.0.1", help="default %(default)s")
+    p.add_argument("--port", type=int, default=8501, help="default %(default)s")
+    p.add_argument("--token-env", default=TOKEN_ENV, metavar="NAME",
+                   help="environment variable holding a control API token (default"
+                   " %(default)s); the Control page sends it")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if not args.url and not args.trace_db:
+        args.url = os.environ.get(URL_ENV)
+        if not args.url:
+            print("batchpilot dashboard: give --url URL (a running server) or --trace-db"
+                  " FILE", file=sys.stderr)
+            return 2
+    return _dashboard(args)

@@ -1,0 +1,164 @@
+"""`batchpilot` command line. Subcommands: `serve`, `trace` (control/trace/cli.py), `ctl`
+(control/cli/ctl.py), `loadtest` (control/loadtest/cli.py), `dashboard`
+(control/cli/dashboard.py), `checklist` (control/checklist/).
+
+    batchpilot serve --model smollm2-135m --config serving.yaml --host 127.0.0.1 --port 8000
+    batchpilot trace --url http://127.0.0.1:8000 slow --since -15m
+    batchpilot ctl --url http://127.0.0.1:8000 set max_num_seqs=64 --reason "incident 42"
+    batchpilot loadtest --scenario playbooks/scenarios/chat.yaml --url http://127.0.0.1:8000
+    batchpilot dashboard --url http://127.0.0.1:8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+
+from control.checklist.cli import add_checklist_parser
+from control.cli.ctl import add_ctl_parser
+from control.cli.dashboard import add_dashboard_parser
+from control.loadtest.cli import add_loadtest_parser
+from control.serve.settings import DEFAULT_MODEL, ServeSettings
+from control.trace.cli import add_trace_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="batchpilot", description="An LLM serving engine whose scheduler an operator can"
+        " see and steer.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = sub.add_parser("serve", help="serve the OpenAI-compatible HTTP API",
+                           description="Load a model and serve /v1/completions,"
+                           " /v1/chat/completions, /v1/models, /healthz and /readyz.")
+    serve.add_argument("--model", default=DEFAULT_MODEL,
+                       help="alias, checkpoint directory or .gguf file (default %(default)s);"
+                       " nothing is downloaded from a model hub")
+    serve.add_argument("--config", dest="config_path", metavar="YAML",
+                       help="serving config (budgets, lanes, profiles); default: the embedded"
+                       " defaults fitted to the model")
+    serve.add_argument("--host", default="127.0.0.1", help="default %(default)s")
+    serve.add_argument("--port", type=int, default=8000,
+                       help="default %(default)s; 0 picks a free port (printed when ready)")
+    serve.add_argument("--trace-db", metavar="PATH",
+                       help="DuckDB file for the scheduler trace (steps, requests, KV"
+                       " snapshots, admissions); created if missing, appended to if not."
+                       " Default: no trace")
+    serve.add_argument("--trace-max-age", metavar="DURATION", type=_duration,
+                       help="retention: delete trace rows older than this (e.g. 30m, 12h,"
+                       " 7d; default: keep)")
+    serve.add_argument("--trace-max-mb", metavar="MB", type=float,
+                       help="retention: keep the trace file under about this size (default:"
+                       " no limit)")
+    serve.add_argument("--kv-snapshot-every", metavar="STEPS", type=int, default=50,
+                       help="steps between KV snapshots in the trace, besides one at every"
+                       " watermark crossing (default %(default)s)")
+    serve.add_argument("--metrics-tenants", metavar="A,B,...", type=_names, default=(),
+                       help="tenants that get their own metrics label; the rest count as"
+                       " 'other' (default: only 'default')")
+    serve.add_argument("--control-tokens", metavar="FILE",
+                       help="control API tokens, one 'name scope secret' per line (scope:"
+                       " read or admin); also read from $BATCHPILOT_CONTROL_TOKENS. Without"
+                       " any, the control API is open and the server must bind loopback")
+    serve.add_argument("--no-control-api", action="store_true",
+                       help="serve without the /control API")
+    serve.add_argument("--no-watch-config", action="store_true",
+                       help="do not reload --config when the file changes (SIGHUP still"
+                       " reloads it)")
+    serve.add_argument("--served-model-name", help="the model id clients send and"
+                       " /v1/models shows (default: the --model's last path part)")
+    serve.add_argument("--device", help="cpu or cuda[:N] (default: cuda when available)")
+    serve.add_argument("--shutdown-grace-s", type=float, default=30.0,
+                       help="on SIGTERM, how long in-flight requests may run before they are"
+                       " cancelled (default %(default)s)")
+    serve.add_argument("--max-request-timeout-s", type=float, default=600.0,
+                       help="cap and default of a request's X-Request-Timeout-Ms"
+                       " (default %(default)s)")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(func=_serve)
+    add_trace_parser(sub)
+    add_ctl_parser(sub)
+    add_loadtest_parser(sub)
+    add_dashboard_parser(sub)
+    add_checklist_parser(sub)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from control.admin.auth import check_exposure, load_tokens
+    from control.serve.bootstrap import read_serving_config
+    from control.serve.settings import LOOPBACK_HOSTS
+    from control.trace.store import check_trace_db
+    from engine.models import resolve_model_source
+
+    settings = ServeSettings(
+        model=args.model, config_path=args.config_path, host=args.host, port=args.port,
+        served_model_name=args.served_model_name, trace_db=args.trace_db,
+        trace_max_age_s=args.trace_max_age, kv_snapshot_every=args.kv_snapshot_every,
+        trace_max_bytes=int(args.trace_max_mb * 2**20) if args.trace_max_mb else None,
+        metrics_tenants=args.metrics_tenants, control_api=not args.no_control_api,
+        control_tokens_path=args.control_tokens, watch_config=not args.no_watch_config,
+        device=args.device, shutdown_grace_s=args.shutdown_grace_s,
+        max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level)
+    try:  # fail before binding a port or loading anything
+        settings.validate()
+        read_serving_config(settings.config_path)
+        resolve_model_source(settings.model)
+        check_trace_db(settings.trace_db)
+        if settings.control_api:
+            check_exposure(settings.host, load_tokens(settings.control_tokens_path),
+                           LOOPBACK_HOSTS)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"batchpilot serve: error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from control.serve.server import serve
+
+    return serve(settings)
+
+
+def _duration(text: str) -> float:
+    """'90', '90s', '30m', '12h', '7d' -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; use e.g. 90s, 30m, 12h or 7d") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+TIME_OPTIONS = ("--since", "--until", "--at")
+
+
+def relative_times(argv: list[str]) -> list[str]:
+    """`--since -15m` as `--since=-15m`: argparse takes a value that starts with '-' and
+    a digit-and-unit for an option, and the runbooks' relative times look like that."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in TIME_OPTIONS and re.fullmatch(r"-\d+(\.\d+)?[smhd]?", arg):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(relative_times(sys.argv[1:] if argv is None else argv))
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 2
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

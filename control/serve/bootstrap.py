@@ -1,0 +1,95 @@
+"""Build what the engine loop owns from ServeSettings: the model, the engine, the processor.
+
+The serving YAML is read twice on purpose: `load_config_file` validates it, and the raw
+`serving:` keys say which settings the operator chose. Those are kept as written; the
+others are fitted to the model exactly as the offline `LLM` does (max_model_len capped
+at the model's, KV blocks sized to memory, defaults that do not fit capped).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from control.serve.settings import ServeSettings
+from engine.config import EngineConfig, LiveConfig, StaticConfig
+from engine.config_yaml import KEY_ALIASES, load_config_file
+from engine.engine import Engine
+from engine.output_processor import OutputProcessor
+
+
+@dataclass
+class EngineParts:
+    """Owned by the engine thread, except `frontend_tokenizer` (the routes' own copy:
+    a fast tokenizer is not safe to share between threads) and the immutable configs."""
+
+    engine: Engine
+    processor: OutputProcessor
+    frontend_tokenizer: Any
+    vocab_size: int  # token ids a prompt may contain: 0 .. vocab_size - 1
+    static: StaticConfig
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def max_prompt_capacity(self) -> int:
+        """Tokens one request may hold: max_model_len, and never more than the KV pool."""
+        static = self.static
+        return min(static.max_model_len, static.num_kv_blocks * static.block_size)
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """The YAML, validated: the settings it names (engine field -> value), its lanes and
+    the rest of its live settings, and its profiles."""
+
+    explicit: dict[str, Any]
+    live: LiveConfig
+    profiles: dict[str, dict[str, Any]]
+
+
+def read_serving_config(path: str | None) -> ServingConfig:
+    """Raises ValueError naming the bad field, before any model is loaded."""
+    if path is None:
+        return ServingConfig({}, LiveConfig(), {})
+    loaded = load_config_file(path)
+    raw = (yaml.safe_load(Path(path).read_text()) or {}).get("serving") or {}
+    config: EngineConfig = loaded.config
+    explicit = {}
+    for key in raw:
+        name = KEY_ALIASES.get(key, key)
+        source = config.static if hasattr(config.static, name) else config.live
+        explicit[name] = getattr(source, name)
+    return ServingConfig(explicit, config.live, loaded.profiles)
+
+
+def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
+    """Load the model (unless `loaded`, a LoadedModel, is given) and build the engine."""
+    import torch
+
+    from engine.llm import build_engine, fit_engine_config
+    from engine.models import load_model
+
+    serving = read_serving_config(settings.config_path)
+    if loaded is None:
+        device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        if device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+            # torch's intra-op threads spin: leave a core to the event loop, or on a small
+            # machine every step waits for the HTTP side and the HTTP side for the step
+            torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+        loaded = load_model(settings.model, dtype=dtype, device=device)
+    overrides = {**serving.explicit, **settings.engine_overrides}
+    config = fit_engine_config(loaded, overrides, base=serving.live)
+    engine = build_engine(loaded, config)
+    try:
+        frontend = copy.deepcopy(loaded.tokenizer)
+    except Exception:  # fall back to sharing; encode and decode do not mutate it
+        frontend = loaded.tokenizer
+    vocab = int(getattr(loaded.hf_config, "vocab_size", 0) or len(loaded.tokenizer))
+    return EngineParts(engine, OutputProcessor(loaded.tokenizer), frontend, vocab,
+                       config.static, serving.profiles)

@@ -1,0 +1,76 @@
+"""`make run`: the server on the default model with a trace, and the dashboard beside it.
+
+Starts `batchpilot serve --trace-db FILE`, waits for its ready line, starts `batchpilot
+dashboard --url ...`, prints both URLs, and stops both (server first drains) on Ctrl+C
+or when either exits.
+
+    python -m control.serve.run_all [--port 8000] [--dashboard-port 8501] [--trace-db FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import threading
+
+from control.serve.server import READY_LINE
+
+
+def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "control.cli.main", "serve", "--model", args.model,
+           "--host", args.host, "--port", str(args.port), "--trace-db", args.trace_db]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            bufsize=1)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # echo the server's start-up; its ready line carries the URL
+        sys.stdout.write(line)
+        if line.startswith(READY_LINE):
+            return proc, line.rsplit(" at ", 1)[1].strip()
+    raise SystemExit(f"the server exited ({proc.wait()}) before it was ready")
+
+
+def _pump(proc: subprocess.Popen) -> None:
+    """The server's log, as it comes."""
+    for line in proc.stdout:
+        sys.stdout.write(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dashboard-port", type=int, default=8501)
+    parser.add_argument("--trace-db", default="batchpilot-trace.duckdb")
+    args = parser.parse_args(argv)
+    server, url = start_server(args)
+    dashboard = subprocess.Popen(
+        [sys.executable, "-m", "control.cli.main", "dashboard", "--url", url, "--host", args.host,
+         "--port", str(args.dashboard_port)], stdout=subprocess.DEVNULL)
+    print(f"\n  API        {url}   (OpenAI-compatible; /metrics; /control)\n"
+          f"  dashboard  http://{args.host}:{args.dashboard_port}\n"
+          f"  trace      {args.trace_db}\n\nCtrl+C stops both.", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    threading.Thread(target=_pump, args=(server,), name="server-log", daemon=True).start()
+    try:
+        while not stop.is_set() and server.poll() is None and dashboard.poll() is None:
+            stop.wait(0.5)
+    except KeyboardInterrupt:
+        stop.set()  # Ctrl+C: stop both, below
+    finally:
+        for proc in (dashboard, server):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in (dashboard, server):
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return server.returncode or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

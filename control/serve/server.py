@@ -1,0 +1,145 @@
+"""Run the app under uvicorn, with graceful draining on SIGTERM / SIGINT.
+
+    SIGTERM -> draining: new requests get 503 + Retry-After, /readyz 503
+            -> in-flight requests get up to shutdown_grace_s to finish
+            -> the rest are aborted: streams end with a final chunk (finish_reason
+               "cancelled" and an error saying the server is shutting down)
+            -> uvicorn stops; the process exits 0
+    a second SIGINT (Ctrl+C) while draining forces the exit at once
+
+uvicorn's own handler (`Server.handle_exit`) would stop at once and record the signal, to
+raise it again after shutdown (so the process would die by the signal, not exit 0); the
+subclass replaces it and records nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import socket
+import sys
+import time
+from types import FrameType
+
+import uvicorn
+
+from control.api.app import create_app
+from control.serve.settings import ServeSettings
+from control.serve.state import ServerState
+
+log = logging.getLogger("batchpilot.server")
+
+POLL_S = 0.05
+FLUSH_S = 5.0  # after the grace period: time for the aborted streams' final chunks
+READY_LINE = "batchpilot: ready"
+
+
+class DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, state: ServerState, *, announce: bool = True):
+        super().__init__(config)
+        self.state = state
+        self.announce = announce
+        self.exit_code = 0
+        self.bound_url: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._draining = False
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+        with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+            self._loop.add_signal_handler(signal.SIGHUP, self._reload_config)  # main thread
+        self._spawn(self._when_ready())
+
+    def _reload_config(self) -> None:
+        """SIGHUP: reload the --config YAML now (validated, versioned, audited)."""
+        watcher = self.state.config_watcher
+        if watcher is None:
+            log.warning("SIGHUP: no --config file is watched; nothing to reload")
+        else:
+            log.info("SIGHUP: reloading %s", watcher.path)
+            watcher.trigger()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._loop is None:  # not serving yet: nothing to drain
+            self.should_exit = True
+        elif self._draining:
+            if sig == signal.SIGINT:
+                log.warning("second interrupt: exiting without waiting")
+                self.should_exit = self.force_exit = True
+        else:
+            self._draining = True
+            self._loop.call_soon_threadsafe(self._spawn, self.drain())
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Stop admitting, let in-flight requests finish within the grace period, abort the
+        rest, then let uvicorn exit."""
+        state, engine = self.state, self.state.engine
+        grace_s = state.settings.shutdown_grace_s
+        engine.start_draining()
+        log.info("draining: new requests get 503; %d in flight get up to %.1fs",
+                 state.inflight, grace_s)
+        await _wait_idle(state, grace_s)
+        if state.inflight:
+            log.warning("grace period over: ending %d requests", state.inflight)
+            engine.abort_all("shutdown")
+            await _wait_idle(state, FLUSH_S)
+        self.should_exit = True
+
+    async def _when_ready(self) -> None:
+        try:
+            await self.state.engine.wait_loaded()
+        except RuntimeError as exc:
+            log.error("%s", exc)
+            self.exit_code = 1
+            self.should_exit = True
+            return
+        self.bound_url = self._bound_url()
+        if self.announce:
+            print(banner(self.bound_url, self.state.settings.model_name), flush=True)
+
+    def _bound_url(self) -> str:
+        settings = self.state.settings
+        port = settings.port
+        for server in getattr(self, "servers", []):
+            for sock in server.sockets:
+                port = sock.getsockname()[1]
+        return settings.replace(port=port).url
+
+
+async def _wait_idle(state: ServerState, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while state.inflight > 0 and time.monotonic() < deadline:
+        await asyncio.sleep(POLL_S)
+
+
+def banner(url: str, model: str) -> str:
+    body = json.dumps({"model": model, "max_tokens": 32,
+                       "messages": [{"role": "user", "content": "What is a KV cache?"}]})
+    return (f"{READY_LINE}: serving {model} at {url}\n"
+            f"  try:  curl -s {url}/v1/chat/completions -H 'Content-Type: application/json'"
+            f" -d '{body}'\n"
+            f"  probes: {url}/healthz {url}/readyz   stop: Ctrl+C or SIGTERM (drains first)")
+
+
+def serve(settings: ServeSettings) -> int:
+    """Run until drained; the process's exit code (0 after a graceful shutdown)."""
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port,
+                            log_level=settings.log_level, lifespan="on",
+                            timeout_graceful_shutdown=int(FLUSH_S))
+    server = DrainingServer(config, app.state.serving)
+    server.run()
+    if not server.started and server.exit_code == 0:
+        return 1  # e.g. the port was taken (uvicorn logged why)
+    sys.stdout.flush()
+    return server.exit_code

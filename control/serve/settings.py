@@ -1,0 +1,79 @@
+"""What `batchpilot serve` is told at start: model, config file, address, time limits.
+
+Engine budgets do not live here: they come from the YAML config (`--config`), fitted to
+the model (see `engine.llm.fit_engine_config`). The long-prompt routing rule, for one, is
+the engine config's `long_context_threshold` / `long_context_lane`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from control.trace.retention import Retention
+
+DEFAULT_MODEL = "smollm2-135m"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    model: str = DEFAULT_MODEL  # alias, checkpoint directory or .gguf file
+    config_path: str | None = None  # serving YAML; None: the embedded defaults
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: any free port (the ready line says which)
+    served_model_name: str | None = None  # the id in /v1/models; None: from `model`
+    trace_db: str | None = None  # DuckDB file for the scheduler trace; None: no trace
+    trace_max_age_s: float | None = None  # retention by age; None: keep everything
+    trace_max_bytes: int | None = None  # retention by size; None: no limit
+    trace_queue: int = 20_000  # steps the trace writer may fall behind before dropping
+    kv_snapshot_every: int = 50  # steps between KV snapshots (plus watermark crossings)
+    metrics_tenants: tuple[str, ...] = ()  # tenants with their own label; others: "other"
+    control_api: bool = True  # the /control API (steer budgets, lanes, profiles live)
+    control_tokens_path: str | None = None  # "name scope secret" lines; see control/admin/auth.py
+    watch_config: bool = True  # reload the --config YAML when it changes (and on SIGHUP)
+    device: str | None = None  # None: cuda when available, else cpu
+    shutdown_grace_s: float = 30.0  # SIGTERM: in-flight requests get this long to finish
+    max_request_timeout_s: float = 600.0  # cap (and default) for X-Request-Timeout-Ms
+    stall_after_s: float = 60.0  # /readyz fails when a step has run longer than this
+    engine_overrides: dict[str, Any] = field(default_factory=dict)  # over the YAML's values
+    log_level: str = "info"
+
+    def validate(self) -> ServeSettings:
+        _require(0 <= self.port <= 65535, "port", self.port, "in 0..65535")
+        _require(self.shutdown_grace_s >= 0, "shutdown_grace_s", self.shutdown_grace_s, ">= 0")
+        _require(self.max_request_timeout_s > 0, "max_request_timeout_s",
+                 self.max_request_timeout_s, "> 0")
+        _require(self.stall_after_s > 0, "stall_after_s", self.stall_after_s, "> 0")
+        _require(self.trace_queue >= 1, "trace_queue", self.trace_queue, ">= 1")
+        _require(self.kv_snapshot_every >= 1, "kv_snapshot_every", self.kv_snapshot_every,
+                 ">= 1")
+        _require(len(self.metrics_tenants) <= 100, "metrics_tenants",
+                 len(self.metrics_tenants), "at most 100 names (each is a label value)")
+        self.trace_retention.validate()
+        return self
+
+    @property
+    def trace_retention(self) -> Retention:
+        return Retention(max_age_s=self.trace_max_age_s, max_bytes=self.trace_max_bytes)
+
+    @property
+    def model_name(self) -> str:
+        """The id clients send as `model` and see in /v1/models."""
+        if self.served_model_name:
+            return self.served_model_name
+        return self.model.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def replace(self, **changes: Any) -> ServeSettings:
+        return dataclasses.replace(self, **changes)
+
+
+def _require(ok: bool, name: str, value: object, allowed: str) -> None:
+    if not ok:
+        raise ValueError(f"{name}={value!r} must be {allowed}")

@@ -1,0 +1,195 @@
+"""The trace read API: fixed questions over the server's DuckDB trace (no SQL from callers).
+
+    GET /v1/trace/summary?since=&until=
+    GET /v1/trace/steps?since=&until=&limit=&batch=     steps in a window
+    GET /v1/trace/steps/around?at=&before=&after=       the steps around a moment
+    GET /v1/trace/requests/{request_id}                 one request's timeline
+    GET /v1/trace/slow?since=&until=&limit=&by=         slowest requests, where time went
+    GET /v1/trace/latency?since=&until=&by=lane|tenant  latency breakdown by group
+    GET /v1/trace/kv?since=&until=&bucket_s=            KV usage over time
+    GET /v1/trace/series/{latency|steps|queues|outcomes}?since=&until=&buckets=[&by=]
+                                                        charts: at most `buckets` time buckets
+    GET /v1/trace/config_changes?since=&until=          every config change, with its diff
+    GET /v1/loadtest/runs?limit=                        stored load-test results, newest first
+    GET /v1/trace/checklist                             facts for the go-live checklist
+    GET /v1/loadtest/stats?long_prompt_tokens=&limit=   load-test length spread per run
+    GET /v1/trace/report/latency?since=&until=          latency of the requests that arrived
+    GET /v1/trace/report/kv_crossings?since=&until=     KV watermark crossings
+
+Times: epoch seconds, ISO 8601, 14:02, or relative (-15m). Each read first waits (up to
+2 s) for the writer to commit what the engine has handed it, so a read sees the latest
+steps. Handlers are plain functions: FastAPI runs them on its thread pool, off the event
+loop, each with its own DuckDB cursor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import duckdb
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from control.api.errors import APIError
+from control.metrics.registry import CONTENT_TYPE
+from control.serve.state import get_state
+from control.trace import facts, queries, report_queries, series
+from control.trace.timeparse import parse_time
+
+router = APIRouter()
+SYNC_TIMEOUT_S = 2.0
+
+
+@router.get("/metrics")
+def metrics(request: Request) -> Response:
+    state = get_state(request)
+    if state.metrics is None:
+        raise APIError(404, "metrics are off for this server", code="metrics_off")
+    if state.observer is not None:  # apply the steps already taken (normally none left)
+        state.observer.sync(SYNC_TIMEOUT_S)
+    return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _read(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    writer = get_state(request).trace
+    if writer is None:
+        raise APIError(404, "tracing is off: start the server with --trace-db PATH",
+                       code="trace_off")
+    writer.sync(SYNC_TIMEOUT_S)
+    con = writer.cursor()
+    try:
+        return fn(con, *args, **kwargs)
+    except ValueError as exc:
+        raise APIError(400, str(exc), code="invalid_value") from None
+    finally:
+        con.close()
+
+
+def _t(value: str | None, name: str) -> float | None:
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise APIError(400, f"{name}: {exc}", code="invalid_value", param=name) from None
+
+
+@router.get("/v1/trace/summary")
+def summary(request: Request, since: str | None = None, until: str | None = None) -> Any:
+    return _read(request, queries.summary, _t(since, "since"), _t(until, "until"))
+
+
+@router.get("/v1/trace/steps")
+def steps(request: Request, since: str | None = None, until: str | None = None,
+          limit: int = 1000, batch: bool = False) -> Any:
+    return _read(request, queries.steps, _t(since, "since"), _t(until, "until"), limit, batch)
+
+
+@router.get("/v1/trace/steps/around")
+def steps_around(request: Request, at: str, before: int = 5, after: int = 5) -> Any:
+    return _read(request, queries.steps_around, _t(at, "at"), before, after)
+
+
+@router.get("/v1/trace/requests/{request_id}")
+def request_timeline(request: Request, request_id: str) -> Any:
+    timeline = _read(request, queries.request_timeline, request_id)
+    if timeline is None:
+        raise APIError(404, f"request {request_id!r} is not in the trace (it may still be"
+                       " queued, or retention removed it)", code="not_found")
+    return timeline
+
+
+@router.get("/v1/trace/slow")
+def slow(request: Request, since: str | None = None, until: str | None = None,
+         limit: int = 10, by: str = "e2e_s") -> Any:
+    return _read(request, queries.slow, _t(since, "since"), _t(until, "until"), limit, by)
+
+
+@router.get("/v1/trace/latency")
+def latency(request: Request, since: str | None = None, until: str | None = None,
+            by: str = "lane") -> Any:
+    return _read(request, queries.latency, _t(since, "since"), _t(until, "until"), by)
+
+
+@router.get("/v1/trace/kv")
+def kv(request: Request, since: str | None = None, until: str | None = None,
+       bucket_s: float = 10.0) -> Any:
+    return _read(request, queries.kv_usage, _t(since, "since"), _t(until, "until"), bucket_s)
+
+
+SERIES = {"latency": series.latency_series, "steps": series.step_series,
+          "queues": series.queue_series, "outcomes": series.outcome_series}
+
+
+@router.get("/v1/trace/series/{kind}")
+def time_series(request: Request, kind: str, since: str | None = None,
+                until: str | None = None, buckets: int = 300, by: str | None = None) -> Any:
+    if kind not in SERIES:
+        raise APIError(404, f"no series {kind!r}: one of {', '.join(SERIES)}",
+                       code="not_found")
+    if by is not None and kind != "latency":
+        raise APIError(400, "by= applies to the latency series only", code="invalid_value",
+                       param="by")
+    extra = {"by": by} if by is not None else {}
+    return _read(request, SERIES[kind], _t(since, "since"), _t(until, "until"), buckets,
+                 **extra)
+
+
+@router.get("/v1/trace/config_changes")
+def config_changes(request: Request, since: str | None = None,
+                   until: str | None = None) -> Any:
+    return _read(request, series.config_changes, _t(since, "since"), _t(until, "until"))
+
+
+@router.get("/v1/loadtest/runs")
+def loadtest_runs(request: Request, limit: int = 100) -> Any:
+    return _read(request, series.loadtest_runs, limit)
+
+
+@router.get("/v1/trace/checklist")
+def checklist_facts(request: Request) -> Any:
+    return _read(request, facts.checklist_facts)
+
+
+@router.get("/v1/loadtest/stats")
+def loadtest_stats(request: Request, long_prompt_tokens: int = 512, limit: int = 100) -> Any:
+    return _read(request, facts.loadtest_stats, long_prompt_tokens, limit)
+
+
+@router.get("/v1/trace/report/latency")
+def cohort_latency(request: Request, since: str | None = None,
+                   until: str | None = None) -> Any:
+    return _read(request, report_queries.cohort_latency, _t(since, "since"),
+                 _t(until, "until"))
+
+
+@router.get("/v1/trace/report/kv_crossings")
+def kv_crossings(request: Request, since: str | None = None,
+                 until: str | None = None) -> Any:
+    return _read(request, report_queries.kv_crossings, _t(since, "since"), _t(until, "until"))
+
+
+@router.post("/v1/loadtest/results")
+def loadtest_results(request: Request, body: dict[str, Any]) -> dict[str, Any]:
+    """Store `batchpilot loadtest` results in the trace DB (tables loadtest_runs and
+    loadtest_requests), so the dashboard and the checklist find them. Admin scope."""
+    from control.admin.auth import authorize
+    from control.loadtest.store import insert_rows
+
+    state = get_state(request)
+    authorize(request, state.control_tokens, "admin")
+    if state.trace is None:
+        raise APIError(404, "tracing is off: start the server with --trace-db PATH, or save"
+                       " the results with `batchpilot loadtest --db FILE`", code="trace_off")
+    runs = body.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise APIError(400, "body must be {\"runs\": [rows of one run per config, ...]}",
+                       code="invalid_value", param="runs")
+    con = state.trace.cursor()
+    try:
+        for rows in runs:
+            insert_rows(con, rows)
+    except (KeyError, TypeError, ValueError, AttributeError, duckdb.Error) as exc:
+        raise APIError(400, f"malformed results: {exc}", code="invalid_value") from None
+    finally:
+        con.close()
+    return {"stored_runs": len(runs)}

@@ -1,0 +1,7 @@
+"""Simulation: the real Scheduler and BlockManager on a virtual clock, without a model.
+
+    executor.py  SimulatedExecutor (tokens from a cost model, no weights) and FakeClock
+    simulate.py  replay timed arrivals through an Engine on the virtual clock
+    workload.py  the bundled Azure LLM 2023 trace (data/) and synthetic prompts
+    stats.py     percentiles and per-lane latency tables of finished requests
+"""

@@ -1,0 +1,97 @@
+"""Clients that leave: over real HTTP (uvicorn in a thread on 127.0.0.1), a closed stream
+aborts its request, frees its KV blocks and is counted; a queued request never runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+from fixtures.serving import LiveServer, kv_in_use, make_engine, wait_until_idle
+
+NUM_STREAMS = 50
+MAX_TOKENS = 60
+
+
+async def _stream(client: httpx.AsyncClient, url: str, leave: asyncio.Event | None = None,
+                  ) -> tuple[str, list[str]]:
+    """Read a completion stream to its end; or, given `leave`, hold it open unread until
+    `leave` is set, then close the connection."""
+    events: list[str] = []
+    async with client.stream("POST", f"{url}/v1/completions", json={
+            "prompt": "The scheduler", "max_tokens": MAX_TOKENS, "ignore_eos": True,
+            "stream": True}) as resp:
+        assert resp.status_code == 200
+        if leave is not None:
+            await leave.wait()
+            return "closed", events  # leaving the block closes the connection
+        async for line in resp.aiter_lines():
+            if line.startswith("data: "):
+                events.append(line[len("data: "):])
+    return "read", events
+
+
+async def _until(predicate, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.02)
+
+
+def test_disconnect_storm_frees_every_block(tiny_loaded):
+    # 50 ms per step: a stream lasts seconds, so the clients surely leave mid-stream.
+    engine, _, settings = make_engine(tiny_loaded, delay_s=0.05)
+
+    async def scenario(url: str):
+        leave = asyncio.Event()
+        async with httpx.AsyncClient(timeout=120) as client:
+            streams = asyncio.gather(*[
+                _stream(client, url, leave if i % 2 == 0 else None)
+                for i in range(NUM_STREAMS)])
+            await _until(lambda: engine.stats.running == NUM_STREAMS, 60)
+            steps = engine.stats.steps
+            await _until(lambda: engine.stats.steps >= steps + 3, 60)  # tokens flowing
+            leave.set()  # half the clients leave, each ~55 tokens before its end
+            results = await streams
+        await _until(lambda: engine.abort_counts["client_disconnect"] >= NUM_STREAMS // 2, 30)
+        await wait_until_idle(engine)
+        return results, await kv_in_use(engine)
+
+    with LiveServer(engine, settings) as url:
+        results, used = asyncio.run(scenario(url))
+    closed = [events for how, events in results if how == "closed"]
+    read = [events for how, events in results if how == "read"]
+    assert len(closed) == len(read) == NUM_STREAMS // 2
+    for events in read:  # the streams that stayed got everything
+        assert events[-1] == "[DONE]"
+        assert '"finish_reason":"length"' in events[-2]
+        assert f'"completion_tokens":{MAX_TOKENS}' in events[-2]
+    assert used == 0  # the idle level: no block held by any request
+    assert engine.abort_counts == {"client_disconnect": NUM_STREAMS // 2}
+    assert engine.stats.streams == 0
+
+
+def test_a_queued_request_whose_client_leaves_never_runs(tiny_loaded):
+    engine, spy, settings = make_engine(tiny_loaded, delay_s=0.01, max_num_seqs=1)
+
+    async def scenario(url: str):
+        async with httpx.AsyncClient(timeout=60) as client:
+            first = asyncio.ensure_future(_stream(client, url))
+            await _until(lambda: engine.stats.running == 1, 30)
+            async with client.stream("POST", f"{url}/v1/completions", json={
+                    "prompt": "Hello", "max_tokens": 5, "stream": True}) as resp:
+                queued_id = resp.headers["x-batchpilot-request-id"]
+                await _until(lambda: engine.stats.waiting == 1, 30)
+            # the client has left while its request waited behind the first one
+            await _until(lambda: engine.abort_counts["client_disconnect"] == 1, 30)
+            how, events = await first
+            await wait_until_idle(engine)
+            return queued_id, how, events, await kv_in_use(engine)
+
+    with LiveServer(engine, settings) as url:
+        queued_id, how, events, used = asyncio.run(scenario(url))
+    assert how == "read" and events[-1] == "[DONE]"
+    assert queued_id not in spy.ran  # never scheduled, not even a prefill chunk
+    assert len(spy.ran) == 1
+    assert engine.abort_counts == {"client_disconnect": 1}
+    assert used == 0

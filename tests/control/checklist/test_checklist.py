@@ -1,0 +1,436 @@
+"""The go-live checklist: each item passes on a deployment that did everything, fails for
+each reason it names (with the offending value in the evidence), and needs evidence where
+none was given; the spec's errors name the item and field; the reports; and the CLI over
+a recorded trace and against a live tiny-model server."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import time
+from pathlib import Path
+
+import duckdb
+import httpx
+import pytest
+import yaml
+from fixtures.serving import LiveServer, make_engine
+from fixtures.trace_data import fill_trace
+
+from control.checklist import (
+    DEFAULT_SPEC,
+    ChecklistError,
+    ControlClient,
+    Evidence,
+    evaluate,
+    exit_code,
+    load_spec,
+    to_markdown,
+    to_text,
+)
+from control.checklist.checks_ops import grafana_series
+from control.checklist.spec import parse_spec
+from control.cli.main import main
+from control.loadtest.metrics import summarize
+from control.loadtest.records import PlannedRequest, RequestResult
+from control.loadtest.store import insert_rows, rows_for_api
+from engine.config import LaneConfig, LiveConfig
+from engine.config_patch import live_to_dict
+
+ROOT = Path(__file__).resolve().parents[3]
+SPEC = load_spec(DEFAULT_SPEC)
+GRAFANA_PARAMS = {"dashboards_dir": "grafana/dashboards", "alerts_file": "grafana/alerts.yml"}
+
+
+def metrics_text(drop: str = "", **gauges: float) -> str:
+    """An exposition with every series the Grafana files query, and idle gauges."""
+    values = {"batchpilot_running_requests": 0, "batchpilot_waiting_requests": 0,
+              "batchpilot_kv_blocks_used": 0, "batchpilot_kv_blocks_cached": 5, **gauges}
+    lines = []
+    for name in sorted(set(grafana_series(ROOT, GRAFANA_PARAMS)) | set(values)):
+        if name != drop:
+            lines += [f"# TYPE {name} gauge", f'{name}{{model="m"}} {values.get(name, 1)}']
+    return "\n".join(lines) + "\n"
+
+
+def good() -> Evidence:
+    """A deployment that did everything the checklist asks."""
+    lanes = (LaneConfig("interactive", weight=4.0, policy="priority"),
+             LaneConfig("long_context", weight=2.0),
+             LaneConfig("batch", weight=1.0, max_running=16, preempt_first=True))
+    live = LiveConfig(max_num_seqs=64, max_num_batched_tokens=4096, prefill_chunk_size=1024,
+                      lanes=lanes)
+    summary = {"ttft": {"p95": 0.8, "p99": 1.5}, "tpot": {"p95": 0.05, "p99": 0.08},
+               "itl": {"p99": 0.12}, "e2e": {"p95": 9.0, "p99": 12.0}}
+    return Evidence(
+        config=live_to_dict(live), config_from="GET /control/config, version 3",
+        static={"block_size": 16, "num_kv_blocks": 2048, "max_model_len": 8192},
+        history=[{"version": 1, "time": 1000.0, "actor": "server", "source": "startup"},
+                 {"version": 2, "time": 1100.0, "actor": "ops", "source": "api"},
+                 {"version": 3, "time": 1200.0, "actor": "ops", "source": "rollback:1",
+                  "reason": "drill"}],
+        config_changes=[], metrics_text=metrics_text(), trace_available=True,
+        trace_from="the trace of http://x",
+        trace_facts={"run": {"run_id": "r1"}, "last_step": {"step_id": 500}, "cancelled": 4,
+                     "idle_after_cancel": {"step_id": 480, "kv_blocks_used": 0,
+                                           "kv_blocks_cached": 12}},
+        loadtest_runs=[{"run_id": "lt1", "label": "", "scenario": "mixed", "started": 1.0,
+                        "requests": 90, "ok": 84, "summary": summary}],
+        loadtest_stats=[{"run_id": "lt1", "label": "", "requests": 90, "streamed": 72,
+                         "cancelled": 4, "prompt_mean": 300.0, "prompt_std": 210.0,
+                         "prompt_min": 8, "prompt_max": 1000, "output_mean": 28.0,
+                         "output_std": 11.0, "output_min": 8, "output_max": 48,
+                         "long_prompts": 12, "first_sent": 1.0}],
+        loadtest_from="the trace of http://x", repo_root=ROOT)
+
+
+def result(ev: Evidence, item_id: str):
+    return next(r for r in evaluate(SPEC, ev) if r.id == item_id)
+
+
+def test_a_deployment_that_did_everything_passes_every_item():
+    results = evaluate(SPEC, good())
+    assert [r.id for r in results if r.status != "pass"] == []
+    assert exit_code(results) == 0 and exit_code(results, strict=True) == 0
+    by_id = {r.id: r for r in results}
+    assert "lanes.batch.max_running 16" in by_id["limits_set"].evidence
+    assert "version 3 (rollback:1)" in by_id["rollback"].evidence
+    assert "kv_blocks_used 0, cached prefix blocks 12" in by_id["cancellation_frees_kv"].evidence
+    assert {r.section for r in results} == {s.title for s in SPEC.sections}
+
+
+def _set(ev: Evidence, path: str, value) -> None:
+    keys = path.split(".")
+    node = getattr(ev, keys[0])
+    for key in keys[1:-1]:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    node[keys[-1]] = value
+
+
+# (item, [(evidence path, value)], text the evidence must show)
+FAILURES = {
+    "batch lane uncapped": ("limits_set", [("config.lanes.batch.max_running", None)],
+                            "lanes.batch.max_running unset"),
+    "no queue": ("limits_set", [("config.max_waiting_requests", 0)],
+                 "max_waiting_requests 0 < 1"),
+    "watermarks misordered": ("watermarks", [("config.kv_cache_high_watermark", 0.96)],
+                              "kv_cache_high_watermark 0.96, kv_cache_reject_watermark 0.95"),
+    "watermarks too close": ("watermarks", [("config.kv_cache_high_watermark", 0.945)],
+                             "apart"),
+    "chunk over budget": ("chunked_prefill", [("config.prefill_chunk_size", 8192)],
+                          "prefill_chunk_size 8192 > max_num_batched_tokens 4096"),
+    "unchunked budget under max_model_len": (
+        "chunked_prefill", [("config.chunked_prefill", False)],
+        "max_num_batched_tokens 4096 < max_model_len 8192"),
+    "budget over the KV pool": ("budget_fits_kv", [("static.num_kv_blocks", 128)],
+                                "max_num_batched_tokens 4096 > 2048 tokens (the KV pool)"),
+    "interactive lane outweighed": ("lanes", [("config.lanes.interactive.weight", 0.5)],
+                                    "lanes.interactive.weight 0.5 < 1 x lanes.long_context"),
+    "metrics missing a family": ("metrics", [("metrics_text", metrics_text(
+        drop="batchpilot_kv_usage_ratio"))], "batchpilot_kv_usage_ratio (used by"),
+    "no load test": ("loadtest_run", [("loadtest_runs", []), ("loadtest_stats", [])],
+                     "no load-test results stored in the trace of http://x"),
+    "load test too small": ("loadtest_run", [("loadtest_runs.0.requests", 6)],
+                            "sent 6"),
+    "fixed-length prompts only": ("real_lengths", [
+        ("loadtest_stats.0.prompt_std", 0.0), ("loadtest_stats.0.prompt_min", 128),
+        ("loadtest_stats.0.prompt_max", 128), ("loadtest_stats.0.prompt_mean", 128.0)],
+        "prompt tokens all 128, CV 0"),
+    "p99 over the SLO": ("latency_slo", [("loadtest_runs.0.summary.ttft.p99", 3.5)],
+                         "ttft p99 3.5 s > 2 s"),
+    "long prompts stall decode": ("long_prompts", [("loadtest_runs.0.summary.itl.p99", 1.8)],
+                                  "12 prompts of >= 512 tokens, 72 streamed; ITL p99 1.8 s"),
+    "cancellation leaked KV (trace)": (
+        "cancellation_frees_kv", [("trace_facts.idle_after_cancel.kv_blocks_used", 7)],
+        "trace step 480 (first with nothing running after the last cancel): kv_blocks_used 7"),
+    "cancellation leaked KV (metrics)": (
+        "cancellation_frees_kv", [("metrics_text", metrics_text(
+            batchpilot_kv_blocks_used=3))], "/metrics now (nothing running or waiting):"
+        " kv_blocks_used 3"),
+    "no rollback in the history": ("rollback", [("history.2.source", "api")],
+                                   "no rollback in the audit log (3 entries, sources: api,"
+                                   " startup)"),
+    "tracing off": ("tracing", [("trace_available", False), ("missing", {
+        "trace": "the server answered 404: tracing is off: start the server with --trace-db"})],
+        "tracing is off"),
+}
+
+
+@pytest.mark.parametrize("case", FAILURES, ids=str)
+def test_each_reason_fails_its_item_and_shows_the_value(case):
+    item_id, changes, shown = FAILURES[case]
+    ev = good()
+    for path, value in changes:
+        if "." in path:
+            _set(ev, path, value)
+        else:
+            setattr(ev, path, value)
+    results = evaluate(SPEC, ev)
+    got = next(r for r in results if r.id == item_id)
+    assert got.status == "fail", got
+    assert shown in got.evidence, got.evidence
+    assert exit_code(results) == 1
+
+
+def test_no_interactive_lane_fails():
+    ev = good()
+    del ev.config["lanes"]["interactive"]
+    got = result(ev, "lanes")
+    assert got.status == "fail" and "no lane 'interactive' (lanes: long_context, batch)" \
+        in got.evidence
+
+
+def grafana_copy(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "grafana", tmp_path / "grafana")
+    return tmp_path
+
+
+def test_grafana_files_missing_fail_boards_and_alerts(tmp_path):
+    ev = dataclasses.replace(good(), repo_root=tmp_path)
+    assert result(ev, "grafana_boards").evidence.startswith("grafana/dashboards/ does not")
+    assert result(ev, "alert_rules").status == "fail"
+    assert "grafana/alerts.yml does not exist" in result(ev, "alert_rules").evidence
+    (grafana_copy(tmp_path) / "grafana/dashboards/scheduler.json").unlink()
+    got = result(ev, "grafana_boards")
+    assert got.status == "fail" and got.evidence == "grafana/dashboards/scheduler.json missing"
+
+
+def test_an_alert_missing_fails_naming_it(tmp_path):
+    alerts = grafana_copy(tmp_path) / "grafana/alerts.yml"
+    rules = yaml.safe_load(alerts.read_text())
+    for group in rules["groups"]:
+        group["rules"] = [r for r in group["rules"] if r.get("alert") != "BatchpilotEngineStalled"]
+    alerts.write_text(yaml.safe_dump(rules))
+    got = result(dataclasses.replace(good(), repo_root=tmp_path), "alert_rules")
+    assert got.status == "fail"
+    assert "lacks 1 required alert(s): engine_stalled (BatchpilotEngineStalled)" in got.evidence
+
+
+NEEDS = {
+    # file mode: the trace told the budgets and watermarks, not the queue limits
+    "partial config": ("limits_set", lambda ev: setattr(ev, "config", {
+        "max_num_seqs": 8, "max_num_batched_tokens": 512,
+        "lanes": {"interactive": {}, "batch": {}}}),
+        "not known: max_waiting_requests, queue_timeout_ms, lanes.batch.max_running"),
+    "no metrics": ("metrics", lambda ev: (setattr(ev, "metrics_text", None), ev.missing.update(
+        metrics="no server to ask (--url): /metrics not read")), "/metrics not read"),
+    "no load-test source": ("latency_slo", lambda ev: (
+        setattr(ev, "loadtest_runs", []), setattr(ev, "loadtest_from", ""),
+        ev.missing.update(loadtest="tracing is off")), "tracing is off"),
+    "no streamed requests": ("latency_slo", lambda ev: ev.loadtest_runs[0].update(
+        summary={"ttft": {}, "tpot": {}}), "nothing measured"),
+    "no long prompts": ("long_prompts", lambda ev: ev.loadtest_stats[0].update(
+        long_prompts=0), "chat-long-prompts.yaml"),
+    "nothing cancelled": ("cancellation_frees_kv", lambda ev: (
+        ev.trace_facts.update(cancelled=0), ev.loadtest_stats[0].update(cancelled=0)),
+        "0 cancelled request(s) in the trace, 0 in load tests"),
+    "never idle after cancelling": ("cancellation_frees_kv", lambda ev: (
+        ev.trace_facts.update(idle_after_cancel=None),
+        setattr(ev, "metrics_text", metrics_text(batchpilot_running_requests=2))),
+        "no moment with nothing running"),
+    "no audit log": ("rollback", lambda ev: (
+        setattr(ev, "history", None), setattr(ev, "config_changes", None),
+        ev.missing.update(history="GET /control/history answered 404")), "answered 404"),
+}
+
+
+@pytest.mark.parametrize("case", NEEDS, ids=str)
+def test_missing_evidence_is_needs_evidence_saying_what_is_missing(case):
+    item_id, change, shown = NEEDS[case]
+    ev = good()
+    change(ev)
+    results = evaluate(SPEC, ev)
+    got = next(r for r in results if r.id == item_id)
+    assert got.status == "needs-evidence", got
+    assert shown in got.evidence, got.evidence
+    assert exit_code(results) == 0 and exit_code(results, strict=True) == 1
+
+
+def test_a_rollback_found_only_in_the_trace_counts():
+    ev = good()
+    ev.history = None
+    ev.config_changes = [{"time": 5.0, "version": 7, "source": "rollback:5", "actor": "bob",
+                          "change": "{}", "note": "drill"}]
+    got = result(ev, "rollback")
+    assert got.status == "pass" and "version 7 (rollback:5)" in got.evidence
+    assert "[trace config_changes]" in got.evidence
+
+
+ITEM = {"id": "x", "title": "X", "why": "because", "check": "watermarks_ordered"}
+
+
+@pytest.mark.parametrize("item, message", [
+    ({**ITEM, "check": "nope"}, "item 'x': check 'nope' is not a check; checks: alert_rules"),
+    ({**ITEM, "params": {"gap": 0.1}}, "item 'x': params.gap is not a parameter of check"
+     " 'watermarks_ordered' (it takes: min_gap)"),
+    ({**ITEM, "params": {"min_gap": "big"}}, "item 'x': params.min_gap='big' must be a number"),
+    ({**ITEM, "params": {"min_gap": True}}, "params.min_gap=True must be a number"),
+    ({k: v for k, v in ITEM.items() if k != "why"}, "item 'x': why must be a non-empty string"),
+    ({**ITEM, "thresholds": {}}, "item 'x': unknown key(s) ['thresholds']"),
+    ({**ITEM, "check": "latency_under_slo", "params": {"ttft_s": "2s"}},
+     "params.ttft_s='2s' must be a number"),
+])
+def test_spec_errors_name_the_item_and_field(item, message):
+    with pytest.raises(ValueError) as err:
+        parse_spec({"sections": [{"id": "s", "title": "S", "items": [item]}]})
+    assert message in str(err.value)
+
+
+def test_spec_rejects_duplicate_ids_and_accepts_a_null_threshold():
+    with pytest.raises(ValueError, match="item 'x': the id is used twice"):
+        parse_spec({"sections": [{"id": "s", "title": "S", "items": [ITEM, ITEM]}]})
+    spec = parse_spec({"sections": [{"id": "s", "title": "S", "items": [
+        {**ITEM, "check": "latency_under_slo", "params": {"tpot_s": None}}]}]})
+    assert spec.sections[0].items[0].params["tpot_s"] is None
+    assert spec.sections[0].items[0].params["ttft_s"] == 2.0  # the check's default
+
+
+@pytest.mark.parametrize("text, message", [
+    ("sections: [", "is not valid YAML"), ("sections: []", "non-empty 'sections' list"),
+    (None, "cannot be read")])
+def test_bad_spec_files_are_usage_errors(tmp_path, capsys, text, message):
+    path = tmp_path / "spec.yaml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ChecklistError, match=message):
+        load_spec(path)
+    code = main(["checklist", "--trace-db", str(tmp_path / "t.duckdb"), "--spec", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_markdown_and_text_reports():
+    ev = good()
+    ev.config["prefill_chunk_size"] = 8192
+    ev.metrics_text = None
+    results = evaluate(SPEC, ev)
+    md = to_markdown(results, source="http://x")
+    assert md.startswith("# Go-live checklist\n\nEvidence from http://x.")
+    assert "**13 pass, 1 fail, 1 need evidence (15 items): NOT ready: items fail**" in md
+    assert md.count("| | Item | Status | Evidence |") == len(SPEC.sections)
+    assert "## Capacity and configuration" in md and "## Rollout and rollback" in md
+    assert "| ❌ | **Chunked prefill decided** (`chunked_prefill`)<br>Either" in md
+    assert "| ❔ |" in md
+    text = to_text(results, ascii_only=True)
+    assert "  x FAIL           chunked_prefill" in text
+    assert "  ? needs-evidence metrics " in text
+    assert text.splitlines()[-1].startswith("13 pass, 1 fail, 1 need evidence")
+
+
+# ---- the CLI over a recorded trace ----------------------------------------------------------
+def store_loadtest(path: str) -> None:
+    """A load test with spread lengths, long prompts and a cancellation, into `path`."""
+    results = []
+    for i in range(24):
+        plan = PlannedRequest(index=i, arrival_s=0.1 * i, prompt_tokens=0, output_tokens=0,
+                              tenant="acme", lane=None, stream=True,
+                              cancel_after_s=0.5 if i == 3 else None)
+        if i == 3:
+            results.append(RequestResult(plan, "cancelled", 200, sent_at=1000.0 + i))
+            continue
+        n = 8 + (i % 6) * 6
+        chunks = [0.1 + 0.02 * k for k in range(n)]
+        results.append(RequestResult(plan, "ok", 200, sent_at=1000.0 + i, ttft_s=0.1,
+                                     e2e_s=chunks[-1], chunk_times_s=chunks,
+                                     prompt_tokens=20 + 60 * (i % 12), output_tokens=n))
+    summary = summarize(results, 30.0, None, "")
+    con = duckdb.connect(path)
+    insert_rows(con, rows_for_api("lt-1", "mixed", "", "http://x", summary, results))
+    con.close()
+
+
+@pytest.mark.parametrize("loadtest_db", [False, True], ids=["in-trace", "loadtest-db"])
+def test_cli_on_a_recorded_trace(tmp_path, capsys, loadtest_db):
+    db = str(tmp_path / "trace.duckdb")
+    fill_trace(db).stop()
+    results = str(tmp_path / "loadtest.duckdb") if loadtest_db else db
+    store_loadtest(results)
+    md = tmp_path / "go-live.md"
+    extra = ["--loadtest-db", results] if loadtest_db else []
+    code = main(["checklist", "--trace-db", db, "--json", "--markdown", str(md), *extra])
+    out, err = capsys.readouterr()
+    items = {i["id"]: i for i in json.loads(out)["items"]}
+    assert code == 1, err  # no rollback in the trace
+    assert items["rollback"]["status"] == "fail"
+    assert items["tracing"]["status"] == "pass"
+    # the trace recorded watermarks, budgets and the pool, not the queue limits
+    assert items["watermarks"]["status"] == "pass"
+    assert "not known: max_waiting_requests, queue_timeout_ms" in items["limits_set"]["evidence"]
+    assert items["metrics"]["status"] == "needs-evidence"
+    assert items["loadtest_run"]["status"] == "pass"
+    assert items["real_lengths"]["status"] == "pass"
+    assert "prompt tokens 20..680" in items["real_lengths"]["evidence"]
+    assert items["long_prompts"]["status"] == "pass"  # 0.02 s between chunks
+    assert "6 prompts of >= 512 tokens, 24 streamed" in items["long_prompts"]["evidence"]
+    assert items["cancellation_frees_kv"]["status"] == "pass"
+    assert "kv_blocks_used 0" in items["cancellation_frees_kv"]["evidence"]
+    assert "## Rollout and rollback" in md.read_text()
+
+
+def test_cli_usage_errors_are_one_line(tmp_path, capsys):
+    code = main(["checklist", "--trace-db", str(tmp_path / "missing.duckdb")])
+    err = capsys.readouterr().err
+    assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
+    code = main(["checklist", "--url", "http://127.0.0.1:9"])  # nothing listens on port 9
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot reach the server at http://127.0.0.1:9" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+# ---- end to end: a live server --------------------------------------------------------------
+def test_live_server_fails_until_a_rollback_is_exercised(tiny_loaded, tmp_path, capsys):
+    from control.serve.settings import ServeSettings
+
+    settings = ServeSettings(model="tiny", trace_db=str(tmp_path / "trace.duckdb"))
+    engine, _, settings = make_engine(tiny_loaded, delay_s=0.02, settings=settings,
+                                      max_num_seqs=4)
+    with LiveServer(engine, settings) as url:
+        with httpx.stream("POST", url + "/v1/completions", timeout=30, json={
+                "model": "tiny", "prompt": "cancel me", "max_tokens": 200, "stream": True,
+                "ignore_eos": True}) as reply:
+            next(reply.iter_lines())  # one chunk, then the client goes away
+        for _ in range(200):  # the server notices the disconnect and frees the request
+            if 'outcome="cancelled"' in httpx.get(url + "/metrics").text:
+                break
+            time.sleep(0.05)
+        code = main(["checklist", "--url", url, "--json"])
+        items = {i["id"]: i for i in json.loads(capsys.readouterr().out)["items"]}
+        assert code == 1
+        assert items["rollback"]["status"] == "fail"
+        assert "sources: startup" in items["rollback"]["evidence"]
+        assert items["metrics"]["status"] == "pass", items["metrics"]["evidence"]
+        assert items["tracing"]["status"] == "pass"
+        assert items["watermarks"]["status"] == "pass"  # from the live config
+        assert items["cancellation_frees_kv"]["status"] == "pass", \
+            items["cancellation_frees_kv"]["evidence"]
+        assert items["loadtest_run"]["status"] == "fail"  # the trace has none
+        assert main(["ctl", "--url", url, "set", "max_num_seqs=2", "--reason", "x"]) == 0
+        assert main(["ctl", "--url", url, "rollback", "1", "--reason", "drill"]) == 0
+        capsys.readouterr()
+        code = main(["checklist", "--url", url])
+        out = capsys.readouterr().out
+        assert code == 1  # the load test is still missing
+        rollback = next(line for line in out.splitlines() if "version 3 (rollback:1)" in line)
+        assert "reason 'drill'" in rollback
+    engine.stop()
+    # afterwards, from the trace file alone: the server ran on the built-in defaults with
+    # the test's engine overrides, which (with the trace) tell most of the config
+    code = main(["checklist", "--trace-db", settings.trace_db, "--json"])
+    items = {i["id"]: i for i in json.loads(capsys.readouterr().out)["items"]}
+    assert code == 1
+    assert items["rollback"]["status"] == "pass"
+    assert "[trace config_changes]" in items["rollback"]["evidence"]
+    assert items["limits_set"]["status"] == "fail"  # the default batch lane is uncapped
+    assert "lanes.batch.max_running unset" in items["limits_set"]["evidence"]
+    assert items["chunked_prefill"]["status"] == "needs-evidence"  # fitted to the model
+    assert "not known: prefill_chunk_size" in items["chunked_prefill"]["evidence"]
+    assert items["metrics"]["status"] == "needs-evidence"
+
+
+def test_a_refused_token_is_a_usage_error_with_a_hint(monkeypatch):
+    monkeypatch.delenv("CHECKLIST_TEST_TOKEN", raising=False)
+    failure = ControlClient("http://x", "CHECKLIST_TEST_TOKEN")._failure(401, "no token", "/p")
+    assert isinstance(failure, ChecklistError) and failure.code == 2
+    assert "$CHECKLIST_TEST_TOKEN is not set" in str(failure)
+

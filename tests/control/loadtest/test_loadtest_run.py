@@ -1,0 +1,128 @@
+"""The load tester against a live server (tiny model): what it measures, cancellations
+that really close connections, A/B through the control API, results in the trace DB."""
+
+from __future__ import annotations
+
+import asyncio
+
+import duckdb
+import pytest
+from fixtures.serving import LiveServer, make_engine
+from prometheus_client.parser import text_string_to_metric_families
+
+from control.cli.main import main
+from control.loadtest.records import PlannedRequest
+from control.loadtest.runner import run
+
+
+def planned(n: int, *, cancel_every: int = 0, stream_every: int = 1) -> list[PlannedRequest]:
+    return [PlannedRequest(
+        index=i, arrival_s=0.02 * i, prompt_tokens=8, output_tokens=24,
+        tenant="acme" if i % 2 else "beta", lane="batch" if i % 3 == 0 else None,
+        stream=i % stream_every == 0,
+        cancel_after_s=0.15 if cancel_every and i % cancel_every == 0 else None)
+        for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_loaded, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("loadtest")
+    from control.serve.settings import ServeSettings
+
+    settings = ServeSettings(model="tiny", trace_db=str(tmp / "trace.duckdb"))
+    engine, _, settings = make_engine(tiny_loaded, delay_s=0.02, settings=settings,
+                                      max_num_seqs=4)
+    live = LiveServer(engine, settings)
+    with live as url:
+        yield url, engine, live.app
+
+
+def cancelled_on_server(url: str) -> float:
+    import httpx
+
+    text = httpx.get(url + "/metrics").text
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "batchpilot_requests_total"
+               and s.labels.get("outcome") == "cancelled")
+
+
+def test_streams_cancellations_and_timing(server):
+    url, _, _ = server
+    before = cancelled_on_server(url)
+    plan = planned(12, cancel_every=4, stream_every=2)
+    prompts = {p.index: f"load test prompt {p.index}" for p in plan}
+    results, duration = asyncio.run(run(url, plan, prompts, model="tiny", concurrency=6))
+    assert duration > 0
+    by_outcome = {r.planned.index: r.outcome for r in results}
+    cancelled = [i for i, o in by_outcome.items() if o == "cancelled"]
+    assert cancelled == [0, 4, 8]  # 24 tokens at 20 ms a step take longer than 0.15 s
+    for r in results:
+        if r.outcome != "ok":
+            continue
+        assert r.output_tokens == 24 and r.e2e_s >= r.ttft_s > 0
+        if r.planned.stream:
+            # a chunk per token that decodes to text (the random tiny model's often don't)
+            assert len(r.chunk_times_s) <= 24
+            assert r.chunk_times_s == sorted(r.chunk_times_s)
+    # the server saw the client leave: one cancelled request per closed connection
+    deadline = asyncio.run(_wait_for(lambda: cancelled_on_server(url) - before == 3))
+    assert deadline
+
+
+async def _wait_for(condition, timeout_s: float = 10.0) -> bool:
+    for _ in range(int(timeout_s / 0.05)):
+        if condition():
+            return True
+        await asyncio.sleep(0.05)
+    return condition()
+
+
+def test_loadtest_cli_compares_configs_and_stores_results(server, tmp_path, capsys):
+    url, engine, _ = server
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(
+        "name: tiny\ndescription: a few short requests\nseed: 1\nrequests: 6\n"
+        "concurrency: 4\narrival: {process: poisson, rate: 20}\n"
+        "prompt: {dist: uniform, min: 4, max: 12}\noutput: {dist: fixed, value: 6}\n"
+        "stream_ratio: 1.0\nslo: {ttft_s: 5.0}\n")
+    version = engine.live_config.version
+    code = main(["loadtest", "--scenario", str(scenario), "--url", url, "--tokenizer",
+                 str(engine.parts.frontend_tokenizer.name_or_path), "--compare",
+                 "continuous:batching=continuous", "--compare", "static:batching=static",
+                 "--out", str(tmp_path / "out"), "--db", str(tmp_path / "lt.duckdb")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "continuous" in out and "static" in out
+    assert (tmp_path / "out" / "report.md").read_text().count("static") >= 1
+    assert (tmp_path / "out" / "percentiles.png").read_bytes()[:4] == b"\x89PNG"
+    con = duckdb.connect(str(tmp_path / "lt.duckdb"), read_only=True)
+    assert con.execute("SELECT count(*) FROM loadtest_runs").fetchone()[0] == 2
+    assert con.execute("SELECT count(*) FROM loadtest_requests").fetchone()[0] == 12
+    con.close()
+    # the configs went through the control API and the original was restored
+    assert engine.live_config.version == version + 2  # static, then the restore (continuous
+    # was already in force: a change that changes nothing installs no version)
+    assert engine.live_config.batching == "continuous"
+
+
+def test_results_can_be_stored_in_the_servers_trace_db(server, capsys):
+    import httpx
+
+    from control.loadtest.metrics import summarize
+    from control.loadtest.records import RequestResult
+    from control.loadtest.store import rows_for_api
+
+    url, _, app = server
+    results = [RequestResult(p, "ok", 200, sent_at=1000.0 + p.index, ttft_s=0.1, e2e_s=0.5,
+                             chunk_times_s=[0.1, 0.3, 0.5], prompt_tokens=8, output_tokens=3)
+               for p in planned(3)]
+    rows = rows_for_api("run-x", "tiny", "cfg", url, summarize(results, 3.0, None, "cfg"),
+                        results)
+    reply = httpx.post(url + "/v1/loadtest/results", json={"runs": [rows]})
+    assert reply.status_code == 200 and reply.json() == {"stored_runs": 1}
+    bad = httpx.post(url + "/v1/loadtest/results", json={"runs": [{"nope": [{"a": 1}]}]})
+    assert bad.status_code == 400
+    con = app.state.serving.trace.cursor()
+    assert con.execute("SELECT count(*) FROM loadtest_requests WHERE run_id = 'run-x'"
+                       ).fetchone()[0] == 3
+    con.close()

@@ -1,0 +1,56 @@
+"""`make run` (control/serve/run_all.py): the server and the dashboard start together, both URLs
+are printed, both answer, and Ctrl+C stops both."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(url: str, timeout_s: float = 60) -> int:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                return resp.status
+        except OSError:
+            assert time.monotonic() < deadline, f"{url} never answered"
+            time.sleep(0.5)
+
+
+def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_path):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "control.serve.run_all", "--model", str(tiny_llama_dir), "--port",
+         "0", "--dashboard-port", str(port), "--trace-db", str(tmp_path / "t.duckdb")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.strip().startswith("dashboard"):
+                break
+        text = "".join(lines)
+        api = next(w for w in text.split() if w.startswith("http://") and ":" + str(port)
+                   not in w)
+        assert f"dashboard  http://127.0.0.1:{port}" in text, text
+        assert wait_for(api + "/healthz") == 200
+        assert wait_for(f"http://127.0.0.1:{port}/_stcore/health") == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(60)
+    assert code == 0
+    assert (tmp_path / "t.duckdb").exists()

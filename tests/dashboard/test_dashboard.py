@@ -1,0 +1,167 @@
+"""The Streamlit dashboard, page by page (streamlit's AppTest runs each page's script):
+over a recorded trace file, and live against a server under a short load, including the
+Control page's form calling the control API."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+from fixtures.serving import LiveServer, make_engine
+from fixtures.trace_data import fill_trace
+from streamlit.testing.v1 import AppTest
+
+from control.serve.settings import ServeSettings
+
+APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
+PAGES = ["views/overview.py", "views/scheduler.py", "views/requests.py", "views/control.py",
+         "views/checklist.py"]
+TIMEOUT_S = 60
+
+
+def open_page(page: str, **state) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    if page != PAGES[0]:
+        at.switch_page(page)
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def texts(at: AppTest) -> str:
+    parts = [e.value for kind in ("title", "subheader", "caption", "markdown", "info",
+                                  "error", "success", "warning")
+             for e in getattr(at, kind)]
+    return "\n".join(str(p) for p in parts)
+
+
+def problems(at: AppTest) -> list[str]:
+    """Errors on the page, except the checklist's verdict (an error by design)."""
+    return [e.value for e in at.error if "not ready to go live" not in e.value]
+
+
+def charts_of(at: AppTest) -> int:
+    return len(at.get("vega_lite_chart"))
+
+
+@pytest.fixture(scope="module")
+def trace_db(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("dash") / "trace.duckdb")
+    fill_trace(path).stop()
+    return path
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_a_recorded_trace(trace_db, page):
+    at = open_page(page, bp_db=trace_db)
+    assert not problems(at), problems(at)
+    if page not in ("views/control.py", "views/checklist.py"):
+        assert charts_of(at) >= 1
+    assert "trace file" in texts(at)
+
+
+def test_overview_shows_the_workload_and_the_scheduler_its_steps(trace_db):
+    at = open_page(PAGES[0], bp_db=trace_db)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Requests"] == "9" and metrics["Rejected"] == "1"
+    assert charts_of(at) == 6  # 4 latency panels, tokens/s, failures
+    at = open_page(PAGES[1], bp_db=trace_db)
+    assert charts_of(at) >= 7
+    assert len(at.dataframe) == 1 and at.dataframe[0].value.shape[0] > 10
+
+
+def test_requests_page_explains_one_request(trace_db):
+    at = open_page(PAGES[2], bp_db=trace_db)
+    slow = at.dataframe[0].value
+    assert list(slow["e2e_s"]) == sorted(slow["e2e_s"], reverse=True)
+    at.text_input(key="bp_request_id").input("r1").run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Outcome"] == "finished"
+    events = at.dataframe[1].value
+    assert {"arrival", "first_token", "finished"} <= set(events["event"])
+    at.text_input(key="bp_request_id").input("no-such-request").run()
+    assert "not in the trace" in at.error[0].value
+
+
+def test_control_page_over_a_file_lists_recorded_changes(trace_db):
+    at = open_page(PAGES[3], bp_db=trace_db)
+    table = at.dataframe[0].value
+    assert list(table["diff"]) == ["max_num_seqs: 4 -> 3"]
+    assert not at.button  # read-only: no form, no rollback
+
+
+@pytest.fixture(scope="module")
+def live_url(tiny_loaded, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dash-live")
+    settings = ServeSettings(model="tiny", trace_db=str(tmp / "trace.duckdb"))
+    engine, _, settings = make_engine(tiny_loaded, settings=settings, max_num_seqs=4)
+    with LiveServer(engine, settings) as url:
+        asyncio.run(load(url))
+        yield url
+    engine.stop()
+
+
+async def load(url: str) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        async def one(i: int) -> None:
+            r = await client.post("/v1/completions", json={
+                "model": "tiny", "prompt": f"request {i} " * (1 + i), "max_tokens": 6},
+                headers={"X-Tenant": f"t{i % 2}"})
+            assert r.status_code == 200, r.text
+        await asyncio.gather(*(one(i) for i in range(6)))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_live(live_url, page):
+    at = open_page(page, bp_url=live_url)
+    assert not problems(at), problems(at)
+    assert "server" in texts(at)
+
+
+def config(url: str) -> dict:
+    return httpx.get(url + "/control/config").json()
+
+
+def test_control_form_applies_validates_and_rolls_back(live_url):
+    before = config(live_url)
+    at = open_page(PAGES[3], bp_url=live_url)
+    at.number_input(key="bp_max_num_seqs").set_value(3)
+    at.text_input(key="bp_reason").input("dashboard test")
+    at.button[1].click().run()  # Apply
+    assert not at.exception
+    after = config(live_url)
+    assert after["version"] == before["version"] + 1
+    assert after["config"]["max_num_seqs"] == 3
+    assert "applied: now version" in texts(at)
+
+    at = open_page(PAGES[3], bp_url=live_url)  # a high watermark above the reject one
+    at.number_input(key="bp_kv_cache_high_watermark").set_value(0.99)
+    at.button[1].click().run()
+    assert "the server answered 400" in at.error[0].value
+    assert "kv_cache_high_watermark" in at.error[0].value
+    assert config(live_url)["version"] == after["version"]
+
+    at = open_page(PAGES[3], bp_url=live_url)
+    at.selectbox(key="bp_rollback_to").set_value(before["version"])
+    at.button(key="bp_rollback").click().run()
+    now = config(live_url)
+    assert now["version"] == after["version"] + 1
+    assert now["config"]["max_num_seqs"] == before["config"]["max_num_seqs"]
+
+
+def test_checklist_page_shows_each_verdict_with_its_evidence(live_url):
+    at = open_page(PAGES[4], bp_url=live_url)
+    metrics = {m.label: int(m.value) for m in at.metric}
+    assert sum(metrics.values()) >= 10 and metrics["fail"] >= 1
+    titles = [e.label for e in at.expander]
+    assert any("[fail]" in t and "Load test run" in t for t in titles), titles  # none stored
+    assert any("[pass]" in t for t in titles), titles
+    assert "not ready to go live" in at.error[0].value
+    markdown = at.get("download_button")[0]
+    assert markdown is not None
