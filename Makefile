@@ -3,7 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install system-deps test lint run screenshots bench gpu-check clean
+.PHONY: install system-deps test lint run screenshots bench bench-smoke gpu-check \
+	gpu-check-dry-run clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -50,13 +51,25 @@ screenshots: $(STAMP)
 	$(PY) -m pip install -q -e '.[screenshots]'
 	$(PY) -m dashboard.screenshots
 
+# Benchmarks run as `python -m bench.NAME` (list: bench/__init__.py; figures: bench/RESULTS.md).
+# Scheduler time per step and continuous vs static batching, on the simulated executor.
 bench: $(STAMP)
-	$(PY) bench/scheduler_overhead.py
+	$(PY) -m bench.scheduler_overhead
 
-# On a machine with an NVIDIA GPU and torch/triton/transformers: kernels against the
-# reference, kernel bandwidth, engine parity and throughput; JSON summary in $$OUT or here.
+# Every benchmark with --smoke and gpu_check.sh's CPU dry run (tests/bench; `make test`
+# runs them too).
+bench-smoke: $(STAMP)
+	$(PY) -m pytest -q tests/bench
+
+# On a machine with an NVIDIA GPU and torch/triton/transformers (no venv: `python`, or
+# PYTHON=...): kernels against the reference, kernel bandwidth, engine parity and
+# throughput; JSON summary in $$OUT or here.
 gpu-check:
-	PYTHONPATH=. bash bench/gpu_check.sh
+	bash bench/gpu_check.sh
+
+# The same steps on CPU with --smoke (tiny sizes, Triton's interpreter): the script runs.
+gpu-check-dry-run: $(STAMP)
+	PYTHON=$(PY) bash bench/gpu_check.sh --dry-run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

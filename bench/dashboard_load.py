@@ -5,33 +5,37 @@ Builds a synthetic trace file with a day of data at a busy server's rate (10 ste
 a config change every hour), then renders each dashboard page over it with streamlit's
 AppTest (the page's whole script: queries, frames, charts), window "all" and "1 h".
 
-    python bench/dashboard_load.py [--db /tmp/day.duckdb] [--steps-per-s 10]
+    python -m bench.dashboard_load [--db /tmp/day.duckdb] [--steps-per-s 10]
+    python -m bench.dashboard_load --smoke   # an hour at 1 step/s in a temporary file, each
+                                             # page rendered once per window
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
-import sys
+import tempfile
 import time
 from pathlib import Path
 
 import duckdb
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from control.trace.schema import create_schema  # noqa: E402
+from control.trace.schema import create_schema
 
+ROOT = Path(__file__).resolve().parents[1]
 DAY_S = 86_400
 T0 = 1_790_000_000.0
 PAGES = ["views/overview.py", "views/scheduler.py", "views/requests.py", "views/control.py"]
 
 
-def build(path: str, steps_per_s: float) -> None:
+def build(path: str, steps_per_s: float, seconds: int = DAY_S) -> None:
+    """`seconds` of a busy server's trace from T0: steps, a request every 0.5 s, KV snapshots
+    every 50 steps, a config change every hour."""
     con = duckdb.connect(path)
     create_schema(con)
-    n = int(DAY_S * steps_per_s)
+    n = int(seconds * steps_per_s)
     dt = 1 / steps_per_s
     lanes = "MAP {'interactive': (i % 7)::BIGINT, 'batch': (i % 3)::BIGINT}"
     con.execute(f"""
@@ -51,14 +55,14 @@ def build(path: str, steps_per_s: float) -> None:
             {T0} + i * 0.5, {T0} + i * 0.5, {T0} + i * 0.5 + 0.1, {T0} + i * 0.5 + 0.3,
             {T0} + i * 0.5 + 3 + (i % 10) * 0.1, NULL, 0.1, 0.3, 0.04, 3 + (i % 10) * 0.1,
             0.2, 2.7, 0, MAP {{'max_num_seqs': 0.1}}
-        FROM range({DAY_S * 2}) t(i)""")
+        FROM range({seconds * 2}) t(i)""")
     con.execute(f"""
         INSERT INTO kv_snapshots SELECT 'day', i * 50, {T0} + i * 50 * {dt}, 'periodic',
             4096, 300, 3746, 50, 300 / 4096.0, 0.88, 0.95, MAP {{'interactive': 300}},
             MAP {{'t0': 300}} FROM range({n // 50}) t(i)""")
     con.execute(f"""
         INSERT INTO config_changes SELECT 'day', {T0} + i * 3600, i + 2, 'api', 'ops',
-            '{{"max_num_seqs": [32, 16]}}', '' FROM range(24) t(i)""")
+            '{{"max_num_seqs": [32, 16]}}', '' FROM range({max(1, seconds // 3600)}) t(i)""")
     con.execute(f"INSERT INTO runs VALUES ('day', {T0}, 'm', 1, '{{}}')")
     con.close()
 
@@ -86,18 +90,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--db", default="/tmp/batchpilot-day.duckdb")
     parser.add_argument("--steps-per-s", type=float, default=10.0)
+    parser.add_argument("--repeats", type=int, default=3, help="renders per page and window")
+    parser.add_argument("--smoke", action="store_true", help="an hour at 1 step/s, 1 render")
     args = parser.parse_args()
-    if not os.path.exists(args.db):
-        t = time.perf_counter()
-        build(args.db, args.steps_per_s)
-        print(f"built {args.db} in {time.perf_counter() - t:.1f} s"
-              f" ({os.path.getsize(args.db) / 1e6:.0f} MB)")
-    print("page        window   load s (median of 3, first render after cache clear)")
-    for page in PAGES:
-        for window in ("all", "1 h"):
-            times = [render(args.db, page, window) for _ in range(3)]
-            print(f"{Path(page).stem:<11} {window:<8} {statistics.median(times):.2f}"
-                  f"  ({', '.join(f'{x:.2f}' for x in times)})", flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as tmp:
+        seconds = DAY_S
+        if args.smoke:
+            args.db, args.steps_per_s, args.repeats = f"{tmp}/hour.duckdb", 1.0, 1
+            seconds = 3600
+        if not os.path.exists(args.db):
+            t = time.perf_counter()
+            build(args.db, args.steps_per_s, seconds)
+            print(f"built {args.db} in {time.perf_counter() - t:.1f} s"
+                  f" ({os.path.getsize(args.db) / 1e6:.0f} MB)")
+        print(f"page        window   load s (median of {args.repeats}, first render after "
+              "cache clear)")
+        result = {"bench": "dashboard_load", "smoke": args.smoke, "seconds_of_trace": seconds,
+                  "load_s": {}}
+        for page in PAGES:
+            for window in ("all", "1 h"):
+                times = [render(args.db, page, window) for _ in range(args.repeats)]
+                result["load_s"][f"{Path(page).stem} {window}"] = statistics.median(times)
+                print(f"{Path(page).stem:<11} {window:<8} {statistics.median(times):.2f}"
+                      f"  ({', '.join(f'{x:.2f}' for x in times)})", flush=True)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

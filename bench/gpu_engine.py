@@ -12,8 +12,9 @@ attention, min_new_tokens = max_new_tokens = the longest output (static batching
 until the longest request ends). Tokens/s counts the tokens each request asked for, on both
 sides. Runs alternate ours, transformers per round (--rounds). Prints one JSON line last.
 
-    PYTHONPATH=. python bench/gpu_engine.py [--models smollm2-135m,llama-1b] [--num-seqs 256]
-    PYTHONPATH=. python bench/gpu_engine.py --device cpu --num-seqs 2 --max-len 24  # dry run
+    python -m bench.gpu_engine [--models smollm2-135m,llama-1b] [--num-seqs 256]
+    python -m bench.gpu_engine --smoke   # CPU, 2 layers, 2 sequences of 8 + 8 tokens: checks
+                                         # the script end to end; its figures mean nothing
 """
 
 from __future__ import annotations
@@ -26,18 +27,19 @@ import sys
 import time
 from pathlib import Path
 
-_BENCH = Path(__file__).resolve().parent  # off sys.path: bench/kernels.py would shadow kernels
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
-sys.path.insert(0, str(_BENCH.parent))
+import torch
 
-import torch  # noqa: E402
+from bench.random_models import MODEL_SPECS, adopt, build_hf_model, num_parameters
 
-from bench.random_models import MODEL_SPECS, adopt, build_hf_model, num_parameters  # noqa: E402
+# --smoke: a CPU run of every step at tiny sizes; the model keeps its attention shape but
+# has 2 layers and a 10240-token vocabulary (prompt ids are < 10000)
+SMOKE = {"device": "cpu", "num_seqs": 2, "max_len": 8, "rounds": 1}
+SMOKE_MODEL = {"num_hidden_layers": 2, "vocab_size": 10240}
 
 
 def sync() -> None:
     if torch.cuda.is_available():
-        sync()
+        torch.cuda.synchronize()
 
 
 def workload(num_seqs: int, seed: int, hi: int = 1024):
@@ -92,7 +94,8 @@ def bench_model(name: str, args) -> dict:
     from engine import LLM
 
     dtype = getattr(torch, args.dtype)
-    hf = build_hf_model(name, dtype, args.device, seed=args.seed)
+    hf = build_hf_model(name, dtype, args.device, seed=args.seed,
+                        **(SMOKE_MODEL if args.smoke else {}))
     loaded = adopt(hf, dtype, args.device, name)
     prompts, outputs = workload(args.num_seqs, args.seed, args.max_len)
     max_len = max(len(p) for p in prompts) + max(outputs)
@@ -102,7 +105,7 @@ def bench_model(name: str, args) -> dict:
     backend = loaded.model.model.layers[0].self_attn.attn.backend.name
     if backend == "auto":  # auto = Triton for CUDA tensors, the reference for CPU ones
         backend = "triton (auto)" if args.device == "cuda" else "reference (auto)"
-    warm_up(llm, MODEL_SPECS[name]["vocab_size"])
+    warm_up(llm, hf.config.vocab_size)
     ours_s, hf_s = [], []
     for _ in range(args.rounds):  # A B A B: ours, then transformers
         ours_s.append(run_ours(llm, prompts, outputs))
@@ -110,7 +113,8 @@ def bench_model(name: str, args) -> dict:
                                      args.device))
     tokens = sum(outputs)
     ours_tps, hf_tps = tokens * len(ours_s) / sum(ours_s), tokens * len(hf_s) / sum(hf_s)
-    result = {"model": name, "parameters": num_parameters(hf), "attention_backend": backend,
+    result = {"model": name, "layers": hf.config.num_hidden_layers,
+              "parameters": num_parameters(hf), "attention_backend": backend,
               "num_seqs": args.num_seqs, "output_tokens": tokens,
               "prompt_tokens": sum(len(p) for p in prompts), "rounds": args.rounds,
               "ours_s": ours_s, "transformers_s": hf_s, "ours_tok_per_s": ours_tps,
@@ -134,14 +138,19 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", help="cpu: a dry run of the script")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--json", type=Path, help="also write the JSON result here")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"tiny run on CPU ({SMOKE}, {SMOKE_MODEL}); figures not "
+                        "meaningful")
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench/gpu_engine.py needs a CUDA GPU and torch.cuda.is_available() is False "
-              "(--device cpu runs a dry run of the script)", file=sys.stderr)
+        print("bench.gpu_engine needs a CUDA GPU and torch.cuda.is_available() is False "
+              "(--smoke runs a dry run of the script on CPU)", file=sys.stderr)
         return 2
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else args.device
     result = {"bench": "gpu_engine", "device": device_name, "dtype": args.dtype,
-              "models": []}
+              "figures_meaningful": args.device == "cuda" and not args.smoke, "models": []}
     for name in args.models.split(","):
         r = bench_model(name.strip(), args)
         result["models"].append(r)

@@ -10,8 +10,8 @@
    mean |error| is at most twice transformers' bf16 error and top-1 agreement is within 2
    points of it.
 
-    PYTHONPATH=. python bench/gpu_parity.py [--json out.json]
-    TRITON_INTERPRET=1 PYTHONPATH=. python bench/gpu_parity.py --dry-run   # CPU, tiny sizes
+    python -m bench.gpu_parity [--json out.json]
+    python -m bench.gpu_parity --smoke   # CPU, Triton's interpreter, tiny sizes (seconds)
 """
 
 from __future__ import annotations
@@ -19,20 +19,15 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import random
 import sys
 import tempfile
 from pathlib import Path
 
-_BENCH = Path(__file__).resolve().parent  # off sys.path: bench/kernels.py would shadow kernels
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]
-sys.path.insert(0, str(_BENCH.parent))
-sys.path.insert(1, str(_BENCH.parent / "tests"))  # fixtures.tiny_models
+import torch
 
-import torch  # noqa: E402
-
-import kernels  # noqa: E402
-from bench.random_models import adopt, build_hf_model  # noqa: E402
+from bench.random_models import adopt, build_hf_model
 
 PROMPTS = ["The scheduler", "Hello", "The quick brown fox jumps over the lazy dog",
            "Each block of the key value cache holds sixteen tokens of one sequence.",
@@ -50,10 +45,10 @@ def hf_greedy(model, ids: list[int], num_tokens: int, device: str) -> list[int]:
 
 
 def tiny_greedy_parity(device: str, prompts: list[str], num_tokens: int) -> list[dict]:
-    from fixtures.tiny_models import TINY_LLAMA, TINY_QWEN2, write_checkpoint
-
+    import kernels
     from engine import LLM, SamplingParams
     from engine.models import load_model
+    from tests.fixtures.tiny_models import TINY_LLAMA, TINY_QWEN2, write_checkpoint
 
     results = []
     for spec in (TINY_LLAMA, TINY_QWEN2):
@@ -112,8 +107,9 @@ def paged_logits(loaded, seqs: list[list[int]], steps: list[list[int]], device: 
 
 def bf16_logit_parity(device: str, lengths: list[int], **overrides) -> dict:
     """lengths: 4 prompt lengths, run as steps (whole | chunks of 40 + rest | 1 | half + half),
-    then 3 decodes each; overrides: model config fields (a dry run's fewer layers)."""
-    from fixtures.tiny_models import init_weights
+    then 3 decodes each; overrides: model config fields (--smoke's fewer layers)."""
+    import kernels
+    from tests.fixtures.tiny_models import init_weights
 
     hf32 = build_hf_model("smollm2-135m", torch.float32, device, attn_implementation="eager",
                           **overrides)
@@ -151,21 +147,22 @@ def bf16_logit_parity(device: str, lengths: list[int], **overrides) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="also write the JSON result here")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="CPU, tiny sizes, Triton's interpreter (TRITON_INTERPRET=1)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CPU, tiny sizes, Triton's interpreter (sets TRITON_INTERPRET=1)")
     args = parser.parse_args()
-    if args.dry_run:
+    if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is first imported
         checks = tiny_greedy_parity("cpu", PROMPTS[:2], 4)
         checks.append(bf16_logit_parity("cpu", [20, 50, 1, 70], num_hidden_layers=2))
     elif not torch.cuda.is_available():
-        print("bench/gpu_parity.py needs a CUDA GPU and torch.cuda.is_available() is False "
-              "(--dry-run runs it on CPU at tiny sizes)", file=sys.stderr)
+        print("bench.gpu_parity needs a CUDA GPU and torch.cuda.is_available() is False "
+              "(--smoke runs it on CPU at tiny sizes)", file=sys.stderr)
         return 2
     else:
         checks = tiny_greedy_parity("cuda", PROMPTS, 24)
         checks.append(bf16_logit_parity("cuda", [300, 77, 1, 1000]))
     result = {"bench": "gpu_parity", "ok": all(c["ok"] for c in checks), "checks": checks,
-              "device": "cpu (dry run)" if args.dry_run else torch.cuda.get_device_name()}
+              "device": "cpu (interpreter)" if args.smoke else torch.cuda.get_device_name()}
     print(json.dumps(result))
     if args.json:
         args.json.write_text(json.dumps(result) + "\n")

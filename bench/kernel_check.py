@@ -5,9 +5,11 @@ Llama-1B (32/8, d=64); batches of decodes up to 16k context (single pass and spl
 batches of decodes and prefill chunks over cached prefixes, and KV writes. Each case reports
 the largest |triton - reference| and passes under its dtype's tolerance.
 
-    PYTHONPATH=. python bench/kernel_check.py [--json out.json]
-    PYTHONPATH=. python bench/kernel_check.py --interpret   # CPU: the same cases, shrunk,
-                                                            # in Triton's interpreter
+    python -m bench.kernel_check [--json out.json]
+    python -m bench.kernel_check --interpret   # CPU: the same cases, shrunk, in Triton's
+                                               # interpreter
+    python -m bench.kernel_check --smoke       # CPU: one case of each kind, shrunk, in the
+                                               # interpreter (seconds)
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-_BENCH = Path(__file__).resolve().parent  # not on sys.path: bench/kernels.py would shadow
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]  # the kernels package
-sys.path.insert(0, str(_BENCH.parent))
-
 TOLERANCE = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 2e-2}  # max abs error, |out| ~ 1
 SHAPES = {"gqa-128": (32, 8, 128), "smollm2": (9, 3, 64), "llama-1b": (32, 8, 64)}
+# --smoke: indices into cases(), one of each kind: decode through paged_attention, the decode
+# kernel with its split forced, a mixed batch (prefill + decode), and fp32
+SMOKE_CASES = (0, 2, 3, 7)
 
 
 def cases(shrink: int) -> list[tuple[str, str, str, list[tuple[int, int]], dict]]:
@@ -94,8 +95,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--interpret", action="store_true",
                         help="run on CPU in Triton's interpreter, at 1/64 of the lengths")
+    parser.add_argument("--smoke", action="store_true",
+                        help="--interpret with one case of each kind (seconds)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    args.interpret = args.interpret or args.smoke
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are imported
     import torch
@@ -112,7 +116,10 @@ def main() -> int:
     shrink = 64 if args.interpret else 1
     results = []
     started = time.perf_counter()
-    for name, shape, dtype, seqs, options in cases(shrink):
+    selected = cases(shrink)
+    if args.smoke:
+        selected = [selected[i] for i in SMOKE_CASES]
+    for name, shape, dtype, seqs, options in selected:
         results.append(run_case(torch, kernels_mod, name, shape, dtype, seqs, options, device))
     results.append(check_write_kv(torch, kernels_mod, device, shrink))
     print(f"{'case':26} {'shape':9} {'dtype':9} {'tokens':>6} {'max ctx':>7} {'splits':>6} "
@@ -121,7 +128,8 @@ def main() -> int:
         print(f"{r['case']:26} {r['shape']:9} {r['dtype']:9} {r['tokens']:>6} "
               f"{r.get('max_context_len', ''):>7} {r.get('decode_splits', ''):>6} "
               f"{r['max_abs_error']:9.2e} {'ok' if r['ok'] else 'FAIL'}")
-    summary = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu-interpreter",
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter)"
+    summary = {"bench": "kernel_check", "device": name, "smoke": args.smoke,
                "ok": all(r["ok"] for r in results), "cases": results,
                "seconds": round(time.perf_counter() - started, 1)}
     print(json.dumps(summary))

@@ -7,14 +7,19 @@ specialises the arguments exactly as Triton's JIT would, compiles to cubin for t
 (sm_90 = H100/H200 by default) with the ptxas bundled in the triton wheel, and prints per
 variant: registers, spill stack, shared memory and the load / matmul instructions used.
 
-    python bench/kernel_compile.py                 # every model shape, bf16 and fp16, sm_90
-    python bench/kernel_compile.py --quick --strict  # the test suite's subset; exit 1 on a
+    python -m bench.kernel_compile                   # every model shape, bf16 and fp16, sm_90
+    python -m bench.kernel_compile --quick --strict  # the test suite's subset; exit 1 on a
                                                      # 16-bit spill or shared memory overflow
+    python -m bench.kernel_compile --smoke           # the tiny test shape only (seconds)
+
+No GPU needed, nor the interpreter: it runs Triton's real compiler, so TRITON_INTERPRET is
+cleared for this process even in --smoke.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -23,10 +28,9 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.pop("TRITON_INTERPRET", None)  # compiled kernels, not interpreted ones
 
-import torch  # noqa: E402
+import torch  # noqa: E402  (after the environment: triton reads it at import)
 import triton  # noqa: E402
 from triton._C.libtriton import native_specialize_impl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -121,8 +125,10 @@ def meta_batch(shape, dtype, num_seqs: int, q_len: int, context_len: int, block_
     return q, cache, torch.empty_like(cache), table, lens, starts
 
 
-def cases(quick: bool):
+def cases(quick: bool, smoke: bool = False):
     """(label, dtype, call) per variant: the launches of one engine step's kernels."""
+    if smoke:  # two variants: decode and prefill at the tiny test shape, fp32
+        return _cases_for("tiny-test", SHAPES["tiny-test"], torch.float32, True, quick)
     shapes = {"bench-gqa": SHAPES["bench-gqa"]} if quick else SHAPES
     dtypes = [torch.bfloat16] if quick else [torch.bfloat16, torch.float16]
     out = []
@@ -166,23 +172,20 @@ def _cases_for(name, shape, dtype, attention_only: bool, quick: bool):
     ]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 80, 90")
-    parser.add_argument("--quick", action="store_true", help="the test suite's subset")
-    parser.add_argument("--strict", action="store_true",
-                        help="exit 1 if a 16-bit variant spills or any exceeds shared memory")
-    args = parser.parse_args()
-    limit = SMEM_LIMIT.get(args.arch, 101376)
-    seen, failures = set(), []
+def compile_all(variants, arch: int) -> tuple[list[dict], list[str]]:
+    """Compile each distinct launch of `variants` once; (rows, failures) with the resources
+    of each (registers, spill bytes per thread, shared memory bytes, instruction counts)."""
+    limit = SMEM_LIMIT.get(arch, 101376)
+    seen, rows, failures = set(), [], []
     print(f"{'variant':34} {'kernel':22} {'regs':>4} {'spill':>5} {'smem':>7}  instructions")
-    for label, dtype, call in cases(args.quick):
+    for label, dtype, call in variants:
         for fn, fargs, fkwargs in capture(call):
             key = (fn.__name__, repr(fargs), repr(sorted(fkwargs.items())))
             if key in seen:
                 continue
             seen.add(key)
-            info = resources(compile_launch(fn, fargs, fkwargs, args.arch))
+            info = resources(compile_launch(fn, fargs, fkwargs, arch))
+            rows.append({"variant": label, "kernel": fn.__name__, **info})
             ops = " ".join(f"{op}:{n}" for op, n in info["ops"].items() if n)
             print(f"{label:34} {fn.__name__:22} {info['regs'] or '?':>4} "
                   f"{'?' if info['stack'] is None else info['stack']:>5} {info['smem']:>7}  {ops}")
@@ -190,8 +193,26 @@ def main() -> int:
                 failures.append(f"{label} {fn.__name__}: {info['smem']} B shared > {limit}")
             if dtype != torch.float32 and info["stack"]:
                 failures.append(f"{label} {fn.__name__}: spills {info['stack']} B per thread")
+    return rows, failures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 80, 90")
+    parser.add_argument("--quick", action="store_true", help="the test suite's subset")
+    parser.add_argument("--smoke", action="store_true", help="the tiny test shape only")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 if a 16-bit variant spills or any exceeds shared memory")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    rows, failures = compile_all(cases(args.quick, args.smoke), args.arch)
     for failure in failures:
         print("FAIL", failure)
+    result = {"bench": "kernel_compile", "arch": args.arch, "triton": triton.__version__,
+              "variants": rows, "failures": failures}
+    print(json.dumps({k: v for k, v in result.items() if k != "variants"}))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 1 if failures and args.strict else 0
 
 

@@ -7,7 +7,9 @@ Starts `batchpilot serve --model smollm2-135m` on 127.0.0.1 (a free port), runs
 `batchpilot loadtest --compare ...` for each goal (configs alternate, `--rounds`), stops
 the server. Prints both side-by-side tables, then one JSON line with the ratios.
 
-    python bench/loadtest_goals.py [--rates 0.5,1] [--rounds 1] [--out bench/loadtest_out]
+    python -m bench.loadtest_goals [--rates 0.5,1] [--rounds 1] [--out bench/loadtest_out]
+    python -m bench.loadtest_goals --smoke   # the tests' tiny model, 4 requests per config at
+                                             # 20 req/s, output in a temporary folder
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,11 +33,13 @@ CHUNKING = ["chunked:chunked_prefill=true,prefill_chunk_size=32,max_batched_toke
 # the same budgets for both: only the batching mode differs
 BATCHING = ["continuous:batching=continuous,prefill_chunk_size=128,max_batched_tokens=256",
             "static:batching=static,prefill_chunk_size=128,max_batched_tokens=256"]
+SMOKE = {"rates": "20", "rounds": 1, "requests": 4, "itl_rate": 20.0}
 
 
-def start_server(log_path: Path) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "control.cli.main", "serve", "--model", "smollm2-135m", "--host",
-           "127.0.0.1", "--port", "0", "--log-level", "warning"]
+def start_server(log_path: Path, model: str = "smollm2-135m") -> tuple[subprocess.Popen, str]:
+    """`batchpilot serve --model MODEL` on 127.0.0.1, a free port: (process, its URL)."""
+    cmd = [sys.executable, "-m", "control.cli.main", "serve", "--model", model,
+           "--host", "127.0.0.1", "--port", "0", "--log-level", "warning"]
     with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -50,7 +55,10 @@ def start_server(log_path: Path) -> tuple[subprocess.Popen, str]:
 
 
 def loadtest(url: str, scenario: str, compare: list[str], rounds: int, out: Path,
-             rate: float | None, requests: int | None = None) -> list[dict]:
+             rate: float | None, requests: int | None = None,
+             tokenizer: str | None = None) -> list[dict]:
+    """`batchpilot loadtest --compare ...`: one summary per config. rate (req/s) and
+    requests override the scenario's; tokenizer: for a server whose model is not an alias."""
     cmd = [sys.executable, "-m", "control.cli.main", "loadtest", "--scenario",
            str(SCENARIOS / scenario), "--url", url, "--rounds", str(rounds), "--json",
            "--out", str(out), "--db", str(out / "loadtest.duckdb")]
@@ -60,19 +68,36 @@ def loadtest(url: str, scenario: str, compare: list[str], rounds: int, out: Path
         cmd += ["--rate", str(rate)]
     if requests is not None:
         cmd += ["--requests", str(requests)]
+    if tokenizer is not None:
+        cmd += ["--tokenizer", tokenizer]
     done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"loadtest failed ({done.returncode})")
     return json.loads(done.stdout)
 
 
-def itl_goal(url: str, rounds: int, out: Path) -> dict:
-    s = loadtest(url, "chat-long-prompts.yaml", CHUNKING, rounds, out / "chunking", None)
+def itl_goal(url: str, args, out: Path) -> dict:
+    s = loadtest(url, "chat-long-prompts.yaml", CHUNKING, args.rounds, out / "chunking",
+                 args.itl_rate, args.requests, args.tokenizer)
     chunked, unchunked = s[0]["itl"]["p99"], s[1]["itl"]["p99"]
     print(f"chat with long prompts: p99 ITL chunked {chunked:.3f} s, unchunked"
           f" {unchunked:.3f} s", flush=True)
     return {"chunked_p99_s": chunked, "unchunked_p99_s": unchunked,
             "ratio": chunked / unchunked if unchunked else None}
+
+
+def goodput_goal(url: str, args, out: Path) -> dict:
+    """Per rate of the mixed scenario: continuous and static goodput (req/s) and their ratio."""
+    goodput = {}
+    for rate in [float(r) for r in args.rates.split(",")]:
+        s = loadtest(url, "mixed.yaml", BATCHING, args.rounds, out / f"mixed-{rate:g}", rate,
+                     args.requests, args.tokenizer)
+        cont, stat = s[0]["goodput_rps"], s[1]["goodput_rps"]
+        ratio = cont / stat if stat else None
+        goodput[f"{rate:g}"] = {"continuous": cont, "static": stat, "ratio": ratio}
+        print(f"mixed @ {rate:g} req/s: goodput continuous {cont:.3f}, static"
+              f" {stat:.3f} req/s, ratio {ratio}", flush=True)
+    return goodput
 
 
 def main() -> None:
@@ -81,27 +106,28 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / "bench" / "loadtest_out"))
     parser.add_argument("--only", choices=["goodput", "itl"], help="measure one goal only")
+    parser.add_argument("--model", default="smollm2-135m", help="alias or checkpoint directory")
+    parser.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
+    parser.set_defaults(requests=None, itl_rate=None, tokenizer=None)  # the scenarios' own
     args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    proc, url = start_server(out / "server.log")
-    result: dict = {"bench": "loadtest_goals", "goodput": {}, "itl": {}}
-    try:
-        rates = [] if args.only == "itl" else [float(r) for r in args.rates.split(",")]
-        for rate in rates:
-            s = loadtest(url, "mixed.yaml", BATCHING, args.rounds, out / f"mixed-{rate:g}",
-                         rate)
-            cont, stat = s[0]["goodput_rps"], s[1]["goodput_rps"]
-            ratio = cont / stat if stat else None
-            result["goodput"][f"{rate:g}"] = {"continuous": cont, "static": stat,
-                                              "ratio": ratio}
-            print(f"mixed @ {rate:g} req/s: goodput continuous {cont:.3f}, static"
-                  f" {stat:.3f} req/s, ratio {ratio}", flush=True)
-        if args.only != "goodput":
-            result["itl"] = itl_goal(url, args.rounds, out)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+    with tempfile.TemporaryDirectory(prefix="bench-loadtest-") as tmp:
+        if args.smoke:
+            from bench.random_models import tiny_checkpoint
+
+            vars(args).update(SMOKE, out=tmp)
+            args.model = args.tokenizer = str(tiny_checkpoint(Path(tmp) / "model"))
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        proc, url = start_server(out / "server.log", args.model)
+        result: dict = {"bench": "loadtest_goals", "smoke": args.smoke, "goodput": {}, "itl": {}}
+        try:
+            if args.only != "itl":
+                result["goodput"] = goodput_goal(url, args, out)
+            if args.only != "goodput":
+                result["itl"] = itl_goal(url, args, out)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
     if result["goodput"]:
         top = result["goodput"][max(result["goodput"], key=float)]
         result["goal_goodput_2x"] = bool(top["ratio"] and top["ratio"] >= 2.0)

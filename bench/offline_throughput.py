@@ -7,6 +7,9 @@ static batches of 16 (left-padded; a batch runs until its longest request ends).
 tokens each request asked for count. Runs alternate A B A B; totals over all runs.
 
 Last line: one JSON object with each side's useful output tokens/s and the ratio.
+
+    python -m bench.offline_throughput [--requests 64] [--rounds 2] [--model smollm2-135m]
+    python -m bench.offline_throughput --smoke   # the tests' tiny model, 4 requests, 1 round
 """
 
 from __future__ import annotations
@@ -14,13 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 from engine import LLM, SamplingParams
 from engine.models import load_model
 from engine.sim.workload import TraceScale, load_trace
+
+DEFAULT_MODEL = "smollm2-135m"
+SMOKE = {"requests": 4, "batch_size": 2, "rounds": 1, "max_num_seqs": 4}
 
 TEXT = (
     "The history of computing is a story of people trying to make machines do arithmetic"
@@ -62,23 +70,20 @@ def run_transformers(model, pad_id: int, prompts: list[list[int]], outputs: list
     return time.perf_counter() - start, sum(outputs)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=64)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--max-num-seqs", type=int, default=64)
-    args = ap.parse_args()
+def measure(model: str, args) -> dict:
+    """A B A B ... over the trace's first args.requests requests; totals per side."""
     scale = TraceScale(prompt_div=8, output_div=4, min_tokens=4)
     trace = load_trace(limit=args.requests, scale=scale)
-    loaded = load_model("smollm2-135m", keep_reference=True)
+    loaded = load_model(model, keep_reference=True)
     reference = loaded.reference.eval()
     llm = LLM(loaded, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=2048)
     prompts = make_prompts(loaded.tokenizer, [t.prompt_tokens for t in trace])
     outputs = [t.output_tokens for t in trace]
     pad_id = loaded.tokenizer.pad_token_id
     pad_id = pad_id if pad_id is not None else loaded.eos_token_ids[0]
-    print(f"SmolLM2-135M-Instruct (GGUF Q4_1 dequantised to fp32) on {platform.machine()},"
+    label = ("SmolLM2-135M-Instruct (GGUF Q4_1 dequantised to fp32)" if model == DEFAULT_MODEL
+             else f"{model} ({loaded.architecture}, {loaded.dtype})")
+    print(f"{label} on {platform.machine()},"
           f" {torch.get_num_threads()} torch threads; {len(trace)} trace requests, "
           f"{scale.describe()}; {sum(outputs)} useful output tokens per run")
     totals = {"batchpilot": [0.0, 0], "transformers": [0.0, 0]}
@@ -93,10 +98,31 @@ def main() -> None:
             totals[name][1] += toks
             print(f"round {r + 1} {name:>12}: {toks} tokens in {secs:.1f}s ="
                   f" {toks / secs:.1f} tok/s", flush=True)
+    return totals
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--model", default=DEFAULT_MODEL, help="alias or checkpoint directory")
+    ap.add_argument("--smoke", action="store_true",
+                    help=f"the test suite's tiny random model, {SMOKE}")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:
+        model = args.model
+        if args.smoke:
+            from bench.random_models import tiny_checkpoint
+
+            vars(args).update(SMOKE)
+            model = str(tiny_checkpoint(Path(tmp)))
+        totals = measure(model, args)
     ours = totals["batchpilot"][1] / totals["batchpilot"][0]
     theirs = totals["transformers"][1] / totals["transformers"][0]
-    print(json.dumps({"batchpilot_tok_s": round(ours, 2), "transformers_tok_s": round(theirs, 2),
-                      "ratio": round(ours / theirs, 2)}))
+    print(json.dumps({"smoke": args.smoke, "batchpilot_tok_s": round(ours, 2),
+                      "transformers_tok_s": round(theirs, 2), "ratio": round(ours / theirs, 2)}))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Random paged-attention inputs at real sizes, built on the target device without loops
-over tokens, for the GPU checks and benchmarks (bench/kernel_check.py, bench/kernels.py).
+over tokens, for the GPU checks and benchmarks (bench.kernel_check, bench.kernel_speed).
 
 Blocks are handed out from a random permutation of the pool, so block tables are in random
 order; table padding is -1; every cache row that no sequence owns holds garbage too.

@@ -80,3 +80,16 @@ def adopt(hf_model: Any, dtype: torch.dtype, device: str, name: str = "random") 
 def num_parameters(model: torch.nn.Module) -> int:
     """Parameters, tied weights counted once."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def tiny_checkpoint(folder: Path, max_position_embeddings: int = 4096) -> Path:
+    """The test suite's tiny Llama (tests/fixtures/tiny_models.py: 2 layers, hidden 64, vocab
+    512, its own BPE tokenizer) saved into `folder`, for the CPU benchmarks' --smoke runs:
+    a real checkpoint directory, loaded by path like any other, in about a second. Its
+    positions are raised so the benchmarks' longest prompts fit."""
+    from tests.fixtures.tiny_models import TINY_LLAMA, write_checkpoint
+
+    spec = dict(TINY_LLAMA)
+    arch, seed = spec.pop("arch"), spec.pop("seed")
+    return write_checkpoint(folder, arch, seed, **spec,
+                            max_position_embeddings=max_position_embeddings)

@@ -12,6 +12,16 @@ longest output; continuous at best ceil(sum of outputs / max_num_seqs). The shar
 theory is the measured ratio over that ideal ratio.
 
 Last line: one JSON object.
+
+    python -m bench.scheduler_overhead [--sizes 1,16,64,256,512] [--steps 200]
+    python -m bench.scheduler_overhead --smoke    # tiny sizes, seconds: checks the script
+    python -m bench.scheduler_overhead --against 0237bc9 [--rounds 5]
+
+--against REF: part 1 only, side by side with another commit. REF is checked out in a
+temporary `git worktree` (removed at the end); the step-cost driver (bench/step_cost.py,
+copied to a temporary folder) runs alternately on this tree (A, with uncommitted changes)
+and on REF (B), A B A B, each run a fresh subprocess with PYTHONPATH=<its tree>. Per size:
+the median over rounds of each run's median µs/step, the range over rounds, and A / B.
 """
 
 from __future__ import annotations
@@ -19,60 +29,25 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import platform
-import random
+import shutil
 import statistics
-import time
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-from engine.config import EngineConfig, LaneConfig, LiveConfig, StaticConfig
-from engine.engine import Engine
+from bench.step_cost import build_engine, us_per_step
 from engine.request import SamplingParams
-from engine.sim.executor import SimulatedExecutor
 from engine.sim.workload import TraceScale, load_trace
 
-LANES = (LaneConfig("interactive", 4.0, policy="priority"), LaneConfig("long_context", 2.0),
-         LaneConfig("batch", 1.0, preempt_first=True, tenant_fair_share=True))
-
-
-def _engine(max_num_seqs: int, batching: str = "continuous", blocks: int = 65536) -> Engine:
-    live = LiveConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=8192,
-                      prefill_chunk_size=2048, batching=batching, lanes=LANES,
-                      max_waiting_requests=100_000, queue_timeout_ms=10**9)
-    static = StaticConfig(block_size=16, num_kv_blocks=blocks, max_model_len=32768)
-    return Engine(EngineConfig(static, live), SimulatedExecutor(), eos_token_id=2)
-
-
-def _add(engine: Engine, rid: str, rng: random.Random, prompt: int, out: int) -> None:
-    lane = rng.choice(("interactive", "long_context", "batch"))
-    engine.add_request(rid, [rng.randrange(3, 32000) for _ in range(prompt)],
-                       SamplingParams(max_tokens=out, ignore_eos=True), lane=lane,
-                       tenant=rng.choice("abcd"), priority=rng.randrange(3))
-
-
-def us_per_step(n: int, arrivals: bool, steps: int = 200, seed: int = 0) -> float:
-    """Median engine time per step (µs) at n running sequences, executor time excluded."""
-    rng = random.Random(seed)
-    engine = _engine(max_num_seqs=max(n, 1))
-    life = 64 if arrivals else 30_000  # with arrivals, requests finish and are replaced
-    for i in range(n):
-        _add(engine, f"w{i}", rng, 32, rng.randrange(1, life) if arrivals else life)
-    while engine.scheduler.lanes.num_waiting:  # warm up: everyone admitted and decoding
-        engine.step()
-    samples, next_id = [], n
-    for _ in range(steps):
-        if arrivals:
-            while len(engine.requests) < n:
-                _add(engine, f"w{next_id}", rng, 32, rng.randrange(1, life))
-                next_id += 1
-        t0 = time.perf_counter()
-        out = engine.step()
-        elapsed = time.perf_counter() - t0 - out.record.execute_s
-        samples.append(elapsed * 1e6)
-    return statistics.median(samples)
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = {"sizes": "1,8", "steps": 10, "requests": 64, "max_num_seqs": 8, "rounds": 1}
 
 
 def steps_to_finish(outputs: list[int], batching: str, max_num_seqs: int) -> int:
-    engine = _engine(max_num_seqs, batching=batching)
+    engine = build_engine(max_num_seqs, batching=batching)
     for i, out in enumerate(outputs):
         engine.add_request(f"r{i}", [7], SamplingParams(max_tokens=out, ignore_eos=True),
                            lane="batch")
@@ -92,13 +67,82 @@ def cont_vs_static(num_requests: int, max_num_seqs: int) -> dict[str, float]:
             "ratio": ratio, "theory_ratio": theory, "share_of_theory": ratio / theory}
 
 
+def git(*args: str) -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"scheduler_overhead: git {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def drive(driver: Path, tree: Path, sizes: str, steps: int) -> dict[str, dict[str, float]]:
+    """One run of the step-cost driver with `engine` from `tree`: {mode: {size: µs/step}}."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}  # only `tree` provides engine
+    done = subprocess.run([sys.executable, str(driver), "--sizes", sizes, "--steps", str(steps)],
+                          cwd=driver.parent, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"scheduler_overhead: the driver failed on {tree}:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def against(ref: str, sizes: str, steps: int, rounds: int) -> dict:
+    """Part 1 on this tree (A) and on `ref` (B), A B A B ...; per mode and size: medians and
+    ranges over rounds (µs/step) and the ratio of the medians, A / B."""
+    label_b = git("rev-parse", "--short", ref)
+    label_a = git("describe", "--always", "--dirty")
+    runs: dict[str, list] = {"A": [], "B": []}
+    with tempfile.TemporaryDirectory(prefix="bench-against-") as tmp:
+        driver = Path(tmp) / "driver" / "step_cost.py"  # alone in its folder: sys.path[0]
+        driver.parent.mkdir()
+        shutil.copy(ROOT / "bench" / "step_cost.py", driver)
+        tree = Path(tmp) / "tree"
+        git("worktree", "add", "--detach", "--quiet", str(tree), ref)
+        try:
+            for i in range(rounds):
+                for side, path in (("A", ROOT), ("B", tree)):
+                    runs[side].append(drive(driver, path, sizes, steps))
+                print(f"  round {i + 1}/{rounds} done", flush=True)
+        finally:  # not git(): a failure here must not hide the one that got us here
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                           check=False)
+    result: dict = {"a": label_a, "b": label_b, "rounds": rounds, "steps": steps}
+    print(f"A = this tree ({label_a}), B = {ref} ({label_b}); {rounds} round(s) of A then B, "
+          f"each run the median of {steps} steps; µs/step: median over rounds [min-max]")
+    for mode in ("decode", "arrivals"):
+        print(f"{mode:>9} {'running':>8} {'A':>24} {'B':>24} {'A / B':>7}")
+        result[mode] = {}
+        for n in sizes.split(","):
+            a = [r[mode][n] for r in runs["A"]]
+            b = [r[mode][n] for r in runs["B"]]
+            row = {"a_us": round(statistics.median(a), 1),
+                   "a_range": [round(min(a), 1), round(max(a), 1)],
+                   "b_us": round(statistics.median(b), 1),
+                   "b_range": [round(min(b), 1), round(max(b), 1)]}
+            row["ratio"] = round(statistics.median(a) / statistics.median(b), 3)
+            result[mode][n] = row
+            print(f"{'':>9} {n:>8} {_cell(row['a_us'], a):>24} {_cell(row['b_us'], b):>24} "
+                  f"{row['ratio']:>7.2f}")
+    return result
+
+
+def _cell(median: float, values: list[float]) -> str:
+    return f"{median:.1f} [{min(values):.1f}-{max(values):.1f}]"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1,16,64,256,512")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--requests", type=int, default=2048)
     ap.add_argument("--max-num-seqs", type=int, default=128)
+    ap.add_argument("--against", metavar="REF", help="compare part 1 with this commit")
+    ap.add_argument("--rounds", type=int, default=5, help="A B rounds for --against")
+    ap.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
     args = ap.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
+    if args.against:
+        print(json.dumps(against(args.against, args.sizes, args.steps, args.rounds)))
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"machine: {platform.processor() or platform.machine()}, python "
           f"{platform.python_version()}; simulated executor (zero model cost)")

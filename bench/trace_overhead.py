@@ -12,7 +12,8 @@ Two executors:
             microsecond of observability shows. Reported, not the goal.
 The trace's records are counted after each run (written and dropped).
 
-    python bench/trace_overhead.py [--rounds 31] [--steps 300] [--step-ms 2]
+    python -m bench.trace_overhead [--rounds 31] [--steps 300] [--step-ms 2]
+    python -m bench.trace_overhead --smoke   # 1 round of 20 steps: checks the script
 
 Last line: one JSON object.
 """
@@ -39,6 +40,7 @@ from engine.sim.executor import SimulatedExecutor
 from engine.sim.workload import TraceScale, forced_params, load_trace
 
 MODES = ("off", "metrics", "trace")
+SMOKE = {"rounds": 1, "steps": 20, "requests": 50, "step_ms": 0.5}
 
 
 class GpuLikeExecutor(SimulatedExecutor):
@@ -160,7 +162,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--scale", type=float, default=4.0)
     parser.add_argument("--step-ms", type=float, default=2.0)
+    parser.add_argument("--smoke", action="store_true", help=f"tiny run: {SMOKE}")
     args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     scale = TraceScale(prompt_div=args.scale, output_div=args.scale, min_tokens=1)
     requests = load_trace(limit=args.requests, scale=scale)
     print(f"workload: {len(requests)} Azure 2023 conversation requests, {scale.describe()};"
@@ -170,7 +175,7 @@ def main() -> None:
                   f"gpu-like (+{args.step_ms:g} ms GIL-free wait per step)")
     cpu = measure(requests, args.rounds, args.steps, 0, "cpu-bound (no wait)")
     goal = gpu["slowdown_pct"]["trace"] < 3.0
-    print(json.dumps({"bench": "trace_overhead", "step_ms": args.step_ms,
+    print(json.dumps({"bench": "trace_overhead", "smoke": args.smoke, "step_ms": args.step_ms,
                       "slowdown_pct": round(gpu["slowdown_pct"]["trace"], 2),
                       "goal_under_3pct": goal, "gpu_like": gpu, "cpu_bound": cpu}))
 

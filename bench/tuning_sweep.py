@@ -8,7 +8,9 @@ bundled model, one knob at a time, each config against the same requests in one 
 Starts `batchpilot serve --model smollm2-135m` (127.0.0.1, a free port), runs `batchpilot
 loadtest --compare ...` per sweep, prints each side-by-side summary, then one JSON line.
 
-    python bench/tuning_sweep.py [--requests 30] [--out bench/tuning_out]
+    python -m bench.tuning_sweep [--requests 30] [--out bench/tuning_out]
+    python -m bench.tuning_sweep --smoke   # the tests' tiny model, 2 requests per config at
+                                           # 20 req/s, output in a temporary folder
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import tempfile
 from pathlib import Path
 
-from loadtest_goals import ROOT, loadtest, start_server
+from bench.loadtest_goals import ROOT, loadtest, start_server
 
 SWEEPS = {
     "max_num_seqs": ("chat.yaml", ["seqs4:max_num_seqs=4", "seqs16:max_num_seqs=16",
@@ -29,6 +32,7 @@ SWEEPS = {
         "budget512:max_batched_tokens=512,prefill_chunk_size=256"]),
 }
 KEYS = ("goodput_rps", "request_rps", "output_tps")
+SMOKE = {"requests": 2, "rate": 20.0}
 
 
 def row(summary: dict) -> dict:
@@ -43,21 +47,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=30)
     parser.add_argument("--out", default=str(ROOT / "bench" / "tuning_out"))
+    parser.add_argument("--model", default="smollm2-135m", help="alias or checkpoint directory")
+    parser.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
+    parser.set_defaults(rate=None, tokenizer=None)  # the scenarios' rates; the model's own
     args = parser.parse_args()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    proc, url = start_server(out / "server.log")
-    result: dict = {"bench": "tuning_sweep", "requests": args.requests}
-    try:
-        for name, (scenario, configs) in SWEEPS.items():
-            summaries = loadtest(url, scenario, configs, 1, out / name, None,
-                                 requests=args.requests)
-            result[name] = {c.split(":")[0]: row(s) for c, s in
-                            zip(configs, summaries, strict=True)}
-            print(json.dumps({name: result[name]}, indent=1), flush=True)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+    with tempfile.TemporaryDirectory(prefix="bench-tuning-") as tmp:
+        if args.smoke:
+            from bench.random_models import tiny_checkpoint
+
+            vars(args).update(SMOKE, out=tmp)
+            args.model = args.tokenizer = str(tiny_checkpoint(Path(tmp) / "model"))
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        proc, url = start_server(out / "server.log", args.model)
+        result: dict = {"bench": "tuning_sweep", "smoke": args.smoke, "requests": args.requests}
+        try:
+            for name, (scenario, configs) in SWEEPS.items():
+                summaries = loadtest(url, scenario, configs, 1, out / name, args.rate,
+                                     args.requests, args.tokenizer)
+                result[name] = {c.split(":")[0]: row(s) for c, s in
+                                zip(configs, summaries, strict=True)}
+                print(json.dumps({name: result[name]}, indent=1), flush=True)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
     print(json.dumps(result))
 
 

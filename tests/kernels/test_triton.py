@@ -256,7 +256,7 @@ def test_kernels_compile_for_sm90_without_spills():
     # The interpreter runs the kernels' logic; this runs Triton's real compiler (to sm_90
     # cubin, no GPU needed) on the variants the engine launches, and checks the resources.
     result = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "kernel_compile.py"), "--quick", "--strict"],
+        [sys.executable, "-m", "bench.kernel_compile", "--quick", "--strict"],
         capture_output=True, text=True, timeout=240, cwd=REPO,
         env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
     )

@@ -13,9 +13,9 @@ FLOPs = 4 * head_dim * num_heads * (query, visible key) pairs. Times are medians
 triton.testing.do_bench (L2 flushed before each run). Also a sweep of decode launch shapes
 at batch 64, context 4k. Prints a table, then one JSON line.
 
-    PYTHONPATH=. python bench/kernels.py [--peak-tbps 4.8] [--json out.json]
-    PYTHONPATH=. python bench/kernels.py --interpret   # CPU dry run of the plumbing at tiny
-                                                       # sizes; its timings mean nothing
+    python -m bench.kernel_speed [--peak-tbps 4.8] [--json out.json]
+    python -m bench.kernel_speed --smoke   # CPU, Triton's interpreter, tiny sizes: checks the
+                                           # script end to end; its figures mean nothing
 """
 
 from __future__ import annotations
@@ -26,10 +26,6 @@ import os
 import sys
 import time
 from pathlib import Path
-
-_BENCH = Path(__file__).resolve().parent  # not on sys.path: bench/kernels.py would shadow
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _BENCH]  # the kernels package
-sys.path.insert(0, str(_BENCH.parent))
 
 # Peak HBM bandwidth (TB/s) by device-name substring, first match wins (GH200 before H200).
 PEAK_TBPS = [("GH200", 4.0), ("H200", 4.8), ("H100 NVL", 3.9), ("H100 PCIe", 2.0),
@@ -47,9 +43,9 @@ def peak_tbps(device_name: str, override: float | None) -> float | None:
     return next((tbps for key, tbps in PEAK_TBPS if key in device_name), None)
 
 
-def make_timer(interpret: bool):
+def make_timer(interpreted: bool):
     """Milliseconds per call: do_bench medians on a GPU, a rough wall clock when interpreted."""
-    if interpret:
+    if interpreted:
         def wall_ms(fn) -> float:
             fn()
             started = time.perf_counter()
@@ -168,6 +164,8 @@ def print_tables(result: dict) -> None:
     peak = result["peak_tbps"]
     print(f"device: {result['device']}, peak {peak or '?'} TB/s, {result['dtype']}, "
           f"heads {result['shape']} (query, kv, head_dim)")
+    if not result["figures_meaningful"]:
+        print("smoke run in Triton's interpreter: times, bandwidth and speed-ups mean nothing")
     print(f"{'batch':>5} {'context':>7} {'splits':>6} {'ms':>8} {'TB/s':>6} {'of peak':>7} "
           f"{'sdpa ms':>8} {'vs sdpa':>7} {'max diff':>8}  sdpa backend")
     for r in result["decode"]:
@@ -189,21 +187,31 @@ def print_tables(result: dict) -> None:
               f"{'  (default)' if r['default'] else ''}")
 
 
+def workload(smoke: bool) -> dict:
+    """Shapes and sizes: the real ones, or --smoke's tiny ones (every step still runs)."""
+    if smoke:  # about 30 kernel calls, each well under a second in the interpreter
+        return {"shape": TINY_SHAPE, "batches": (1, 2), "contexts": (32, 96),
+                "prefills": [(2, 64, 64), (2, 64, 16)], "goal": (2, 96)}
+    return {"shape": SHAPE, "batches": (1, 16, 64), "contexts": (1024, 4096, 16384),
+            "prefills": [(4, 4096, 4096), (8, 4096, 1024)],
+            "goal": (GOAL["batch"], GOAL["context"])}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peak-tbps", type=float, help="peak memory bandwidth, TB/s")
     parser.add_argument("--json", type=Path, help="also write the JSON result here")
-    parser.add_argument("--interpret", action="store_true",
-                        help="CPU dry run at tiny sizes in Triton's interpreter")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CPU, Triton's interpreter, tiny sizes (figures not meaningful)")
     args = parser.parse_args()
-    if args.interpret:
+    if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are imported
     import torch
 
-    if not args.interpret and not torch.cuda.is_available():
-        print("bench/kernels.py needs a CUDA GPU and torch.cuda.is_available() is False; on CPU "
-              "the kernels are tested by tests/kernels/test_triton.py (or run this with "
-              "--interpret for a dry run of the script itself)", file=sys.stderr)
+    if not args.smoke and not torch.cuda.is_available():
+        print("bench.kernel_speed needs a CUDA GPU and torch.cuda.is_available() is False; on "
+              "CPU the kernels are tested by tests/kernels/test_triton.py (or run this with "
+              "--smoke for a dry run of the script itself)", file=sys.stderr)
         return 2
     from kernels import triton_attention, triton_decode, triton_utils
 
@@ -212,26 +220,24 @@ def main() -> int:
         decode_attention=triton_decode.decode_attention,
         choose_num_splits=triton_decode.choose_num_splits, num_sms=triton_utils.num_sms,
         DecodeTile=triton_decode.DecodeTile, default_tile=triton_decode.default_tile,
-        dtype=torch.bfloat16, device="cpu" if args.interpret else "cuda")
-    timer = make_timer(args.interpret)
-    if args.interpret:
-        shape, batches, contexts = TINY_SHAPE, (1, 2), (32, 96)
-        prefills, goal = [(2, 64, 64), (2, 64, 16)], (2, 96)
-    else:
-        shape, batches, contexts = SHAPE, (1, 16, 64), (1024, 4096, 16384)
-        prefills, goal = [(4, 4096, 4096), (8, 4096, 1024)], (GOAL["batch"], GOAL["context"])
-    name = torch.cuda.get_device_name() if not args.interpret else "cpu-interpreter"
-    peak = peak_tbps(name, args.peak_tbps)
-    result = {"bench": "kernels", "device": name, "peak_tbps": peak, "dtype": "bfloat16",
-              "shape": list(shape), "decode": [], "prefill": [], "decode_tiles": []}
+        dtype=torch.bfloat16, device="cpu" if args.smoke else "cuda")
+    timer = make_timer(args.smoke)
+    w = workload(args.smoke)
+    shape, goal = w["shape"], w["goal"]
+    # no peak for the interpreter: a fraction of a GPU's bandwidth would be a made-up figure
+    name = "cpu (interpreter)" if args.smoke else torch.cuda.get_device_name()
+    peak = None if args.smoke else peak_tbps(name, args.peak_tbps)
+    result = {"bench": "kernel_speed", "device": name, "figures_meaningful": not args.smoke,
+              "peak_tbps": peak, "dtype": "bfloat16", "shape": list(shape), "decode": [],
+              "prefill": [], "decode_tiles": []}
     with torch.inference_mode():
-        for batch_size in batches:
-            for ctx in contexts:
+        for batch_size in w["batches"]:
+            for ctx in w["contexts"]:
                 result["decode"].append(
                     bench_decode(torch, ops, timer, shape, batch_size, ctx, peak))
-                if not args.interpret:
+                if not args.smoke:
                     torch.cuda.empty_cache()
-        for num_seqs, ctx, q_len in prefills:
+        for num_seqs, ctx, q_len in w["prefills"]:
             result["prefill"].append(bench_prefill(torch, ops, timer, shape, num_seqs, ctx, q_len))
         result["decode_tiles"] = sweep_decode_tiles(torch, ops, timer, shape, *goal)
         result["decode_tiles_at"] = {"batch": goal[0], "context": goal[1]}

@@ -1,0 +1,23 @@
+"""Benchmarks and GPU checks. Run each from the repository root as `python -m bench.NAME`;
+`--smoke` runs any of them end to end at tiny sizes in seconds (on CPU; the GPU ones in
+Triton's interpreter), which is what tests/bench does in CI. Figures: bench/RESULTS.md.
+
+CPU, side by side in one run:
+    scheduler_overhead   engine µs per step; continuous vs static batching in steps
+                         (`--against REF`: per-step cost beside another commit, A B A B)
+    trace_overhead       engine steps/s with observability off, metrics, metrics + trace
+    offline_throughput   LLM.generate vs transformers generate on SmolLM2-135M, tokens/s
+    loadtest_goals       continuous/static goodput, chunked/unchunked p99 ITL over HTTP
+    tuning_sweep         playbooks/tuning.md's sweeps: max_num_seqs, token budget
+    dashboard_load       dashboard page load time over a day of traces
+GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the CPU check):
+    kernel_check         Triton kernels against the torch reference at real sizes
+    kernel_speed         decode bandwidth and prefill TFLOP/s, against torch SDPA
+    gpu_parity           engine vs transformers: fp32 greedy tokens, bf16 logits
+    gpu_engine           engine vs transformers generate, tokens/s, random-weight models
+    kernel_compile       compiles the kernels for sm_90 on any machine: registers, spills
+Helpers (no main): step_cost (scheduler_overhead's driver), paged_inputs, random_models.
+
+Nothing here is imported by the engine; the GPU modules import only torch, triton,
+transformers (and what they bring) and this repository.
+"""

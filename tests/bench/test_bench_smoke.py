@@ -1,0 +1,94 @@
+"""Every benchmark runs end to end in --smoke mode (tiny sizes, seconds, the same code), so a
+broken benchmark fails CI. Each runs as a user runs it: `python -m bench.NAME --smoke` from
+the repository root, in a subprocess; it must exit 0 and end with its JSON line. The GPU
+benchmarks run through `bench/gpu_check.sh --dry-run` instead (test_gpu_check_dry_run.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+# module -> extra arguments after --smoke; about 80 s together on the 2-core CI VM
+SMOKE_RUNS: dict[str, list[str]] = {
+    "scheduler_overhead": [],
+    "trace_overhead": [],
+    "offline_throughput": [],
+    "dashboard_load": [],
+    "loadtest_goals": [],
+    "tuning_sweep": [],
+    "kernel_compile": ["--strict"],
+}
+WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
+GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
+HELPERS = {"step_cost", "paged_inputs", "random_models"}  # imported by benchmarks, no main()
+
+
+def run_module(name: str, *args: str, timeout: float = 240) -> dict:
+    """`python -m bench.NAME ARGS` from the repository root -> its last stdout line (JSON)."""
+    done = subprocess.run([sys.executable, "-m", f"bench.{name}", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+    tail = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, tail
+    lines = done.stdout.strip().splitlines()
+    assert lines, tail
+    result = json.loads(lines[-1])
+    assert isinstance(result, dict) and result, tail
+    return result
+
+
+@pytest.mark.parametrize("name", sorted(SMOKE_RUNS))
+def test_benchmark_runs_in_smoke_mode(name, tmp_path):
+    out = tmp_path / "result.json"
+    json_arg = ["--json", str(out)] if name in WRITES_JSON else []
+    result = run_module(name, "--smoke", *SMOKE_RUNS[name], *json_arg)
+    if json_arg:
+        assert json.loads(out.read_text())["bench"] == name
+    if "smoke" in result:  # the figures of a tiny run are marked as such
+        assert result["smoke"] is True
+
+
+def test_scheduler_overhead_against_a_commit_side_by_side():
+    # --against checks REF out in a temporary git worktree; HEAD exists wherever git does
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    result = run_module("scheduler_overhead", "--smoke", "--against", "HEAD")
+    for mode in ("decode", "arrivals"):
+        for row in result[mode].values():
+            assert row["a_us"] > 0 and row["b_us"] > 0
+            assert row["ratio"] == pytest.approx(row["a_us"] / row["b_us"], rel=0.01)
+    worktrees = subprocess.run(["git", "-C", str(REPO), "worktree", "list"],
+                               capture_output=True, text=True).stdout
+    assert "bench-against-" not in worktrees  # removed at the end
+
+
+def test_every_benchmark_is_smoke_tested_and_runs_as_a_module():
+    modules = {p.stem for p in BENCH.glob("*.py")} - {"__init__"}
+    assert modules - HELPERS == set(SMOKE_RUNS) | GPU_CHECK_STEPS, (
+        "a new bench/ module needs a --smoke mode and an entry in SMOKE_RUNS (or a step in "
+        "bench/gpu_check.sh), or, if it is a helper without main(), in HELPERS")
+    script = (BENCH / "gpu_check.sh").read_text()
+    index = ast.get_docstring(ast.parse((BENCH / "__init__.py").read_text()))
+    for name in modules:
+        source = (BENCH / f"{name}.py").read_text()
+        nodes = list(ast.walk(ast.parse(source)))
+        assert not [n for n in nodes if isinstance(n, ast.Attribute) and n.attr == "path"
+                    and isinstance(n.value, ast.Name) and n.value.id == "sys"], (
+            f"bench/{name}.py touches sys.path: `python -m bench.{name}` needs no help")
+        assert re.search(rf"\b{name}\b", index), f"bench/__init__.py does not list {name}"
+        functions = {n.name for n in nodes if isinstance(n, ast.FunctionDef)}
+        if name in HELPERS:
+            assert "main" not in functions, f"bench/{name}.py has a main(): smoke-test it"
+        else:
+            assert "main" in functions and "--smoke" in source, name
+    for name in GPU_CHECK_STEPS:
+        assert f" bench.{name}" in script, f"gpu_check.sh does not run bench.{name}"
