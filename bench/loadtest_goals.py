@@ -15,6 +15,7 @@ the server. Prints both side-by-side tables, then one JSON line with the ratios.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +54,27 @@ def start_server(log_path: Path, model: str = "smollm2-135m") -> tuple[subproces
         time.sleep(0.5)
     proc.kill()
     raise RuntimeError(f"the server did not get ready:\n{log_path.read_text()}")
+
+
+@contextlib.contextmanager
+def served(args: argparse.Namespace, smoke: dict, prefix: str) -> Iterator[tuple[str, Path]]:
+    """A server for the load tests and their output folder, as (url, out): args.model, or
+    with args.smoke the tests' tiny model, the `smoke` settings and a temporary folder.
+    The server drains and stops when the block ends."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        if args.smoke:
+            from bench.random_models import tiny_checkpoint
+
+            vars(args).update(smoke, out=tmp)
+            args.model = args.tokenizer = str(tiny_checkpoint(Path(tmp) / "model"))
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        proc, url = start_server(out / "server.log", args.model)
+        try:
+            yield url, out
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
 
 
 def loadtest(url: str, scenario: str, compare: list[str], rounds: int, out: Path,
@@ -110,24 +133,12 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
     parser.set_defaults(requests=None, itl_rate=None, tokenizer=None)  # the scenarios' own
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-loadtest-") as tmp:
-        if args.smoke:
-            from bench.random_models import tiny_checkpoint
-
-            vars(args).update(SMOKE, out=tmp)
-            args.model = args.tokenizer = str(tiny_checkpoint(Path(tmp) / "model"))
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        proc, url = start_server(out / "server.log", args.model)
-        result: dict = {"bench": "loadtest_goals", "smoke": args.smoke, "goodput": {}, "itl": {}}
-        try:
-            if args.only != "itl":
-                result["goodput"] = goodput_goal(url, args, out)
-            if args.only != "goodput":
-                result["itl"] = itl_goal(url, args, out)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+    result: dict = {"bench": "loadtest_goals", "smoke": args.smoke, "goodput": {}, "itl": {}}
+    with served(args, SMOKE, "bench-loadtest-") as (url, out):
+        if args.only != "itl":
+            result["goodput"] = goodput_goal(url, args, out)
+        if args.only != "goodput":
+            result["itl"] = itl_goal(url, args, out)
     if result["goodput"]:
         top = result["goodput"][max(result["goodput"], key=float)]
         result["goal_goodput_2x"] = bool(top["ratio"] and top["ratio"] >= 2.0)

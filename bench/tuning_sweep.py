@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
-import tempfile
-from pathlib import Path
 
-from bench.loadtest_goals import ROOT, loadtest, start_server
+from bench.loadtest_goals import ROOT, loadtest, served
 
 SWEEPS = {
     "max_num_seqs": ("chat.yaml", ["seqs4:max_num_seqs=4", "seqs16:max_num_seqs=16",
@@ -51,26 +48,15 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
     parser.set_defaults(rate=None, tokenizer=None)  # the scenarios' rates; the model's own
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-tuning-") as tmp:
-        if args.smoke:
-            from bench.random_models import tiny_checkpoint
-
-            vars(args).update(SMOKE, out=tmp)
-            args.model = args.tokenizer = str(tiny_checkpoint(Path(tmp) / "model"))
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        proc, url = start_server(out / "server.log", args.model)
-        result: dict = {"bench": "tuning_sweep", "smoke": args.smoke, "requests": args.requests}
-        try:
-            for name, (scenario, configs) in SWEEPS.items():
-                summaries = loadtest(url, scenario, configs, 1, out / name, args.rate,
-                                     args.requests, args.tokenizer)
-                result[name] = {c.split(":")[0]: row(s) for c, s in
-                                zip(configs, summaries, strict=True)}
-                print(json.dumps({name: result[name]}, indent=1), flush=True)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+    with served(args, SMOKE, "bench-tuning-") as (url, out):  # --smoke sets args.requests
+        result: dict = {"bench": "tuning_sweep", "smoke": args.smoke,
+                        "requests": args.requests}
+        for name, (scenario, configs) in SWEEPS.items():
+            summaries = loadtest(url, scenario, configs, 1, out / name, args.rate,
+                                 args.requests, args.tokenizer)
+            result[name] = {c.split(":")[0]: row(s) for c, s in
+                            zip(configs, summaries, strict=True)}
+            print(json.dumps({name: result[name]}, indent=1), flush=True)
     print(json.dumps(result))
 
 
