@@ -21,6 +21,7 @@ from engine.records import (
     RequestDelta,
     RequestRecord,
     SchedulerOutput,
+    SchedulerStats,
     StepRecord,
 )
 from engine.request import Request, RequestStatus, SamplingParams
@@ -134,10 +135,11 @@ class Engine:
         ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
                                self.block_manager.usage, self.throughput.tokens_per_s, now)
         decision = replace(admit(req, ctx), time=now)
-        if not decision.accepted:
-            return self._reject(req, decision)
-        req.admitted_time = now
         self._pending_admissions.append(decision)
+        if not decision.accepted:
+            self._finish(req, RequestStatus.REJECTED, now, decision.reason or "")
+            return decision
+        req.admitted_time = now
         self.requests[request_id] = req
         self.scheduler.add(req)
         return decision
@@ -150,17 +152,10 @@ class Engine:
         now = self.clock()
         req = Request(request_id, list(prompt_token_ids), SamplingParams(), now, tenant=tenant,
                       lane=lane or self.route(len(prompt_token_ids), tenant), priority=priority)
-        return self._reject(req, AdmissionDecision(
-            False, request_id, reason, message, retry_after_s, req.lane, None, tenant, priority,
-            req.num_prompt_tokens, now))
-
-    def _reject(self, req: Request, decision: AdmissionDecision) -> AdmissionDecision:
-        req.status = RequestStatus.REJECTED
-        req.finish_reason = "rejected"
-        req.finish_detail = decision.reason or ""
-        req.finished_time = decision.time
-        self._pending_finished.append(req)  # recorded with the next step, no delta
+        decision = AdmissionDecision(False, request_id, reason, message, retry_after_s,
+                                     req.lane, None, tenant, priority, req.num_prompt_tokens, now)
         self._pending_admissions.append(decision)
+        self._finish(req, RequestStatus.REJECTED, now, reason)
         return decision
 
     def route(self, num_prompt_tokens: int, tenant: str = "") -> str:
@@ -180,13 +175,22 @@ class Engine:
         req = self.requests.get(request_id)
         if req is None:
             return False
-        self._end(req, status, self.clock(), detail)
+        self._finish(req, status, self.clock(), detail)
         return True
 
-    def _end(self, req: Request, status: RequestStatus, now: float, detail: str) -> None:
-        self.scheduler.finish(req, status, now, detail)
-        del self.requests[req.request_id]  # ended now: a second abort finds nothing
-        self._pending_deltas.append(RequestDelta(req.request_id, [], req.finish_reason, detail))
+    def _finish(self, req: Request, status: RequestStatus, now: float, detail: str) -> None:
+        """End a request between steps; its RequestRecord goes out with the next step.
+
+        An accepted one is freed at once and its final delta goes out with that step; one
+        turned away before admission (REJECTED) holds nothing and has no stream to end.
+        """
+        if self.requests.get(req.request_id) is req:
+            self.scheduler.finish(req, status, now, detail)
+            del self.requests[req.request_id]  # ended now: a second abort finds nothing
+            self._pending_deltas.append(
+                RequestDelta(req.request_id, [], req.finish_reason, detail))
+        else:
+            req.set_finished(status, now, detail)
         self._pending_finished.append(req)
 
     def has_unfinished_requests(self) -> bool:
@@ -212,7 +216,7 @@ class Engine:
             return self._drain_pending(None)
         bm = self.block_manager
         q0, h0 = bm.prefix_query_tokens, bm.prefix_hit_tokens
-        out = sched.schedule(start)
+        out, stats = sched.schedule(start)
         t1 = time.perf_counter()
         sampled = self.executor.execute(out) if not out.is_empty else []
         t2 = time.perf_counter()
@@ -223,7 +227,7 @@ class Engine:
         t3 = time.perf_counter()
         # Measured on the engine clock, the one deadlines are on (simulated in simulations).
         self.throughput.observe(out.num_tokens, end - start)
-        record = self._record(out, start, end, (t0, t1, t2, t3), finished)
+        record = self._record(out, stats, start, end, (t0, t1, t2, t3), finished)
         record.prefix_query_tokens = bm.prefix_query_tokens - q0
         record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
         result = self._drain_pending(record)
@@ -240,7 +244,7 @@ class Engine:
             for req in lane.expired(now, timeout_s):
                 passed = req.deadline is not None and req.deadline < now
                 detail = "deadline passed while queued" if passed else "queue timeout"
-                self._end(req, RequestStatus.TIMEOUT, now, detail)
+                self._finish(req, RequestStatus.TIMEOUT, now, detail)
 
     def _drain_pending(self, record: StepRecord | None) -> StepOutput:
         result = StepOutput(record, self._pending_deltas,
@@ -252,11 +256,11 @@ class Engine:
         self._pending_deltas, self._pending_finished, self._pending_admissions = [], [], []
         return result
 
-    def _record(self, out: SchedulerOutput, start: float, end: float, t: tuple[float, ...],
-                finished: list[Request]) -> StepRecord:
+    def _record(self, out: SchedulerOutput, stats: SchedulerStats, start: float, end: float,
+                t: tuple[float, ...], finished: list[Request]) -> StepRecord:
         bm = self.block_manager
         lanes = self.scheduler.lanes
-        self._last_wait_reasons = out.waiting_reason_by_lane
+        self._last_wait_reasons = stats.waiting_reason_by_lane
         return StepRecord(
             step_id=out.step_id, start_time=start, end_time=end, duration_s=t[3] - t[0],
             schedule_s=t[1] - t[0], execute_s=t[2] - t[1], update_s=t[3] - t[2],
@@ -268,13 +272,11 @@ class Engine:
             kv_blocks_cached=bm.num_cached_free, kv_usage=bm.usage,
             running_by_lane={q.name: q.num_running for q in lanes},
             waiting_by_lane={q.name: q.num_waiting for q in lanes},
-            waiting_by_reason=out.waiting_by_reason,
-            waiting_reason_by_lane=out.waiting_reason_by_lane, tokens_by_lane=out.tokens_by_lane,
-            admitted=out.admitted,
             finished=[(r.request_id, r.finish_reason or "") for r in finished],
-            preempted=out.preempted, config_version=out.config_version,
+            config_version=out.config_version,
             decode_ids=list(map(_request_id, out.decodes)),
             prefill_chunks=[(c.request.request_id, c.num_tokens) for c in out.prefills],
+            stats=stats,
         )
 
     def run_until_done(self, max_steps: int = 1_000_000) -> list[StepOutput]:

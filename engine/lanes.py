@@ -1,12 +1,13 @@
 """Lane queues and weighted fair share of the token budget among them.
 
 Fair share is start-time fair queueing on tokens: each lane keeps a virtual time that
-grows by `tokens / weight` for every token its requests run (prefill and decode). The next
-new prefill comes from the lane with queued work whose virtual time is smallest. A lane
-that starts queueing joins level with the lowest virtual time among the lanes already
-queued (or with the one furthest ahead when none is), so time spent not queueing earns
-no credit. Inside a lane with `tenant_fair_share`, tenants share the lane's tokens the
-same way (equal weights).
+grows by `tokens / weight` for every token its requests run, prefill and decode (charged
+once a step, by `engine/fair_share.py`; picks within the step count its tokens already).
+The next new prefill comes from the lane with queued work whose virtual time is
+smallest. A lane that starts queueing joins level with the lowest virtual time among the
+lanes already queued (or with the one furthest ahead when none is), so time spent not
+queueing earns no credit. Inside a lane with `tenant_fair_share`, tenants share the
+lane's tokens the same way (equal weights).
 
 Queues are heaps keyed by the lane's policy; entries of requests that finished while
 queued (cancel, timeout) are skipped lazily when they reach the head.
@@ -21,6 +22,7 @@ from collections import deque
 
 from engine.config import LaneConfig, LiveConfig
 from engine.request import Request, RequestStatus
+from engine.step_budget import SchedulerInvariantError
 
 _ALL_TENANTS = ""  # the single bucket of a lane without tenant fair share
 
@@ -88,8 +90,11 @@ class LaneQueue:
             if req.deadline is not None:
                 heapq.heappush(self._deadlines, (req.deadline, req.queue_seq, req))
 
-    def peek(self) -> Request | None:
-        """The request this lane would start next (fair among tenants), or None."""
+    def peek(self, step_tokens: dict[str, int] | None = None) -> Request | None:
+        """The request this lane would start next (fair among tenants), or None.
+
+        `step_tokens`: tokens each tenant ran in the step being scheduled, not yet charged.
+        """
         best, best_vtime = None, math.inf
         for name, bucket in self._buckets.items():
             while bucket and bucket[0][1].status is not RequestStatus.WAITING and (
@@ -98,37 +103,57 @@ class LaneQueue:
             if not bucket:
                 continue
             vtime = self._tenant_vtime.get(name, 0.0)
+            if step_tokens:
+                vtime += step_tokens.get(name, 0)
             if best is None or vtime < best_vtime:
                 best, best_vtime = bucket[0][1], vtime
         return best
 
     def pop(self, req: Request) -> None:
-        """Remove `req`, which must be what peek() returned."""
-        bucket = self._buckets[self._bucket_name(req)]
-        entry = heapq.heappop(bucket)
-        assert entry[1] is req, "pop() must follow peek()"
-        self._on_leave(req)
+        """Take `req` out of the queue to start it: it must be what peek() returned."""
+        bucket = self._buckets.get(self._bucket_name(req))
+        if not bucket or bucket[0][1] is not req:
+            head = bucket[0][1].request_id if bucket else None
+            raise SchedulerInvariantError(f"lane {self.name!r}: pop({req.request_id!r}) must"
+                                          f" follow peek(), whose head is {head!r}")
+        heapq.heappop(bucket)
+        self.discard(req)
 
     def discard(self, req: Request) -> None:
-        """Account for a queued request that finished (its heap entry goes lazily)."""
-        self._on_leave(req)
-
-    def _on_leave(self, req: Request) -> None:
+        """Count `req` out of the queue: it starts (pop) or finished while queued (its heap
+        entry is then skipped when it reaches the head)."""
         # num_tokens, as in push(): by now a start may have counted prefix hits as computed
         self.num_waiting -= 1
         self.waiting_tokens -= req.num_tokens
 
-    def add_decoding(self, tenant: str, delta: int) -> None:
+    # ---- the lane's part of the running set: Scheduler.start / preempt / finish, update
+    def add_running(self, req: Request) -> None:
+        self.num_running += 1
+        if req.decoding:  # a running request moved here from a removed lane
+            self._count_decoding(req.tenant, 1)
+
+    def remove_running(self, req: Request) -> None:
+        self.num_running -= 1
+        if req.decoding:
+            req.decoding = False
+            self._count_decoding(req.tenant, -1)
+        if self.num_running == 0:
+            self.batch_closed = False  # static batching: the next batch may form
+
+    def add_decoding(self, req: Request) -> None:
+        """`req` (running) has its prompt computed: from now on one token a step."""
+        req.decoding = True
+        self._count_decoding(req.tenant, 1)
+
+    def _count_decoding(self, tenant: str, delta: int) -> None:
         self.num_decoding += delta
         self.decoding_by_tenant[tenant] = self.decoding_by_tenant.get(tenant, 0) + delta
 
-    def charge(self, req: Request, num_tokens: int) -> None:
-        self.vtime += num_tokens / self.config.weight
-        if self.config.tenant_fair_share:
-            self.charge_tenant(req.tenant, num_tokens)
-
-    def charge_tenant(self, tenant: str, num_tokens: int) -> None:
-        self._tenant_vtime[tenant] = self._tenant_vtime.get(tenant, 0.0) + num_tokens
+    def charge_tenants(self, by_tenant: dict[str, int]) -> None:
+        """Add a step's tokens to its tenants' virtual times (`tenant_fair_share`)."""
+        vtimes = self._tenant_vtime
+        for tenant, num in by_tenant.items():
+            vtimes[tenant] = vtimes.get(tenant, 0.0) + num
 
     def expired(self, now: float, timeout_s: float) -> list[Request]:
         """Queued requests never scheduled past the queue timeout or their deadline."""
@@ -195,14 +220,18 @@ class LaneSet:
                                     [q.vtime for q in others])
         lane.push(req)
 
-    def pick(self, blocked: dict[str, str]) -> LaneQueue | None:
-        """The lane with queued work, not in `blocked`, with the smallest virtual time."""
-        best = None
+    def pick(self, blocked: dict[str, str], step_vtimes: dict[str, float]) -> LaneQueue | None:
+        """The lane with queued work, not in `blocked`, with the smallest virtual time.
+
+        `step_vtimes`: virtual times with the step being scheduled counted, not yet charged.
+        """
+        best, best_vtime = None, math.inf
         for lane in self.lanes.values():
             if lane.num_waiting == 0 or lane.name in blocked:
                 continue
-            if best is None or lane.vtime < best.vtime:
-                best = lane
+            vtime = step_vtimes.get(lane.name, lane.vtime)
+            if best is None or vtime < best_vtime:
+                best, best_vtime = lane, vtime
         return best
 
     def reconfigure(self, configs: tuple[LaneConfig, ...], moves: dict[str, str],
@@ -212,7 +241,9 @@ class LaneSet:
         The caller has checked that every removed lane with requests has a move target.
         """
         new_names = {c.name for c in configs}
-        assert all(target in new_names for target in moves.values()), moves
+        if not all(target in new_names for target in moves.values()):
+            raise SchedulerInvariantError(f"lane moves {moves} name a lane not in"
+                                          f" {sorted(new_names)}")
         old = self.lanes
         self.lanes = {}
         for config in configs:
@@ -226,9 +257,7 @@ class LaneSet:
                 if req.lane == name:
                     req.lane = moves[name]
                     if req.status is RequestStatus.RUNNING:
-                        self.lanes[req.lane].num_running += 1
-                    if req.decoding:
-                        self.lanes[req.lane].add_decoding(req.tenant, 1)
+                        self.lanes[req.lane].add_running(req)
             for req in sorted(queue.waiting_requests(), key=lambda r: r.queue_seq):
                 self.push(req)
 

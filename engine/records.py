@@ -21,7 +21,8 @@ class PrefillChunk:
 
 @dataclass
 class SchedulerOutput:
-    """One step's work. Decodes run one token each and are always sampled.
+    """One step's work (what the scheduler decided besides: `SchedulerStats`). Decodes
+    run one token each and are always sampled.
 
     Sample rows, in order: every decode, then every prefill chunk with `sample`.
     """
@@ -33,11 +34,6 @@ class SchedulerOutput:
     token_budget: int
     num_decode_tokens: int = 0
     num_prefill_tokens: int = 0
-    preempted: list[str] = field(default_factory=list)
-    admitted: list[str] = field(default_factory=list)  # first scheduled in this step
-    waiting_by_reason: dict[str, int] = field(default_factory=dict)
-    waiting_reason_by_lane: dict[str, str] = field(default_factory=dict)  # lanes with waiting
-    tokens_by_lane: dict[str, int] = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
@@ -53,6 +49,20 @@ class SchedulerOutput:
 
     def sample_requests(self) -> list[Request]:
         return self.decodes + [c.request for c in self.prefills if c.sample]
+
+
+@dataclass
+class SchedulerStats:
+    """What one step's scheduling decided besides the work: who started, who was
+    preempted, why the queued requests that did not start waited, tokens by lane.
+    The engine attaches it to the step's StepRecord as `stats`."""
+
+    admitted: list[str] = field(default_factory=list)  # first scheduled in this step
+    preempted: list[str] = field(default_factory=list)  # queued again (recompute)
+    waiting_by_reason: dict[str, int] = field(default_factory=dict)  # queued requests
+    # why each lane with queued requests started none (only those lanes)
+    waiting_reason_by_lane: dict[str, str] = field(default_factory=dict)
+    tokens_by_lane: dict[str, int] = field(default_factory=dict)  # charged to each lane
 
 
 @dataclass(slots=True)
@@ -93,15 +103,11 @@ class StepRecord:
     kv_usage: float
     running_by_lane: dict[str, int]
     waiting_by_lane: dict[str, int]
-    waiting_by_reason: dict[str, int]
-    waiting_reason_by_lane: dict[str, str]  # why each lane with waiting requests started none
-    tokens_by_lane: dict[str, int]
-    admitted: list[str]
     finished: list[tuple[str, str]]  # (request id, finish reason)
-    preempted: list[str]
     config_version: int
     decode_ids: list[str]  # requests that decoded one token
     prefill_chunks: list[tuple[str, int]]  # (request id, prompt tokens computed)
+    stats: SchedulerStats  # admitted, preempted, waiting reasons, tokens by lane
     prefix_query_tokens: int = 0  # this step
     prefix_hit_tokens: int = 0
 

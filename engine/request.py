@@ -138,6 +138,13 @@ class Request:
     def is_finished(self) -> bool:
         return self.status > RequestStatus.PREEMPTED
 
+    def set_finished(self, status: RequestStatus, now: float, detail: str = "") -> None:
+        """Record the end: status, finish reason, time (the caller frees what it held)."""
+        self.status = status
+        self.finished_time = now
+        self.finish_reason = FINISH_REASONS[status]
+        self.finish_detail = detail
+
     @property
     def is_prefill(self) -> bool:
         """More than the last sampled token is still to compute (prompt or recompute)."""

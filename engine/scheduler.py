@@ -1,27 +1,33 @@
 """The iteration-level scheduler: each step, which requests run how many tokens.
 
 Token-budget model: a request's `num_computed_tokens` catches up with its `num_tokens`.
-Order of work within a step (decode-first policy):
-  1. running requests that decode (one token each),
-  2. running requests part-way through a prompt (chunks of prefill_chunk_size),
-  3. new prefills from the lanes by weighted fair share,
-all within max_num_seqs and max_num_batched_tokens. No new prefill starts while KV usage
-is above the high watermark. A running request that cannot get a block preempts a victim
-(recompute): see `engine/preemption.py`. The "mixed" policy runs steps 1 and 2 in
-admission order instead.
-
-Budgets are read once per step from the `LiveConfig` snapshot passed to `schedule()`.
+A step reads the installed `LiveConfig` once and makes one `StepBudget` of it (tokens and
+sequences left, `engine/step_budget.py`); every limit below is read from that budget.
+  1. One pass over the running set: one token for each request that decodes, a chunk of
+     at most prefill_chunk_size for each part-way through a prompt. The schedule policy
+     gives only the order: decode_first serves every decode, then the partial prefills;
+     mixed serves admission order. When more run than the budget's `room`, the pass
+     starts where the last one stopped, so every running request advances in turn.
+  2. New prefills from the lanes by weighted fair share (`engine/lanes.py`), within the
+     budget, max_num_seqs, the lanes' own limits and the KV high watermark.
+  3. The step's tokens are charged to lanes and tenants once (`engine/fair_share.py`),
+     and the work is checked against the limits (SchedulerInvariantError if over).
+A running request that cannot get a block preempts a victim (recompute): see
+`engine/preemption.py`. Three verbs move a request: `start` (queued -> running),
+`preempt` (running -> queued, KV dropped) and `finish` (either -> a finished status).
+`update()` applies the executor's sampled tokens; telemetry goes to `SchedulerStats`.
 """
 
 from __future__ import annotations
 
 from engine.block_manager import BlockManager
 from engine.config import LiveConfig, StaticConfig
-from engine.fair_share import charge_running
+from engine.fair_share import StepCharges, charge, tally_running
 from engine.lanes import LaneSet
 from engine.preemption import pick_victim
-from engine.records import PrefillChunk, SchedulerOutput
-from engine.request import FINISH_REASONS, Request, RequestStatus
+from engine.records import SchedulerOutput, SchedulerStats
+from engine.request import Request, RequestStatus
+from engine.step_budget import SchedulerInvariantError, StepPlan
 
 
 class Scheduler:
@@ -47,156 +53,144 @@ class Scheduler:
         return self.live.lane_batching(self.lanes[lane_name].config) == "static"
 
     # ---- schedule --------------------------------------------------------------------
-    def schedule(self, now: float) -> SchedulerOutput:
-        live = self.live  # one snapshot for the whole step
+    def schedule(self, now: float) -> tuple[SchedulerOutput, SchedulerStats]:
+        """This step's work, and what the scheduling decided besides it."""
         self.step_id += 1
-        out = SchedulerOutput(self.step_id, [], [], live.version, live.max_num_batched_tokens)
-        budget = self._schedule_running(out, live)
-        charge_running(self.lanes, out)
-        self._schedule_new(out, budget, live, now)
-        out.num_decode_tokens = len(out.decodes)
-        out.num_prefill_tokens = sum(c.num_tokens for c in out.prefills)
-        assert out.num_tokens <= live.max_num_batched_tokens, "token budget exceeded"
-        assert out.num_seqs <= live.max_num_seqs, "max_num_seqs exceeded"
-        return out
+        step = StepPlan.new(self.step_id, self.live)  # one config snapshot for the step
+        self._schedule_running(step)
+        charges = tally_running(self.lanes, step.out)  # the running set's work is final now
+        self._schedule_new(step, charges, now)
+        charge(self.lanes, charges)
+        step.stats.tokens_by_lane = charges.by_lane
+        return step.output(), step.stats
 
-    def _schedule_running(self, out: SchedulerOutput, live: LiveConfig) -> int:
-        """Schedule running requests; returns the token budget left for new prefills.
-
-        decode_first: every decode, then partial prefills. mixed: admission order.
-        """
-        if live.schedule_policy == "decode_first":
-            for req in self._schedule_decodes(out, live):
-                if req.status is RequestStatus.RUNNING:  # else preempted as a victim
-                    self._schedule_chunk(req, out, live)
-        else:
-            for req in self._in_turn(live.max_num_seqs):
-                if req.status is not RequestStatus.RUNNING:
+    def _schedule_running(self, step: StepPlan) -> None:
+        """The one pass over the running set, in the policy's order, within the budget."""
+        budget, decodes = step.budget, step.out.decodes
+        # NOTE: decode_first holds prompt chunks back until every decode has its token, so
+        # a long prompt never delays the token of every running stream.
+        defer_chunks = step.live.schedule_policy == "decode_first"
+        deferred: list[Request] = []
+        bm = self.block_manager
+        block_size = bm.block_size
+        running_status = RequestStatus.RUNNING
+        # The hot path: decodes take their token and sequence from the budget in bulk.
+        # `served` decodes are not taken yet: the budget really has `room - served` left
+        # (a preemption victim's give-back keeps that true); settled before it is read.
+        served, room = 0, budget.room
+        order = self._in_turn(room)
+        in_turn = len(order) > room
+        for req in order:
+            if req.status is not running_status:
+                continue  # preempted as a victim earlier in this pass
+            computed = req.num_computed_tokens
+            if len(req.token_ids) - computed > 1 or computed < req.num_prompt_tokens:
+                if defer_chunks:
+                    deferred.append(req)
                     continue
-                if req.is_prefill:
-                    self._schedule_chunk(req, out, live)
-                elif (self._budget_left(out, live) > 0 and out.num_seqs < live.max_num_seqs
-                      and self._allocate_or_preempt(req, 1, out)):
-                    out.decodes.append(req)
-        return self._budget_left(out, live)
+                budget.take(served, served)
+                served = 0
+                self._schedule_chunk(req, step)
+                room = budget.room
+                continue
+            if served >= room:
+                break  # no token or sequence left for anyone
+            if computed >= len(req.block_ids) * block_size and not bm.allocate(req, 1):
+                allocated = self._allocate_or_preempt(req, 1, step)  # no free block
+                room = budget.room  # victims gave their budget back
+                if not allocated:
+                    continue  # req itself was preempted
+            decodes.append(req)
+            served += 1
+        budget.take(served, served)
+        for req in deferred:
+            if req.status is running_status:  # else preempted as a victim
+                self._schedule_chunk(req, step)
+        if in_turn:
+            self._advance_turn(order, step)
 
+    # NOTE: when more run than a step can serve even at one token each (a limit lowered
+    # live under load), a pass starts just after the last request the previous one served:
+    # in admission order the newest would stall until others finish, and be cut by the
+    # stream idle timeout.
     def _in_turn(self, cap: int) -> list[Request]:
-        """The running requests in the order this step serves them (a copy: preemption
-        edits the running list). Admission order; but when more run than `cap` may be
-        served (a limit lowered live under load), start after the last one served, so
-        every stream advances in turn instead of the newest stalling until others finish
-        (and being cut by the stream idle timeout)."""
+        """The running requests in the order this step considers them (a copy: preemption
+        edits the running list): admission order, or in turn when more than `cap` run."""
         running = self.running
         if len(running) <= cap:
             return list(running)
         k = self._turn % len(running)
-        self._turn = k + cap
         return running[k:] + running[:k]
 
-    def _schedule_decodes(self, out: SchedulerOutput, live: LiveConfig) -> list[Request]:
-        """The per-step hot path: one token for each decoding request, in admission order.
+    def _advance_turn(self, order: list[Request], step: StepPlan) -> None:
+        """Start the next pass in turn just after the last request this one served."""
+        served = {c.request for c in step.out.prefills}.union(step.out.decodes)
+        for req in reversed(order):
+            if req in served:
+                self._turn = self.running.index(req) + 1
+                return
 
-        Returns the running requests part-way through a prompt, for after the decodes.
-        """
-        block_size = self.block_manager.block_size
-        running_status = RequestStatus.RUNNING
-        cap = min(live.max_num_batched_tokens, live.max_num_seqs)  # decodes are 1 token
-        decodes = out.decodes
-        partial: list[Request] = []
-        for req in self._in_turn(cap):
-            if req.status is not running_status:
-                continue  # preempted as a victim earlier in this loop
-            computed = req.num_computed_tokens
-            if len(req.token_ids) - computed > 1 or computed < req.num_prompt_tokens:
-                partial.append(req)
-                continue
-            if len(decodes) >= cap:
-                break  # no budget or sequence slot left for anyone
-            if computed >= len(req.block_ids) * block_size and not self._allocate_or_preempt(
-                    req, 1, out):
-                continue  # req itself was preempted
-            decodes.append(req)
-        return partial
-
-    def _schedule_chunk(self, req: Request, out: SchedulerOutput, live: LiveConfig) -> None:
-        """A running request's next prompt chunk, if budget and max_num_seqs allow."""
-        budget = self._budget_left(out, live)
-        if budget <= 0 or out.num_seqs >= live.max_num_seqs:
+    def _schedule_chunk(self, req: Request, step: StepPlan) -> None:
+        """A running request's next prompt chunk, if the budget allows."""
+        budget = step.budget
+        if budget.room <= 0:
             return
-        num_new = min(req.num_tokens - req.num_computed_tokens, self._chunk_size(live), budget)
-        if self._allocate_or_preempt(req, num_new, out):
-            sample = req.num_computed_tokens + num_new == req.num_tokens
-            out.prefills.append(PrefillChunk(req, num_new, sample))
+        num_new = min(req.num_tokens - req.num_computed_tokens, self._chunk_size(step.live),
+                      budget.tokens_left)
+        if self._allocate_or_preempt(req, num_new, step):
+            step.add_chunk(req, num_new)
 
-    @staticmethod
-    def _budget_left(out: SchedulerOutput, live: LiveConfig) -> int:
-        return live.max_num_batched_tokens - len(out.decodes) - sum(
-            c.num_tokens for c in out.prefills)
-
-    def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
+    def _allocate_or_preempt(self, req: Request, num_new: int, step: StepPlan) -> bool:
         """Allocate blocks for req, preempting victims as needed; False if req was the one."""
         bm = self.block_manager
         while not bm.allocate(req, num_new):
             victim = pick_victim(self.running, req, self.lanes)
             if victim is None or victim is req:
-                self.preempt(req, out)
+                self.preempt(req, step.stats)
                 return False
-            self._unschedule(out, victim)
-            self.preempt(victim, out)
+            step.unschedule(victim)
+            self.preempt(victim, step.stats)
         return True
 
-    def _unschedule(self, out: SchedulerOutput, victim: Request) -> None:
-        if victim in out.decodes:
-            out.decodes.remove(victim)
-        out.prefills = [c for c in out.prefills if c.request is not victim]
-
-    def preempt(self, req: Request, out: SchedulerOutput) -> None:
-        """Recompute preemption: drop the request's KV and queue it again in its lane."""
-        self.block_manager.free(req)
-        req.num_computed_tokens = 0
-        req.status = RequestStatus.PREEMPTED
-        req.num_preemptions += 1
-        self._leave_running(req)
-        self.lanes.push(req)
-        out.preempted.append(req.request_id)
-
-    def _schedule_new(self, out: SchedulerOutput, budget: int, live: LiveConfig,
-                      now: float) -> None:
+    def _schedule_new(self, step: StepPlan, charges: StepCharges, now: float) -> None:
         """Start new prefills from the lanes by fair share until a limit stops us."""
+        live, budget = step.live, step.budget
         bm = self.block_manager
         blocked = self.lanes.blocked(live)
         stop_reason = None
         while True:
-            if budget <= 0:
+            if budget.tokens_left <= 0:
                 stop_reason = "token_budget"
                 break
-            if len(self.running) >= live.max_num_seqs or out.num_seqs >= live.max_num_seqs:
+            # NOTE: max_num_seqs bounds the running set, not only this step's batch: a
+            # request started now needs a sequence in every step until it ends.
+            if len(self.running) >= live.max_num_seqs or budget.seqs_left <= 0:
                 stop_reason = "max_num_seqs"
                 break
+            # NOTE: with nothing running, a request starts whatever the KV usage (here and in
+            # _try_start): else one needing more than the watermark's share never could.
             if self.running and bm.usage > live.kv_cache_high_watermark:
                 stop_reason = "kv_high_watermark"
                 break
-            lane = self.lanes.pick(blocked)
+            lane = self.lanes.pick(blocked, charges.vtimes)
             if lane is None:
                 break
-            req = lane.peek()
-            stop_reason = self._try_start(req, budget, live)
+            req = lane.peek(charges.by_tenant.get(lane.name))
+            # NOTE: the first request that cannot start ends this step's starts, even if a
+            # smaller one in another lane would fit: skipping it could starve it for good.
+            stop_reason = self._try_start(req, budget.tokens_left, live)
             if stop_reason is not None:
                 break
-            lane.pop(req)
             num_new = min(req.num_tokens - req.num_computed_tokens, self._chunk_size(live),
-                          budget)
-            self._start(req, now, out)
-            sample = req.num_computed_tokens + num_new == req.num_tokens
-            out.prefills.append(PrefillChunk(req, num_new, sample))
-            budget -= num_new
-            lane.charge(req, num_new)
-            out.tokens_by_lane[lane.name] = out.tokens_by_lane.get(lane.name, 0) + num_new
+                          budget.tokens_left)
+            self.start(req, now, step.stats)
+            step.add_chunk(req, num_new)
+            charges.add(lane, req.tenant, num_new)
             max_running = lane.config.max_running
             if max_running is not None and lane.num_running >= max_running:
                 blocked[lane.name] = "lane_max_running"
-        out.waiting_by_reason, out.waiting_reason_by_lane = self.lanes.waiting_reasons(
-            blocked, stop_reason)
+        step.stats.waiting_by_reason, step.stats.waiting_reason_by_lane = (
+            self.lanes.waiting_reasons(blocked, stop_reason))
 
     def _try_start(self, req: Request, budget: int, live: LiveConfig) -> str | None:
         """Take prefix-cache hits and blocks for req's first chunk; a reason if it can't."""
@@ -225,29 +219,45 @@ class Scheduler:
         """Most prompt tokens a request runs in one step; without chunking, all of them."""
         return live.prefill_chunk_size if live.chunked_prefill else self.static.max_model_len
 
-    def _start(self, req: Request, now: float, out: SchedulerOutput) -> None:
+    # ---- a request's life: start, preempt, finish ------------------------------------
+    def start(self, req: Request, now: float, stats: SchedulerStats) -> None:
+        """Queued -> running. `req` is what its lane's peek() returned, with the blocks for
+        its first chunk."""
+        lane = self.lanes[req.lane]
+        lane.pop(req)
         req.status = RequestStatus.RUNNING
         self.running.append(req)
-        self.lanes[req.lane].num_running += 1
+        lane.add_running(req)
         if req.first_scheduled_time is None:
             req.first_scheduled_time = now
-            out.admitted.append(req.request_id)
+            stats.admitted.append(req.request_id)
 
-    # ---- finishing -------------------------------------------------------------------
+    def preempt(self, req: Request, stats: SchedulerStats) -> None:
+        """Running -> queued again in its lane; its KV is dropped, to be recomputed."""
+        self.block_manager.free(req)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.PREEMPTED
+        req.num_preemptions += 1
+        self.running.remove(req)
+        self.lanes[req.lane].remove_running(req)
+        self.lanes.push(req)
+        stats.preempted.append(req.request_id)
+
     def finish(self, req: Request, status: RequestStatus, now: float, detail: str = "") -> None:
-        """End a request in any state: free its blocks, leave its queue or the running set."""
-        assert status.is_finished and not req.is_finished
+        """Queued or running -> `status`, a finished one: out of its queue or the running
+        set, its blocks freed."""
+        if not status.is_finished or req.is_finished:
+            raise SchedulerInvariantError(
+                f"finish({req.request_id!r}, {status.name}) of a {req.status.name} request:"
+                " only an unfinished request ends, and only with a finished status")
         was = req.status
-        req.status = status
-        req.finished_time = now
-        req.finish_reason = FINISH_REASONS[status]
-        req.finish_detail = detail
+        req.set_finished(status, now, detail)
         if was is RequestStatus.RUNNING:
-            self._leave_running(req)
+            self.running.remove(req)
+            self.lanes[req.lane].remove_running(req)
         elif req.lane in self.lanes.lanes:
             self.lanes[req.lane].discard(req)
         self.block_manager.free(req)
-
 
     # ---- update ----------------------------------------------------------------------
     def update(self, out: SchedulerOutput, sampled_token_ids: list[int],
@@ -273,7 +283,10 @@ class Scheduler:
                     req.first_token_time = now
                     if self.is_static(req.lane):
                         self.lanes[req.lane].batch_closed = True
-        assert len(sampled_token_ids) == len(rows), "one sampled token per sample row"
+        if len(sampled_token_ids) != len(rows):
+            raise SchedulerInvariantError(
+                f"step {out.step_id}: {len(sampled_token_ids)} sampled tokens for {len(rows)}"
+                f" sample rows ({len(out.decodes)} decodes, then sampled prefill chunks)")
         for req, token_id in zip(out.decodes, sampled_token_ids, strict=False):  # hot path
             req.num_computed_tokens += 1
             if req.num_computed_tokens % block_size == 0:  # a block just became full
@@ -282,30 +295,21 @@ class Scheduler:
             tokens.append(token_id)
             req.token_times.append(now)
             if token_id in req.stop_token_ids or len(tokens) >= req.max_num_tokens:
-                self._stop(req, token_id, now, finished)
+                self.finish(req, _stop_status(req, token_id), now)
+                finished.append(req)
         for req, token_id in zip(rows[len(out.decodes):], sampled_token_ids[len(out.decodes):],
                                  strict=True):
             req.token_ids.append(token_id)
             req.token_times.append(now)
             if token_id in req.stop_token_ids or len(req.token_ids) >= req.max_num_tokens:
-                self._stop(req, token_id, now, finished)
+                self.finish(req, _stop_status(req, token_id), now)
+                finished.append(req)
             else:  # prompt (or recompute) done: from now on one token a step
-                req.decoding = True
-                self.lanes[req.lane].add_decoding(req.tenant, 1)
+                self.lanes[req.lane].add_decoding(req)
         return rows, finished
 
-    def _stop(self, req: Request, token_id: int, now: float, finished: list[Request]) -> None:
-        """End req after its last token: a stop token (EOS too) is STOPPED, else LENGTH."""
-        stopped = token_id in req.stop_token_ids
-        self.finish(req, RequestStatus.STOPPED if stopped else RequestStatus.LENGTH, now)
-        finished.append(req)
 
-    def _leave_running(self, req: Request) -> None:
-        self.running.remove(req)
-        lane = self.lanes[req.lane]
-        lane.num_running -= 1
-        if req.decoding:
-            req.decoding = False
-            lane.add_decoding(req.tenant, -1)
-        if lane.num_running == 0:
-            lane.batch_closed = False  # static batching: the next batch may form
+def _stop_status(req: Request, token_id: int) -> RequestStatus:
+    """A request's end after its last token: a stop token (EOS too) is STOPPED, else
+    LENGTH (max_tokens or max_model_len)."""
+    return RequestStatus.STOPPED if token_id in req.stop_token_ids else RequestStatus.LENGTH

@@ -15,13 +15,14 @@ def step_row(run_id: str, r: StepRecord, seq: Callable[[str], int]) -> tuple:
     decode_seqs = list(map(seq, r.decode_ids))
     prefill_seqs = [seq(rid) for rid, _ in r.prefill_chunks]
     prefill_tokens = [n for _, n in r.prefill_chunks]
+    s = r.stats
     return (
         run_id, r.step_id, r.start_time, r.end_time, r.duration_s, r.schedule_s, r.execute_s,
         r.update_s, r.num_prefill_seqs, r.num_decode_seqs, r.num_prefill_tokens,
         r.num_decode_tokens, r.token_budget, r.tokens_used, r.max_num_seqs, r.kv_blocks_used,
         r.kv_blocks_free, r.kv_blocks_cached, r.kv_usage, r.running_by_lane,
-        r.waiting_by_lane, r.waiting_by_reason, r.waiting_reason_by_lane, r.tokens_by_lane,
-        decode_seqs, prefill_seqs, prefill_tokens, r.admitted, r.preempted,
+        r.waiting_by_lane, s.waiting_by_reason, s.waiting_reason_by_lane, s.tokens_by_lane,
+        decode_seqs, prefill_seqs, prefill_tokens, s.admitted, s.preempted,
         [rid for rid, _ in r.finished], [why for _, why in r.finished], r.config_version,
         r.prefix_query_tokens, r.prefix_hit_tokens,
     )

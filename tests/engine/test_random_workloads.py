@@ -120,7 +120,7 @@ class FairShareWatch:
         timed_out = {r.request_id for r in out.finished if r.status == "TIMEOUT"}
         # queued when the step charged its lanes: still waiting, or just preempted
         queued = {name for name, ids in self.waiting.items() if ids - timed_out}
-        queued |= {self.lane_of[rid] for rid in rec.preempted}
+        queued |= {self.lane_of[rid] for rid in rec.stats.preempted}
         new_tokens: dict[str, int] = defaultdict(int)
         for rid, kind, n in rec.scheduled:
             if kind == "prefill" and rid not in self.running:
@@ -134,8 +134,8 @@ class FairShareWatch:
                 if queued != {lane}:
                     continue
                 window = self.windows[lane] = _Window()
-            window.charged += rec.tokens_by_lane.get(lane, 0)
-            for other, tokens in rec.tokens_by_lane.items():
+            window.charged += rec.stats.tokens_by_lane.get(lane, 0)
+            for other, tokens in rec.stats.tokens_by_lane.items():
                 if other != lane and (other in window.others or other in queued):
                     window.others[other] = window.others.get(other, 0) + tokens
             if new_tokens.get(lane):  # served; others may start after A's queue ran dry
@@ -246,7 +246,7 @@ def _record_events(d: Driver, watch: FairShareWatch) -> None:
     for decision in d.decisions.values():
         if not decision.accepted:
             event(f"rejected: {decision.reason}")
-    if any(r.preempted for r in records):
+    if any(r.stats.preempted for r in records):
         event("preemption")
     if any(r.prefix_hit_tokens for r in records):
         event("prefix hit")

@@ -125,3 +125,66 @@ def test_lowering_max_num_seqs_under_load_lets_every_running_request_advance(pol
     assert set().union(*served[:3]) == {f"r{i}" for i in range(6)}
     assert set().union(*served[3:]) == {f"r{i}" for i in range(6)}
     d.run()  # and all finish
+
+
+@pytest.mark.parametrize("limit", ["max_num_batched_tokens", "max_num_seqs"])
+@pytest.mark.parametrize("policy", ["decode_first", "mixed"])
+def test_every_running_request_advances_whichever_limit_is_lowered(policy, limit):
+    """Sixteen streams decoding, one limit cut from 64 to 8 under load: over 40 steps
+    each stream gets 20 tokens and none waits two steps in a row, under either policy
+    (not the first eight 40 tokens each and the other eight none)."""
+    engine, _ = make_engine(live_config(TWO_LANES, max_num_seqs=64, max_num_batched_tokens=64,
+                                        schedule_policy=policy))
+    d = Driver(engine)
+    names = [f"r{i}" for i in range(16)]
+    for i, rid in enumerate(names):
+        d.add(rid, prompt(100 + i, 4), SamplingParams(max_tokens=60, ignore_eos=True))
+    assert d.step().record.num_prefill_seqs == 16  # all prefilled: sixteen decoding
+    d.update_config(d.engine.live_config.replace(**{limit: 8}))
+    served = [set(d.step().record.decode_ids) for _ in range(40)]
+    assert all(len(step) == 8 for step in served)
+    assert {rid: sum(rid in step for step in served) for rid in names} == dict.fromkeys(
+        names, 20)
+    assert all(a | b == set(names) for a, b in zip(served[:-1], served[1:], strict=True))
+    d.run()  # and all finish, with the tokens of an undisturbed run
+
+
+@pytest.mark.parametrize("policy", ["decode_first", "mixed"])
+def test_prompts_part_way_take_turns_when_the_token_budget_is_cut(policy):
+    """Ten prompts part-way through prefill, the budget cut to one chunk a step: the
+    chunk goes round the ten in turn (two each in 20 steps), not to the same few."""
+    engine, _ = make_engine(live_config(TWO_LANES, max_num_seqs=16, max_num_batched_tokens=320,
+                                        prefill_chunk_size=32, schedule_policy=policy))
+    d = Driver(engine)
+    names = [f"p{i}" for i in range(10)]
+    for i, rid in enumerate(names):
+        d.add(rid, prompt(200 + i, 400), SamplingParams(max_tokens=4, ignore_eos=True))
+    assert d.step().record.num_prefill_seqs == 10  # a first chunk each
+    d.update_config(d.engine.live_config.replace(max_num_batched_tokens=8))
+    served = [d.step().record.prefill_chunks for _ in range(20)]
+    assert all(len(chunks) == 1 and chunks[0][1] == 8 for chunks in served)
+    counts = {rid: sum(chunks[0][0] == rid for chunks in served) for rid in names}
+    assert counts == dict.fromkeys(names, 2)
+    d.run()
+
+
+@pytest.mark.parametrize("policy", ["decode_first", "mixed"])
+def test_a_prompt_part_way_does_not_stall_streams_when_the_budget_is_cut(policy):
+    """Fifteen streams decoding and one long prompt part-way, the budget cut from 128 to 8:
+    every stream still gets a token at least every other step. mixed also moves the prompt
+    on; decode_first serves every decode first, so the prompt waits for spare budget."""
+    engine, _ = make_engine(live_config(TWO_LANES, max_num_seqs=64, max_num_batched_tokens=128,
+                                        prefill_chunk_size=32, schedule_policy=policy))
+    d = Driver(engine)
+    streams = [f"r{i}" for i in range(15)]
+    for i, rid in enumerate(streams):
+        d.add(rid, prompt(300 + i, 4), SamplingParams(max_tokens=60, ignore_eos=True))
+    d.add("long", prompt(400, 600), SamplingParams(max_tokens=4, ignore_eos=True))
+    assert d.step().record.num_prefill_seqs == 16
+    d.update_config(d.engine.live_config.replace(max_num_batched_tokens=8))
+    records = [d.step().record for _ in range(40)]
+    decoded = [set(rec.decode_ids) for rec in records]
+    assert all(a | b == set(streams) for a, b in zip(decoded[:-1], decoded[1:], strict=True))
+    prompt_tokens = sum(n for rec in records for rid, n in rec.prefill_chunks if rid == "long")
+    assert prompt_tokens == (20 if policy == "mixed" else 0)
+    d.run()
