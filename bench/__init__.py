@@ -10,6 +10,8 @@ CPU, side by side in one run:
     loadtest_goals       continuous/static goodput, chunked/unchunked p99 ITL over HTTP
     tuning_sweep         playbooks/tuning.md's sweeps: max_num_seqs, token budget
     dashboard_load       dashboard page load time over a day of traces
+    hostile_traffic      disconnects, a 5x burst, 20k one-off tenants: KV back at idle,
+                         only 200/429/503, idle step cost after / before
 GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the CPU check):
     kernel_check         Triton kernels against the torch reference at real sizes
     kernel_speed         decode bandwidth and prefill TFLOP/s, against torch SDPA

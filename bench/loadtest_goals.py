@@ -38,10 +38,12 @@ BATCHING = ["continuous:batching=continuous,prefill_chunk_size=128,max_batched_t
 SMOKE = {"rates": "20", "rounds": 1, "requests": 4, "itl_rate": 20.0}
 
 
-def start_server(log_path: Path, model: str = "smollm2-135m") -> tuple[subprocess.Popen, str]:
-    """`batchpilot serve --model MODEL` on 127.0.0.1, a free port: (process, its URL)."""
+def start_server(log_path: Path, model: str = "smollm2-135m", *extra: str,
+                 ) -> tuple[subprocess.Popen, str]:
+    """`batchpilot serve --model MODEL [EXTRA...]` on 127.0.0.1, a free port: (process,
+    its URL)."""
     cmd = [sys.executable, "-m", "control.cli.main", "serve", "--model", model,
-           "--host", "127.0.0.1", "--port", "0", "--log-level", "warning"]
+           "--host", "127.0.0.1", "--port", "0", "--log-level", "warning", *extra]
     with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})

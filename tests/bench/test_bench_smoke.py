@@ -23,6 +23,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "trace_overhead": [],
     "offline_throughput": [],
     "dashboard_load": [],
+    "hostile_traffic": [],
     "loadtest_goals": [],
     "tuning_sweep": [],
     "kernel_compile": ["--strict"],

@@ -1,0 +1,173 @@
+"""A server under hostile traffic gives its KV back and keeps its step cost: disconnects, an
+overload burst and many one-off tenants, against one `batchpilot serve` with a trace.
+
+    1. idle step cost, before: lone 1-token requests one after another; the median
+       engine time of their steps (schedule + update, the model's time taken out)
+    2. disconnects: streams that the client cuts after a random delay (0-300 ms)
+    3. overload burst: 5x what the server can hold (max_num_seqs + max_waiting_requests)
+       at once
+    4. tenants: one-token requests, each from its own X-Tenant (a new end user each)
+    5. idle step cost, after, as in 1; KV blocks in use once idle
+Checks: every answer is 200, 429 or 503, and each 429/503 carries Retry-After; KV blocks
+in use are back to 0 at idle; the idle step cost after / before (flat means about 1).
+The model is the tests' tiny Llama by default: this measures the serving and scheduling
+state, not the model.
+
+    python -m bench.hostile_traffic [--disconnects 1000] [--tenants 20000]
+    python -m bench.hostile_traffic --smoke      # 50 disconnects, 300 tenants
+
+Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import yaml
+
+from bench.loadtest_goals import start_server
+from bench.random_models import tiny_checkpoint
+
+SERVING = {"serving": {"max_num_seqs": 16, "max_waiting_requests": 64,
+                       "max_batched_tokens": 256, "prefill_chunk_size": 128,
+                       "num_kv_blocks": 512}}
+SMOKE = {"disconnects": 50, "tenants": 300, "idle_requests": 10}
+ALLOWED = {200, 429, 503}
+PROMPT = "Tell me about the history of computing, in a few words"
+
+
+async def complete(client: httpx.AsyncClient, statuses: Counter, *, tenant: str = "t0",
+                   max_tokens: int = 1) -> None:
+    """One non-streaming completion; its status (and 'no Retry-After' faults) counted."""
+    reply = await client.post("/v1/completions", headers={"X-Tenant": tenant}, json={
+        "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": True})
+    statuses[reply.status_code] += 1
+    if reply.status_code in (429, 503) and "retry-after" not in reply.headers:
+        statuses["missing_retry_after"] += 1
+
+
+async def cut_stream(client: httpx.AsyncClient, statuses: Counter, rng: random.Random) -> None:
+    """A stream the client walks away from after a random delay."""
+    body = {"prompt": PROMPT, "max_tokens": 200, "ignore_eos": True, "stream": True}
+
+    async def read() -> None:
+        async with client.stream("POST", "/v1/completions", json=body) as reply:
+            statuses[reply.status_code] += 1
+            async for _ in reply.aiter_lines():
+                pass
+
+    try:
+        await asyncio.wait_for(read(), rng.uniform(0.0, 0.3))
+    except asyncio.TimeoutError:  # the client is gone: the server must free its KV
+        statuses["disconnected"] += 1
+
+
+async def bounded(jobs, limit: int) -> None:
+    """Run the coroutines with at most `limit` in flight."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(job):
+        async with gate:
+            await job
+
+    await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def idle_step_cost(client: httpx.AsyncClient, n: int) -> float:
+    """Median engine time (s) of the steps of `n` lone 1-token requests, from the trace."""
+    since = time.time()
+    for _ in range(n):
+        await complete(client, Counter())
+    reply = await client.get("/v1/trace/steps", params={"since": since, "limit": 1000})
+    reply.raise_for_status()  # the read API commits the trace's pending rows first
+    costs = [r["schedule_s"] + r["update_s"] for r in reply.json()]
+    if not costs:
+        raise RuntimeError("the trace recorded no steps for the idle requests")
+    return statistics.median(costs)
+
+
+async def wait_idle(client: httpx.AsyncClient, timeout_s: float = 120) -> dict:
+    """/readyz's engine numbers once nothing runs or waits."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        engine = (await client.get("/readyz")).json()["engine"]
+        if (engine["running"] == 0 and engine["waiting"] == 0) or time.monotonic() > deadline:
+            return engine
+        await asyncio.sleep(0.2)
+
+
+async def attack(url: str, args: argparse.Namespace) -> dict:
+    rng = random.Random(0)
+    statuses: Counter = Counter()
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        before = await idle_step_cost(client, args.idle_requests)
+        t0 = time.monotonic()
+        await bounded([cut_stream(client, statuses, rng) for _ in range(args.disconnects)], 64)
+        t1 = time.monotonic()
+        serving = SERVING["serving"]
+        burst = 5 * (serving["max_num_seqs"] + serving["max_waiting_requests"])
+        await asyncio.gather(*(complete(client, statuses, tenant=f"b{i % 7}", max_tokens=16)
+                               for i in range(burst)))
+        t2 = time.monotonic()
+        await bounded([complete(client, statuses, tenant=f"user-{i}")
+                       for i in range(args.tenants)], 64)
+        t3 = time.monotonic()
+        idle = await wait_idle(client)
+        after = await idle_step_cost(client, args.idle_requests)
+    bad = {k: v for k, v in statuses.items() if isinstance(k, int) and k not in ALLOWED}
+    return {"bench": "hostile_traffic", "smoke": args.smoke,
+            "disconnects": args.disconnects, "burst": burst, "tenants": args.tenants,
+            "seconds": {"disconnects": round(t1 - t0, 1), "burst": round(t2 - t1, 1),
+                        "tenants": round(t3 - t2, 1)},
+            "statuses": {str(k): v for k, v in sorted(statuses.items(), key=str)},
+            "unexpected_statuses": bad,
+            "missing_retry_after": statuses["missing_retry_after"],
+            "kv_blocks_used_at_idle": idle["kv_blocks_used"],
+            "idle_step_us_before": round(before * 1e6, 1),
+            "idle_step_us_after": round(after * 1e6, 1),
+            "idle_step_after_over_before": round(after / before, 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--disconnects", type=int, default=1000)
+    parser.add_argument("--tenants", type=int, default=20_000)
+    parser.add_argument("--idle-requests", type=int, default=30)
+    parser.add_argument("--model", help="alias or checkpoint directory (default: tiny Llama)")
+    parser.add_argument("--smoke", action="store_true", help=f"small counts: {SMOKE}")
+    args = parser.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
+    with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
+        folder = Path(tmp)
+        model = args.model or str(tiny_checkpoint(folder / "model"))
+        config = folder / "serving.yaml"
+        config.write_text(yaml.safe_dump(SERVING))
+        proc, url = start_server(folder / "server.log", model, "--config", str(config),
+                                 "--trace-db", str(folder / "trace.duckdb"))
+        try:
+            result = asyncio.run(attack(url, args))
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    print(f"statuses {result['statuses']}; KV blocks in use at idle "
+          f"{result['kv_blocks_used_at_idle']}; idle step {result['idle_step_us_before']} ->"
+          f" {result['idle_step_us_after']} us (x{result['idle_step_after_over_before']})")
+    print(json.dumps(result))
+    ok = (not result["unexpected_statuses"] and not result["missing_retry_after"]
+          and result["kv_blocks_used_at_idle"] == 0)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
