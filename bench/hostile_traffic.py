@@ -6,7 +6,8 @@ overload burst and many one-off tenants, against one `batchpilot serve` with a t
     2. disconnects: streams that the client cuts after a random delay (0-300 ms)
     3. overload burst: 5x what the server can hold (max_num_seqs + max_waiting_requests)
        at once
-    4. tenants: one-token requests, each from its own X-Tenant (a new end user each)
+    4. tenants: two-token requests, each from its own X-Tenant (a new end user each),
+       half of them in the batch lane (fair share between its tenants)
     5. idle step cost, after, as in 1; KV blocks in use once idle
 Checks: every answer is 200, 429 or 503, and each 429/503 carries Retry-After; KV blocks
 in use are back to 0 at idle; the idle step cost after / before (flat means about 1).
@@ -34,7 +35,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from bench.loadtest_goals import start_server
+from bench.loadtest_goals import ROOT, start_server
 from bench.random_models import tiny_checkpoint
 
 SERVING = {"serving": {"max_num_seqs": 16, "max_waiting_requests": 64,
@@ -46,10 +47,16 @@ PROMPT = "Tell me about the history of computing, in a few words"
 
 
 async def complete(client: httpx.AsyncClient, statuses: Counter, *, tenant: str = "t0",
-                   max_tokens: int = 1) -> None:
+                   max_tokens: int = 1, lane: str = "interactive") -> None:
     """One non-streaming completion; its status (and 'no Retry-After' faults) counted."""
-    reply = await client.post("/v1/completions", headers={"X-Tenant": tenant}, json={
-        "prompt": PROMPT, "max_tokens": max_tokens, "ignore_eos": True})
+    try:
+        reply = await client.post("/v1/completions", headers={"X-Tenant": tenant,
+                                                               "X-Lane": lane},
+                                  json={"prompt": PROMPT, "max_tokens": max_tokens,
+                                        "ignore_eos": True})
+    except httpx.TransportError as exc:  # the server dropped the connection: a failure
+        statuses[f"connection_error ({type(exc).__name__})"] += 1
+        return
     statuses[reply.status_code] += 1
     if reply.status_code in (429, 503) and "retry-after" not in reply.headers:
         statuses["missing_retry_after"] += 1
@@ -119,12 +126,15 @@ async def attack(url: str, args: argparse.Namespace) -> dict:
         await asyncio.gather(*(complete(client, statuses, tenant=f"b{i % 7}", max_tokens=16)
                                for i in range(burst)))
         t2 = time.monotonic()
-        await bounded([complete(client, statuses, tenant=f"user-{i}")
+        # 2 tokens: each request decodes once; half in the lane with tenant fair share
+        await bounded([complete(client, statuses, tenant=f"user-{i}", max_tokens=2,
+                                lane=("interactive", "batch")[i % 2])
                        for i in range(args.tenants)], 64)
         t3 = time.monotonic()
         idle = await wait_idle(client)
         after = await idle_step_cost(client, args.idle_requests)
-    bad = {k: v for k, v in statuses.items() if isinstance(k, int) and k not in ALLOWED}
+    bad = {str(k): v for k, v in statuses.items()
+           if k not in ALLOWED and k not in ("disconnected", "missing_retry_after")}
     return {"bench": "hostile_traffic", "smoke": args.smoke,
             "disconnects": args.disconnects, "burst": burst, "tenants": args.tenants,
             "seconds": {"disconnects": round(t1 - t0, 1), "burst": round(t2 - t1, 1),
@@ -144,13 +154,17 @@ def main() -> int:
     parser.add_argument("--tenants", type=int, default=20_000)
     parser.add_argument("--idle-requests", type=int, default=30)
     parser.add_argument("--model", help="alias or checkpoint directory (default: tiny Llama)")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "hostile_out"),
+                        help="where the server's log and trace go (default %(default)s)")
     parser.add_argument("--smoke", action="store_true", help=f"small counts: {SMOKE}")
     args = parser.parse_args()
     if args.smoke:
         vars(args).update(SMOKE)
     with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
-        folder = Path(tmp)
-        model = args.model or str(tiny_checkpoint(folder / "model"))
+        folder = Path(tmp) if args.smoke else Path(args.out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "trace.duckdb").unlink(missing_ok=True)
+        model = args.model or str(tiny_checkpoint(Path(tmp) / "model"))
         config = folder / "serving.yaml"
         config.write_text(yaml.safe_dump(SERVING))
         proc, url = start_server(folder / "server.log", model, "--config", str(config),
@@ -158,6 +172,10 @@ def main() -> int:
         try:
             result = asyncio.run(attack(url, args))
         finally:
+            alive = proc.poll() is None
+            if not alive:
+                print("the server died; its log ends:\n"
+                      + (folder / "server.log").read_text()[-3000:])
             proc.terminate()
             proc.wait(60)
     print(f"statuses {result['statuses']}; KV blocks in use at idle "
