@@ -11,6 +11,12 @@ steps count decode work only. Theory: static needs sum over batches of the batch
 longest output; continuous at best ceil(sum of outputs / max_num_seqs). The share of
 theory is the measured ratio over that ideal ratio.
 
+Part 3: prefix-cache block hashing, µs per full block (hashing happens only when a block
+becomes full, and on a first schedule's prefix lookup): the old builtin
+`hash((parent, tuple(tokens)))` beside the keyed 128-bit blake2b chain the BlockManager now
+uses (engine/prefix_hash.py), A B A B over rounds, each round hashing the same chained
+prompt of random token ids; the median over rounds [min-max].
+
 Last line: one JSON object.
 
     python -m bench.scheduler_overhead [--sizes 1,16,64,256,512] [--steps 200]
@@ -31,19 +37,24 @@ import json
 import math
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from functools import partial
 from pathlib import Path
 
 from bench.step_cost import build_engine, us_per_step
+from engine.prefix_hash import BlockHasher, digest_key
 from engine.request import SamplingParams
 from engine.sim.workload import TraceScale, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = {"sizes": "1,8", "steps": 10, "requests": 64, "max_num_seqs": 8, "rounds": 1}
+SMOKE = {"sizes": "1,8", "steps": 10, "requests": 64, "max_num_seqs": 8, "rounds": 1,
+         "hash_rounds": 3, "hash_blocks": 512}
 
 
 def steps_to_finish(outputs: list[int], batching: str, max_num_seqs: int) -> int:
@@ -65,6 +76,46 @@ def cont_vs_static(num_requests: int, max_num_seqs: int) -> dict[str, float]:
     return {"static_steps": measured["static"], "continuous_steps": measured["continuous"],
             "static_theory": static_theory, "continuous_theory": cont_theory,
             "ratio": ratio, "theory_ratio": theory, "share_of_theory": ratio / theory}
+
+
+def builtin_chain(token_ids: list[int], block_size: int, num_blocks: int) -> list[int]:
+    """The hashing the BlockManager did before: Python's hash, root 0 (predictable)."""
+    parent, out = 0, []
+    for i in range(num_blocks):
+        parent = hash((parent, tuple(token_ids[i * block_size:(i + 1) * block_size])))
+        out.append(parent)
+    return out
+
+
+def blake2b_chain(hasher: BlockHasher, token_ids: list[int], num_blocks: int) -> list[int]:
+    """What the BlockManager does now: a tenant's root, then keyed blake2b per block."""
+    digest, out = hasher.root("tenant-a", None), []
+    for i in range(num_blocks):
+        digest = hasher.block(digest, token_ids, i)
+        out.append(digest_key(digest))
+    return out
+
+
+def block_hash_cost(rounds: int, num_blocks: int, block_size: int = 16) -> dict:
+    """µs per full block, builtin vs keyed blake2b, alternating A B per round."""
+    token_ids = [random.Random(0).randrange(150_000) for _ in range(num_blocks * block_size)]
+    hasher = BlockHasher(block_size, "tenant")
+    sides = (("builtin", partial(builtin_chain, token_ids, block_size, num_blocks)),
+             ("blake2b", partial(blake2b_chain, hasher, token_ids, num_blocks)))
+    runs: dict[str, list[float]] = {name: [] for name, _ in sides}
+    for _, run in sides:  # warm-up, untimed
+        run()
+    for _ in range(rounds):
+        for name, run in sides:
+            t0 = time.perf_counter()
+            run()
+            runs[name].append((time.perf_counter() - t0) / num_blocks * 1e6)
+    result: dict = {"block_size": block_size, "blocks_per_round": num_blocks, "rounds": rounds}
+    for name, values in runs.items():
+        result[name] = round(statistics.median(values), 3)
+        result[f"{name}_range"] = [round(min(values), 3), round(max(values), 3)]
+    result["ratio"] = round(result["blake2b"] / result["builtin"], 2)
+    return result
 
 
 def git(*args: str) -> str:
@@ -136,6 +187,8 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=128)
     ap.add_argument("--against", metavar="REF", help="compare part 1 with this commit")
     ap.add_argument("--rounds", type=int, default=5, help="A B rounds for --against")
+    ap.add_argument("--hash-rounds", type=int, default=15, help="A B rounds for part 3")
+    ap.add_argument("--hash-blocks", type=int, default=8192, help="blocks hashed per round")
     ap.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
     args = ap.parse_args()
     if args.smoke:
@@ -158,11 +211,18 @@ def main() -> None:
           f"{cvs['static_theory']}), continuous {cvs['continuous_steps']} (ideal "
           f"{cvs['continuous_theory']}); ratio {cvs['ratio']:.2f} vs {cvs['theory_ratio']:.2f}"
           f" in theory = {cvs['share_of_theory']:.1%}")
+    bh = block_hash_cost(args.hash_rounds, args.hash_blocks)
+    cells = {k: f"{bh[k]:.3f} [{bh[k + '_range'][0]:.3f}-{bh[k + '_range'][1]:.3f}]"
+             for k in ("builtin", "blake2b")}
+    print(f"block hashing, µs per full {bh['block_size']}-token block, median [min-max] of"
+          f" {bh['rounds']} rounds of {bh['blocks_per_round']} blocks (A B A B): builtin hash"
+          f" {cells['builtin']}, keyed blake2b {cells['blake2b']}; ratio {bh['ratio']:.2f}")
     print(json.dumps({
         "us_per_step": {str(n): round(v, 1) for n, v in decode.items()},
         "us_per_step_with_arrivals": {str(n): round(v, 1) for n, v in mixed.items()},
         "cont_vs_static": round(cvs["ratio"], 3),
         "share_of_theory": round(cvs["share_of_theory"], 3),
+        "block_hash_us": bh,
     }))
 
 

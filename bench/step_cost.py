@@ -37,6 +37,10 @@ class TimedExecutor(SimulatedExecutor):
     step's wall time minus this, whatever the engine records about itself."""
 
     def __init__(self, **kwargs) -> None:
+        # NOTE: the shadow KV (a test aid) touches every context token each step and slows
+        # the engine's own time too (cache effects): off here; older trees lack the field.
+        if "shadow_kv" in getattr(SimulatedExecutor, "__dataclass_fields__", {}):
+            kwargs.setdefault("shadow_kv", False)
         super().__init__(**kwargs)
         self.last_s = 0.0  # seconds spent in execute() since the driver last reset it
         self.calls = 0

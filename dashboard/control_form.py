@@ -14,7 +14,7 @@ BUDGETS = ("max_num_seqs", "max_num_batched_tokens", "prefill_chunk_size",
 WATERMARKS = ("kv_cache_high_watermark", "kv_cache_reject_watermark")
 CHOICES = ("chunked_prefill", "schedule_policy", "batching")
 LANE_FIELDS = ("weight", "max_running", "max_waiting", "policy", "tenant_fair_share",
-               "queue_timeout_ms", "preempt_first", "batching")
+               "queue_timeout_ms", "preempt_first", "preempt_to_start", "batching")
 
 
 def clean(value: Any) -> Any:

@@ -3,14 +3,21 @@
 Each rule is a small function returning a rejection or None; they run in order and the
 first rejection wins. Rejections are returned to the caller and recorded, never silent.
 
-Deadline rule: a request's deadline is the time by which it must finish. If the estimated
-time to its first token (queued tokens ahead of it in its lane, plus its own prompt, at
-the lane's share of measured throughput) already passes the deadline, it cannot be met.
+Deadline rule: a request's deadline is the time by which it must be done (its last token).
+It is refused (`deadline`) when even an optimistic estimate of its time to finish passes
+the deadline: the wait for its first token (queued tokens ahead of it in its lane, plus its
+own prompt, at the lane's share of the measured throughput), then its other max_tokens - 1
+tokens at the whole measured throughput (a lower bound: a request decodes at most one
+token a step, and a step serves others too). Optimistic on purpose, so only what cannot
+make it is refused; one admitted that falls behind ends at its deadline with the tokens it
+has (TIMEOUT, "deadline passed while running": `engine/deadlines.py`). Before the first
+step has measured a throughput, nothing is estimated: only a deadline already past is
+refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.config import LiveConfig, StaticConfig
@@ -46,6 +53,7 @@ class AdmissionContext:
     kv_usage: float
     tokens_per_s: float | None
     now: float
+    running: Sequence[Request] = ()  # the scheduler's running set (read only)
 
 
 def estimated_wait_s(req: Request, ctx: AdmissionContext) -> float | None:
@@ -97,11 +105,25 @@ def check_kv_capacity(req: Request, ctx: AdmissionContext) -> AdmissionDecision 
 
 
 def check_kv(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
-    if ctx.kv_usage > ctx.live.kv_cache_reject_watermark:
+    usage, limit = ctx.kv_usage, ctx.live.kv_cache_reject_watermark
+    if usage > limit and ctx.lanes[req.lane].config.preempt_to_start:
+        # NOTE: a preempt_to_start lane can take back what preempt_first lanes hold (the
+        # scheduler preempts them for it), so that part does not count against it. Their
+        # blocks are an upper bound (shared prefix blocks may stay): O(running), and only
+        # above the reject watermark.
+        usage -= reclaimable_blocks(ctx) / ctx.static.num_kv_blocks
+    if usage > limit:
         return _reject(req, "kv_reject_watermark",
                        f"KV cache usage {ctx.kv_usage:.0%} is above the reject watermark"
-                       f" {ctx.live.kv_cache_reject_watermark:.0%}; retry shortly", 1.0)
+                       f" {limit:.0%}; retry shortly", 1.0)
     return None
+
+
+def reclaimable_blocks(ctx: AdmissionContext) -> int:
+    """Blocks held by running requests of preempt_first lanes."""
+    lanes = ctx.lanes.lanes
+    return sum(len(r.block_ids) for r in ctx.running
+               if r.lane in lanes and lanes[r.lane].config.preempt_first)
 
 
 def check_queue(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
@@ -120,14 +142,19 @@ def check_queue(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None
 
 
 def check_deadline(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
+    """Refuse a request that cannot be done by its deadline (see the module docstring)."""
     if req.deadline is None:
         return None
-    wait = estimated_wait_s(req, ctx) or 0.0
-    if ctx.now + wait > req.deadline:
+    wait = estimated_wait_s(req, ctx) or 0.0  # unknown throughput: nothing estimated
+    more = req.sampling_params.max_tokens - 1  # tokens after the first
+    decode = more / ctx.tokens_per_s if ctx.tokens_per_s else 0.0
+    if ctx.now + wait + decode > req.deadline:
         return _reject(req, "deadline",
                        f"the deadline is {max(0.0, req.deadline - ctx.now):.3f}s away but the"
-                       f" estimated wait for the first token is {wait:.3f}s", _retry_after(
-                           req, ctx), wait)
+                       f" estimated time to finish is {wait + decode:.3f}s ({wait:.3f}s to the"
+                       f" first token, then {more} more tokens (max_tokens) in at least"
+                       f" {decode:.3f}s); lower max_tokens or allow more time",
+                       _retry_after(req, ctx), wait)
     return None
 
 

@@ -10,8 +10,11 @@ Block states (every block is in exactly one):
 
 `_free` holds the cached and empty blocks in eviction order: empty blocks at the front
 (reused first), cached ones behind them from least to most recently freed.
-Block hash chain: hash_i = hash((hash_{i-1}, tokens of block i)); hash_{-1} = 0, so a hit
-on block i implies the whole prefix up to it matches.
+Block hash chain (engine/prefix_hash.py): hash_i = H(hash_{i-1} || tokens of block i), H a
+keyed 128-bit blake2b; hash_{-1} is the root of the request's cache domain (its cache_salt,
+else its tenant, else one global domain), so a hit on block i implies the whole prefix up
+to it matches and was computed in the same domain. Hashes are computed only when a block
+becomes full (`cache_full_blocks`) and on a first schedule's lookup (`allocate_prefix`).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
+from engine.prefix_hash import BlockHasher, digest_key, key_digest
 from engine.request import Request
 
-BlockKey = tuple[int, tuple[int, ...]]  # (parent hash, token ids of the block)
+BlockKey = int  # the block's chained digest (prefix_hash.digest_key)
 
 
 @dataclass(frozen=True)
@@ -38,10 +42,14 @@ class KVSnapshot:
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 prefix_cache_sharing: str = "tenant"):
+        """`prefix_cache_sharing`: "tenant" (a request hits only blocks of its own tenant
+        or cache_salt) or "global" (any request without a cache_salt hits any)."""
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.hasher = BlockHasher(block_size, prefix_cache_sharing)
         self._ref_counts = [0] * num_blocks
         self._block_keys: list[BlockKey | None] = [None] * num_blocks
         self._cached: dict[BlockKey, int] = {}  # key -> block id (used or cached state)
@@ -87,22 +95,23 @@ class BlockManager:
         self.num_used += needed
         return True
 
-    def allocate_prefix(self, request: Request) -> int:
+    def allocate_prefix(self, request: Request, count: bool = True) -> int:
         """On a request's first schedule, take cached blocks of its longest cached prefix.
 
         Returns the number of tokens covered (a multiple of block_size), always leaving at
-        least one token to compute so the step produces logits.
+        least one token to compute so the step produces logits. `count=False` leaves the
+        hit-rate counters alone: a caller that may give the blocks back (a start that fails)
+        calls `count_prefix_use` once the request really starts with them.
         """
         assert not request.block_ids and request.num_computed_tokens == 0
         if not self.enable_prefix_caching:
             return 0
         max_blocks = (request.num_tokens - 1) // self.block_size
-        self.prefix_query_tokens += max_blocks * self.block_size
-        parent = 0
-        tokens = request.token_ids
-        bs = self.block_size
+        hasher, tokens = self.hasher, request.token_ids
+        digest = hasher.root(request.tenant, request.cache_salt)
         for i in range(max_blocks):
-            key = (parent, tuple(tokens[i * bs:(i + 1) * bs]))
+            digest = hasher.block(digest, tokens, i)
+            key = digest_key(digest)
             block_id = self._cached.get(key)
             if block_id is None:
                 break
@@ -112,28 +121,40 @@ class BlockManager:
                 self.num_used += 1
             self._ref_counts[block_id] += 1
             request.block_ids.append(block_id)
-            parent = hash(key)
-            request.block_hashes.append(parent)
-        hit = len(request.block_ids) * bs
-        self.prefix_hit_tokens += hit
+            request.block_hashes.append(key)
+        hit = len(request.block_ids) * self.block_size
+        if count:
+            self.count_prefix_use(request, hit)
         return hit
+
+    def count_prefix_use(self, request: Request, hit_tokens: int) -> None:
+        """Count one used lookup in the hit-rate counters: `hit_tokens` hit, out of the
+        request's full blocks before its last token."""
+        if self.enable_prefix_caching:
+            queried = (request.num_tokens - 1) // self.block_size * self.block_size
+            self.prefix_query_tokens += queried
+            self.prefix_hit_tokens += hit_tokens
 
     def cache_full_blocks(self, request: Request) -> None:
         """Register the hashes of blocks that became full of computed tokens."""
         if not self.enable_prefix_caching:
             return
-        bs = self.block_size
-        num_full = min(request.num_computed_tokens // bs, len(request.block_ids))
-        hashes = request.block_hashes
-        tokens = request.token_ids
-        for i in range(len(hashes), num_full):
-            parent = hashes[-1] if hashes else 0
-            key = (parent, tuple(tokens[i * bs:(i + 1) * bs]))
-            block_id = request.block_ids[i]
+        block_ids, hashes = request.block_ids, request.block_hashes
+        num_full = min(request.num_computed_tokens // self.block_size, len(block_ids))
+        start = len(hashes)
+        if start >= num_full:
+            return
+        hasher, tokens = self.hasher, request.token_ids
+        digest = (key_digest(hashes[-1]) if hashes
+                  else hasher.root(request.tenant, request.cache_salt))
+        for i in range(start, num_full):
+            digest = hasher.block(digest, tokens, i)
+            key = digest_key(digest)
+            block_id = block_ids[i]
             if self._block_keys[block_id] is None and key not in self._cached:
                 self._block_keys[block_id] = key
                 self._cached[key] = block_id
-            hashes.append(hash(key))
+            hashes.append(key)
 
     def free(self, request: Request) -> None:
         """Drop the request's references; its full blocks stay findable until evicted."""

@@ -14,6 +14,7 @@ LANE_POLICIES = ("fcfs", "priority", "deadline")
 BATCHING_MODES = ("continuous", "static")
 SCHEDULE_POLICIES = ("decode_first", "mixed")
 MAX_NUM_SEQS_LIMIT = 8192
+PREFIX_CACHE_SHARING = ("tenant", "global")  # see engine/prefix_hash.py
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,18 @@ class StaticConfig:
     num_kv_blocks: int = 4096  # blocks in the pool (per layer; same count for every layer)
     max_model_len: int = 32768  # prompt + output tokens, per request
     enable_prefix_caching: bool = True  # reuse full KV blocks of identical prefixes
+    # Who may reuse whose cached prefix: "tenant" (default) only requests of the same tenant
+    # (or of the same cache_salt); "global" every request without a cache_salt. A trust
+    # boundary, so static: a hit is observable (num_cached_tokens, TTFT) by the client.
+    prefix_cache_sharing: str = "tenant"
 
     def validate(self) -> None:
         _require(self.block_size in (8, 16, 32, 64, 128), "block_size", self.block_size,
                  "one of 8, 16, 32, 64, 128")
         _require(self.num_kv_blocks >= 1, "num_kv_blocks", self.num_kv_blocks, ">= 1")
         _require(self.max_model_len >= 1, "max_model_len", self.max_model_len, ">= 1")
+        _require(self.prefix_cache_sharing in PREFIX_CACHE_SHARING, "prefix_cache_sharing",
+                 self.prefix_cache_sharing, f"one of {', '.join(PREFIX_CACHE_SHARING)}")
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,9 @@ class LaneConfig:
     queue_timeout_ms: int | None = None  # None: the global queue_timeout_ms
     preempt_first: bool = False  # victims are taken from such lanes before others
     batching: str | None = None  # None: the global batching mode
+    # A request that the KV (high watermark) keeps from starting preempts running requests
+    # of preempt_first lanes, the fewest that make room (engine/preemption.py).
+    preempt_to_start: bool = False
 
     def validate(self) -> None:
         _require(bool(self.name) and self.name.replace("_", "").replace("-", "").isalnum(),
@@ -59,6 +69,10 @@ class LaneConfig:
         _require(self.batching is None or self.batching in BATCHING_MODES,
                  f"lanes.{self.name}.batching", self.batching,
                  f"one of {', '.join(BATCHING_MODES)} or null")
+        _require(not (self.preempt_to_start and self.preempt_first),
+                 f"lanes.{self.name}.preempt_to_start", self.preempt_to_start,
+                 "false when preempt_first is true (the lane would preempt its own requests"
+                 " to start others, back and forth)")
 
 
 def default_lanes() -> tuple[LaneConfig, ...]:
@@ -132,8 +146,9 @@ class LiveConfig:
                      "max_num_batched_tokens", self.max_num_batched_tokens,
                      f">= max_model_len ({static.max_model_len}) when chunked_prefill is off,"
                      " or a long prompt could never run")
-        _require(self.max_waiting_requests >= 0, "max_waiting_requests",
-                 self.max_waiting_requests, ">= 0")
+        _require(self.max_waiting_requests >= 1, "max_waiting_requests",
+                 self.max_waiting_requests, ">= 1 (0 would reject every request as"
+                 " queue_full, even on an idle engine)")
         _require(self.queue_timeout_ms >= 1, "queue_timeout_ms", self.queue_timeout_ms, ">= 1")
         _require(self.stream_idle_timeout_ms >= 1, "stream_idle_timeout_ms",
                  self.stream_idle_timeout_ms, ">= 1")

@@ -26,6 +26,13 @@ from engine.records import (
 )
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import Scheduler
+from engine.step_faults import (
+    DEFAULT_MAX_EXTRA_RUNS,
+    StepFailure,
+    contain,
+    failure_detail,
+    part_requests,
+)
 
 _request_id = attrgetter("request_id")
 
@@ -54,6 +61,7 @@ class StepOutput:
     rows: list[Request] = field(default_factory=list)  # requests that got a token
     sampled: list[int] = field(default_factory=list)  # their tokens, row order
     stop_reasons: dict[str, str] = field(default_factory=dict)  # rows that ended with it
+    failure: StepFailure | None = None  # part of the batch failed; its requests ended
     _deltas: list[RequestDelta] | None = None
 
     @property
@@ -69,14 +77,22 @@ class StepOutput:
 class Engine:
     def __init__(self, config: EngineConfig, executor: Executor, *,
                  clock: Callable[[], float] = time.time,
-                 eos_token_id: int | tuple[int, ...] | None = None):
+                 eos_token_id: int | tuple[int, ...] | None = None,
+                 fault_isolation_runs: int = DEFAULT_MAX_EXTRA_RUNS):
+        """`fault_isolation_runs`: executor calls a failed step may add to find the
+        requests that fail it (engine/step_faults.py); 0 ends the whole batch."""
         config.validate()
+        self.fault_isolation_runs = fault_isolation_runs
         self.static = config.static
         self.executor = executor
         self.clock = clock
         self.eos_token_id = eos_token_id
         self.block_manager = BlockManager(self.static.num_kv_blocks, self.static.block_size,
-                                          self.static.enable_prefix_caching)
+                                          self.static.enable_prefix_caching,
+                                          self.static.prefix_cache_sharing)
+        bind_kv_pool = getattr(executor, "bind_kv_pool", None)
+        if bind_kv_pool is not None:  # the simulated executor mirrors the pool (shadow KV)
+            bind_kv_pool(self.static.num_kv_blocks, self.static.block_size)
         live = config.live.replace(version=1)
         self.scheduler = Scheduler(self.static, live, self.block_manager)
         self.requests: dict[str, Request] = {}  # unfinished only
@@ -123,17 +139,22 @@ class Engine:
     def add_request(self, request_id: str, prompt_token_ids: list[int],
                     params: SamplingParams | None = None, *, tenant: str = "default",
                     lane: str | None = None, priority: int = 0, deadline: float | None = None,
-                    arrival_time: float | None = None) -> AdmissionDecision:
-        """Admit or reject at once. `deadline` is absolute, on the engine clock."""
+                    arrival_time: float | None = None,
+                    cache_salt: str | None = None) -> AdmissionDecision:
+        """Admit or reject at once. `deadline` is absolute, on the engine clock;
+        `cache_salt` puts the request's prefix-cache blocks in the salt's domain instead of
+        its tenant's (engine/prefix_hash.py)."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         now = self.clock()
         req = Request(request_id, list(prompt_token_ids), params or SamplingParams(),
                       arrival_time if arrival_time is not None else now, tenant=tenant,
                       lane=lane or self.route(len(prompt_token_ids), tenant), priority=priority,
-                      deadline=deadline, eos_token_id=self.eos_token_id)
+                      deadline=deadline, eos_token_id=self.eos_token_id,
+                      cache_salt=cache_salt)
         ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
-                               self.block_manager.usage, self.throughput.tokens_per_s, now)
+                               self.block_manager.usage, self.throughput.tokens_per_s, now,
+                               self.scheduler.running)
         decision = replace(admit(req, ctx), time=now)
         self._pending_admissions.append(decision)
         if not decision.accepted:
@@ -203,7 +224,10 @@ class Engine:
         return self.block_manager.snapshot(list(self.requests.values()))
 
     def check_integrity(self) -> None:
-        self.block_manager.check_integrity(list(self.requests.values()))
+        """Blocks, lane counters and the running set, recounted from the requests."""
+        requests = list(self.requests.values())
+        self.block_manager.check_integrity(requests)
+        self.scheduler.lanes.check_integrity(requests, self.scheduler.running)
 
     # ---- the step ----------------------------------------------------------------------
     def step(self) -> StepOutput:
@@ -218,15 +242,23 @@ class Engine:
         q0, h0 = bm.prefix_query_tokens, bm.prefix_hit_tokens
         out, stats = sched.schedule(start)
         t1 = time.perf_counter()
-        sampled = self.executor.execute(out) if not out.is_empty else []
-        t2 = time.perf_counter()
-        end = self.clock()
-        rows, finished = sched.update(out, sampled, end)
+        failure, phase = None, "execute"
+        try:
+            sampled = self.executor.execute(out) if not out.is_empty else []
+            t2 = time.perf_counter()
+            end = self.clock()
+            phase = "update"
+            rows, finished = sched.update(out, sampled, end)
+        except Exception as exc:  # contained: only the failing part's requests end
+            rows, finished, sampled, failure = self._contain(out, phase, exc)
+            t2, end = time.perf_counter(), self.clock()
         for req in finished:
             del self.requests[req.request_id]
         t3 = time.perf_counter()
-        # Measured on the engine clock, the one deadlines are on (simulated in simulations).
-        self.throughput.observe(out.num_tokens, end - start)
+        if failure is None:  # a failed step's time says nothing of the throughput
+            # Measured on the engine clock, the one deadlines are on (simulated in
+            # simulations).
+            self.throughput.observe(out.num_tokens, end - start)
         record = self._record(out, stats, start, end, (t0, t1, t2, t3), finished)
         record.prefix_query_tokens = bm.prefix_query_tokens - q0
         record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
@@ -234,7 +266,48 @@ class Engine:
         result.rows, result.sampled = rows, sampled
         result.stop_reasons = {r.request_id: r.finish_reason or "" for r in finished}
         result.finished.extend(RequestRecord.from_request(r) for r in finished)
+        result.failure = failure
         return result
+
+    # ---- a failed step (engine/step_faults.py) -----------------------------------------
+    def _contain(self, out: SchedulerOutput, phase: str, exc: Exception,
+                 ) -> tuple[list[Request], list[Request], list[int], StepFailure]:
+        """`phase` of the step raised `exc`: apply what ran, end the failed parts' requests
+        with ERROR (blocks freed; this step's preemption victims stay queued)."""
+        now = self.clock()
+        c = contain(self.executor.execute, self.scheduler.update, out, phase, exc,
+                    self.fault_isolation_runs, now)
+        ended: list[str] = []
+        for part, part_phase, error in c.failed:
+            detail = failure_detail(part_phase, error)
+            for req in part_requests(part):
+                self._end_with_error(req, now, detail)
+                ended.append(req.request_id)
+        # every part ran when retried (a transient fault): nothing ended, still reported
+        _, first_phase, first_error = c.failed[0] if c.failed else (out, phase, exc)
+        return c.rows, c.finished, c.sampled, StepFailure(
+            out.step_id, first_phase, first_error, tuple(ended), c.num_succeeded)
+
+    def fail_all(self, detail: str) -> StepOutput:
+        """End every unfinished request with ERROR, after step() raised outside execute
+        and update (a scheduler bug: which requests it touched is unknown). Returns what
+        the next step would report: their final deltas and records."""
+        now = self.clock()
+        for req in list(self.requests.values()):
+            self._end_with_error(req, now, detail)
+        return self._drain_pending(None)
+
+    def _end_with_error(self, req: Request, now: float, detail: str) -> None:
+        """End `req` with ERROR; its final delta and record go out with this step."""
+        if self.requests.get(req.request_id) is not req:
+            return
+        if req.is_finished:  # update() ended it before the failure: blocks already freed
+            req.set_finished(RequestStatus.ERROR, now, detail)
+        else:
+            self.scheduler.finish(req, RequestStatus.ERROR, now, detail)
+        del self.requests[req.request_id]
+        self._pending_deltas.append(RequestDelta(req.request_id, [], req.finish_reason, detail))
+        self._pending_finished.append(req)
 
     def _expire(self, now: float) -> None:
         default_s = self.live_config.queue_timeout_ms / 1000.0
@@ -245,6 +318,10 @@ class Engine:
                 passed = req.deadline is not None and req.deadline < now
                 detail = "deadline passed while queued" if passed else "queue timeout"
                 self._finish(req, RequestStatus.TIMEOUT, now, detail)
+        # Started requests past their deadline end with what they have (engine/deadlines.py)
+        for req in self.scheduler.deadlines.due(now):
+            where = "running" if req.status is RequestStatus.RUNNING else "queued"
+            self._finish(req, RequestStatus.TIMEOUT, now, f"deadline passed while {where}")
 
     def _drain_pending(self, record: StepRecord | None) -> StepOutput:
         result = StepOutput(record, self._pending_deltas,

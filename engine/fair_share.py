@@ -7,7 +7,9 @@ each lane reaches by them; picks made during the step read those. `charge()` ins
 them in the lanes (and adds the tenants' tokens) once, at the end of `schedule()`.
 
 Decode tokens are tallied from the lanes' decoding counts (kept by the running set's
-verbs) when every decoding request decoded, the usual step: no per-token work.
+verbs) when every decoding request decoded, the usual step: no per-token work. Per-tenant
+counts hold active tenants only (engine/tenants.py), so neither does a step do work per
+tenant that has left.
 """
 
 from __future__ import annotations
@@ -54,9 +56,8 @@ def tally_running(lanes: LaneSet, out: SchedulerOutput) -> StepCharges:
         for lane in queues.values():
             if lane.num_decoding:
                 tokens[lane.name] = lane.num_decoding
-                if lane.config.tenant_fair_share:
-                    by_tenant[lane.name] = {
-                        t: n for t, n in lane.decoding_by_tenant.items() if n}
+                if lane.config.tenant_fair_share:  # active decoding tenants only
+                    by_tenant[lane.name] = dict(lane.tenants.decoding)
     else:  # some decodes did not fit: count them
         decodes = out.decodes
         tokens.update(Counter(map(_lane, decodes)))

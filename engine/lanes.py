@@ -10,7 +10,9 @@ queueing earns no credit. Inside a lane with `tenant_fair_share`, tenants share 
 lane's tokens the same way (equal weights).
 
 Queues are heaps keyed by the lane's policy; entries of requests that finished while
-queued (cancel, timeout) are skipped lazily when they reach the head.
+queued (cancel, timeout) are skipped lazily when they reach the head. Per-tenant state
+lives only while the tenant has a request queued or running (engine/tenants.py); queue
+timeouts are found by time, not queue position (engine/queue_timeouts.py).
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections import deque
 
 from engine.config import LaneConfig, LiveConfig
+from engine.lane_integrity import check_lanes
+from engine.queue_timeouts import QueueTimeouts
 from engine.request import Request, RequestStatus
 from engine.step_budget import SchedulerInvariantError
+from engine.tenants import TenantBook, add_count
 
 _ALL_TENANTS = ""  # the single bucket of a lane without tenant fair share
 
@@ -47,7 +51,12 @@ def join_vtime(own: float, queued: list[float], everyone: list[float]) -> float:
 
 
 class LaneQueue:
-    """One lane's waiting requests (by tenant bucket) and its fair-share accounting."""
+    """One lane's waiting requests (by tenant bucket) and its fair-share accounting.
+
+    Per-tenant state (buckets, `tenants`: counts and virtual times) exists only for
+    tenants with a request queued or running here (engine/tenants.py): its size, and every
+    per-step loop over it, follow the active tenants, never the history.
+    """
 
     _seq = itertools.count()
 
@@ -58,37 +67,38 @@ class LaneQueue:
         self.num_waiting = 0
         self.num_running = 0
         self.num_decoding = 0  # running requests past their prompt (1 token a step)
-        self.decoding_by_tenant: dict[str, int] = {}
         self.waiting_tokens = 0  # tokens of the queued requests (all still to compute)
+        self.tenants = TenantBook()
         self.batch_closed = False  # static batching: the current batch takes no newcomers
+        # bucket -> heap of (queue key, request); a bucket exists iff it has a queued
+        # request (entries of requests that finished while queued are skipped lazily)
         self._buckets: dict[str, list[tuple]] = {}
-        self._tenant_vtime: dict[str, float] = {}
-        self._arrivals: deque[Request] = deque()  # never-scheduled requests, arrival order
-        self._deadlines: list[tuple[float, int, Request]] = []
+        self.timeouts = QueueTimeouts()  # never-scheduled requests by arrival / deadline
 
     @property
     def has_work(self) -> bool:
         return self.num_waiting > 0 or self.num_running > 0
 
-    def _bucket_name(self, req: Request) -> str:
+    @property
+    def decoding_by_tenant(self) -> dict[str, int]:
+        return self.tenants.decoding
+
+    def buckets(self) -> dict[str, list[tuple]]:
+        """The queue's buckets (read-only: for checks)."""
+        return self._buckets
+
+    def bucket_name(self, req: Request) -> str:
         return req.tenant if self.config.tenant_fair_share else _ALL_TENANTS
 
     def push(self, req: Request) -> None:
         if not req.queue_seq:
             req.queue_seq = next(self._seq) + 1
-        name = self._bucket_name(req)
-        bucket = self._buckets.setdefault(name, [])
-        if not bucket and self.config.tenant_fair_share:
-            queued = [self._tenant_vtime.get(t, 0.0) for t, b in self._buckets.items() if b]
-            self._tenant_vtime[name] = join_vtime(self._tenant_vtime.get(name, 0.0), queued,
-                                                  list(self._tenant_vtime.values()))
-        heapq.heappush(bucket, (queue_key(self.config.policy, req), req))
+        self.tenants.queued(req.tenant, self.config.tenant_fair_share)
+        heapq.heappush(self._buckets.setdefault(self.bucket_name(req), []),
+                       (queue_key(self.config.policy, req), req))
         self.num_waiting += 1
         self.waiting_tokens += req.num_tokens  # queued requests hold no KV yet
-        if req.first_scheduled_time is None:
-            self._arrivals.append(req)
-            if req.deadline is not None:
-                heapq.heappush(self._deadlines, (req.deadline, req.queue_seq, req))
+        self.timeouts.push(req)
 
     def peek(self, step_tokens: dict[str, int] | None = None) -> Request | None:
         """The request this lane would start next (fair among tenants), or None.
@@ -96,13 +106,14 @@ class LaneQueue:
         `step_tokens`: tokens each tenant ran in the step being scheduled, not yet charged.
         """
         best, best_vtime = None, math.inf
+        vtimes = self.tenants.vtimes
         for name, bucket in self._buckets.items():
             while bucket and bucket[0][1].status is not RequestStatus.WAITING and (
                     bucket[0][1].status is not RequestStatus.PREEMPTED):
                 heapq.heappop(bucket)  # finished while queued
             if not bucket:
                 continue
-            vtime = self._tenant_vtime.get(name, 0.0)
+            vtime = vtimes.get(name, 0.0)
             if step_tokens:
                 vtime += step_tokens.get(name, 0)
             if best is None or vtime < best_vtime:
@@ -111,69 +122,63 @@ class LaneQueue:
 
     def pop(self, req: Request) -> None:
         """Take `req` out of the queue to start it: it must be what peek() returned."""
-        bucket = self._buckets.get(self._bucket_name(req))
+        bucket = self._buckets.get(self.bucket_name(req))
         if not bucket or bucket[0][1] is not req:
             head = bucket[0][1].request_id if bucket else None
             raise SchedulerInvariantError(f"lane {self.name!r}: pop({req.request_id!r}) must"
                                           f" follow peek(), whose head is {head!r}")
         heapq.heappop(bucket)
-        self.discard(req)
+        self._count_out(req, finished=False)
 
     def discard(self, req: Request) -> None:
-        """Count `req` out of the queue: it starts (pop) or finished while queued (its heap
-        entry is then skipped when it reaches the head)."""
+        """Count `req` out of the queue: it finished while queued (its heap entry is skipped
+        when it reaches the head, or dropped with its bucket)."""
+        self._count_out(req, finished=True)
+
+    def _count_out(self, req: Request, *, finished: bool) -> None:
         # num_tokens, as in push(): by now a start may have counted prefix hits as computed
         self.num_waiting -= 1
         self.waiting_tokens -= req.num_tokens
+        self.tenants.unqueued(req.tenant, finished=finished)
+        name = self.bucket_name(req)
+        if (self.tenants.waiting.get(name, 0) if self.config.tenant_fair_share
+                else self.num_waiting) == 0:
+            self._buckets.pop(name, None)  # only dead entries left: none to skip later
+        if self.num_waiting == 0:
+            self.timeouts.clear()  # nothing queued: every entry is dead
 
     # ---- the lane's part of the running set: Scheduler.start / preempt / finish, update
     def add_running(self, req: Request) -> None:
         self.num_running += 1
-        if req.decoding:  # a running request moved here from a removed lane
-            self._count_decoding(req.tenant, 1)
+        self.num_decoding += req.decoding  # a running request moved from a removed lane
+        self.tenants.started(req.tenant, req.decoding)
 
     def remove_running(self, req: Request) -> None:
+        """`req` left the running set: finished (its status final) or preempted (status
+        PREEMPTED: it is pushed back next, so its tenant stays active)."""
         self.num_running -= 1
-        if req.decoding:
-            req.decoding = False
-            self._count_decoding(req.tenant, -1)
+        self.num_decoding -= req.decoding
+        self.tenants.stopped(req.tenant, req.decoding,
+                             requeued=req.status is RequestStatus.PREEMPTED)
+        req.decoding = False
         if self.num_running == 0:
             self.batch_closed = False  # static batching: the next batch may form
 
     def add_decoding(self, req: Request) -> None:
         """`req` (running) has its prompt computed: from now on one token a step."""
         req.decoding = True
-        self._count_decoding(req.tenant, 1)
-
-    def _count_decoding(self, tenant: str, delta: int) -> None:
-        self.num_decoding += delta
-        self.decoding_by_tenant[tenant] = self.decoding_by_tenant.get(tenant, 0) + delta
+        self.num_decoding += 1
+        add_count(self.tenants.decoding, req.tenant, 1)
 
     def charge_tenants(self, by_tenant: dict[str, int]) -> None:
         """Add a step's tokens to its tenants' virtual times (`tenant_fair_share`)."""
-        vtimes = self._tenant_vtime
-        for tenant, num in by_tenant.items():
-            vtimes[tenant] = vtimes.get(tenant, 0.0) + num
+        self.tenants.charge(by_tenant)
 
     def expired(self, now: float, timeout_s: float) -> list[Request]:
         """Queued requests never scheduled past the queue timeout or their deadline."""
-        out = []
-        arrivals = self._arrivals
-        while arrivals:
-            head = arrivals[0]
-            if head.first_scheduled_time is not None or head.is_finished:
-                arrivals.popleft()
-            elif now - head.arrival_time > timeout_s:
-                out.append(arrivals.popleft())
-            else:
-                break
-        deadlines = self._deadlines
-        while deadlines and (deadlines[0][2].first_scheduled_time is not None
-                             or deadlines[0][2].is_finished or deadlines[0][0] < now):
-            req = heapq.heappop(deadlines)[2]
-            if req.first_scheduled_time is None and not req.is_finished and req not in out:
-                out.append(req)
-        return out
+        if not self.num_waiting:
+            return []  # the usual idle lane (its timeout entries were cleared with the last)
+        return self.timeouts.expired(now, timeout_s, self.num_waiting)
 
     def waiting_requests(self) -> list[Request]:
         return [e[1] for b in self._buckets.values() for e in b
@@ -188,8 +193,8 @@ class LaneQueue:
             self._buckets.clear()
             self.num_waiting = 0
             self.waiting_tokens = 0
-            self._arrivals.clear()
-            self._deadlines.clear()
+            self.tenants.clear_queue(fair=config.tenant_fair_share)
+            self.timeouts.clear()
             for req in sorted(waiting, key=lambda r: r.queue_seq):
                 self.push(req)
         if (config.batching or "") != (old.batching or ""):
@@ -211,6 +216,11 @@ class LaneSet:
     @property
     def num_waiting(self) -> int:
         return sum(lane.num_waiting for lane in self.lanes.values())
+
+    def check_integrity(self, requests: list[Request], running: list[Request]) -> None:
+        """Recount every lane's counters from `requests` (the unfinished ones) and the
+        scheduler's `running` list; LaneIntegrityError names the first that differs."""
+        check_lanes(self, requests, running)
 
     def push(self, req: Request) -> None:
         lane = self.lanes[req.lane]

@@ -24,12 +24,24 @@ from engine.engine import Engine
 from engine.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.models import LoadedModel, load_model
 from engine.output_processor import OutputProcessor, RequestOutput
+from engine.records import AdmissionDecision
 from engine.request import RequestStatus, SamplingParams
 
 _STATIC = {f.name for f in dataclasses.fields(StaticConfig)}
 _LIVE = {f.name for f in dataclasses.fields(LiveConfig)} - {"version"}
+# Rejections that clear once requests in flight finish; with none in flight they never do.
+_WAIT_FOR_ROOM = frozenset({"queue_full", "kv_reject_watermark"})
 
 Prompt = str | list[int]
+
+
+class PromptRejected(ValueError):
+    """The engine refused a prompt for a reason waiting cannot clear; `decision` says why."""
+
+    def __init__(self, index: int, decision: AdmissionDecision):
+        super().__init__(f"prompt {index} rejected ({decision.reason}): {decision.message}")
+        self.index = index
+        self.decision = decision
 
 
 class LLM:
@@ -108,28 +120,50 @@ class LLM:
         results: dict[str, RequestOutput] = {}
         pending = list(range(len(prompts)))[::-1]  # submitted as the queue has room
         bar = tqdm(total=len(prompts), desc="generating", unit="req", disable=not use_tqdm)
-        engine = self.engine
-        while pending or engine.has_unfinished_requests():
-            while pending:
-                i = pending[-1]
-                decision = engine.add_request(ids[i], encoded[i], params[i])
-                if not decision.accepted:
-                    if decision.reason in ("queue_full", "kv_reject_watermark"):
-                        break  # full for now: step, then submit the rest
-                    raise ValueError(f"prompt {i} rejected: {decision.message}")
-                prompt_text = prompts[i] if isinstance(prompts[i], str) else None
-                self.processor.add(ids[i], prompt_text, encoded[i], params[i])
-                pending.pop()
-            step = engine.step()
-            outputs, stopped = self.processor.process(step)
-            for request_id in stopped:
-                engine.abort(request_id, RequestStatus.STOPPED, "stop string")
-            for out in outputs:
-                if out.finished:
+        try:
+            while pending or self.engine.has_unfinished_requests():
+                self._submit(pending, ids, prompts, encoded, params)
+                for out in self._step():
                     results[out.request_id] = out
                     bar.update(1)
-        bar.close()
+        except PromptRejected:
+            self._abandon()  # what this call submitted: the LLM stays usable
+            raise
+        finally:
+            bar.close()
         return [results[i] for i in ids]
+
+    def _submit(self, pending: list[int], ids: list[str], prompts: list[Prompt],
+                encoded: list[list[int]], params: list[SamplingParams]) -> None:
+        """Submit pending prompts (from the end) until the engine is full for now."""
+        engine = self.engine
+        while pending:
+            i = pending[-1]
+            decision = engine.add_request(ids[i], encoded[i], params[i])
+            if not decision.accepted:
+                # Full for now: step, then submit the rest. Only while requests are in
+                # flight: on an idle engine nothing will make room, so waiting would loop
+                # forever.
+                if decision.reason in _WAIT_FOR_ROOM and engine.requests:
+                    return
+                raise PromptRejected(i, decision)
+            prompt_text = prompts[i] if isinstance(prompts[i], str) else None
+            self.processor.add(ids[i], prompt_text, encoded[i], params[i])
+            pending.pop()
+
+    def _step(self) -> list[RequestOutput]:
+        """One engine step; the outputs of requests that finished in it."""
+        step = self.engine.step()
+        outputs, stopped = self.processor.process(step)
+        for request_id in stopped:
+            self.engine.abort(request_id, RequestStatus.STOPPED, "stop string")
+        return [out for out in outputs if out.finished]
+
+    def _abandon(self) -> None:
+        for request_id in list(self.engine.requests):
+            self.engine.abort(request_id)
+        while self.engine.has_unfinished_requests():
+            self._step()
 
 
 def fit_engine_config(loaded: LoadedModel, overrides: dict[str, Any] | None = None, *,

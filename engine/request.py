@@ -24,7 +24,7 @@ class RequestStatus(enum.IntEnum):
     STOPPED = 3  # EOS, a stop token or a stop string
     LENGTH = 4  # max_tokens or max_model_len reached
     CANCELLED = 5  # aborted by the client or the operator
-    TIMEOUT = 6  # queue timeout or deadline passed while waiting
+    TIMEOUT = 6  # queue timeout, request timeout, or deadline passed (queued or running)
     REJECTED = 7  # refused by admission
     ERROR = 8
 
@@ -83,6 +83,7 @@ class Request:
     sampling_params: SamplingParams
     arrival_time: float
     tenant: str = "default"
+    cache_salt: str | None = None  # prefix-cache domain instead of the tenant (prefix_hash)
     lane: str = ""
     priority: int = 0  # smaller runs first (as in vLLM)
     deadline: float | None = None  # absolute engine-clock time by which it must finish

@@ -12,9 +12,11 @@ sequences left, `engine/step_budget.py`); every limit below is read from that bu
      budget, max_num_seqs, the lanes' own limits and the KV high watermark.
   3. The step's tokens are charged to lanes and tenants once (`engine/fair_share.py`),
      and the work is checked against the limits (SchedulerInvariantError if over).
-A running request that cannot get a block preempts a victim (recompute): see
-`engine/preemption.py`. Three verbs move a request: `start` (queued -> running),
-`preempt` (running -> queued, KV dropped) and `finish` (either -> a finished status).
+A running request that cannot get a block preempts a victim (recompute), and a new one of
+a `preempt_to_start` lane that the KV keeps from starting preempts running requests of
+`preempt_first` lanes: see `engine/preemption.py`. Three verbs move a request: `start`
+(queued -> running), `preempt` (running -> queued, KV dropped) and `finish` (either -> a
+finished status); a started request with a deadline is tracked in `deadlines`.
 `update()` applies the executor's sampled tokens; telemetry goes to `SchedulerStats`.
 """
 
@@ -22,9 +24,10 @@ from __future__ import annotations
 
 from engine.block_manager import BlockManager
 from engine.config import LiveConfig, StaticConfig
+from engine.deadlines import DeadlineHeap
 from engine.fair_share import StepCharges, charge, tally_running
 from engine.lanes import LaneSet
-from engine.preemption import pick_victim
+from engine.preemption import block_for_kv, pick_victim, victims_to_start
 from engine.records import SchedulerOutput, SchedulerStats
 from engine.request import Request, RequestStatus
 from engine.step_budget import SchedulerInvariantError, StepPlan
@@ -39,6 +42,8 @@ class Scheduler:
         self.running: list[Request] = []  # admission order
         self.step_id = 0
         self._turn = 0  # where _in_turn starts next when more run than a step may serve
+        self.deadlines = DeadlineHeap()  # started requests with a deadline (engine/deadlines)
+        self._started: list[Request] = []  # started by this step's _schedule_new: no victims
 
     # ---- queue side ------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -158,6 +163,7 @@ class Scheduler:
         bm = self.block_manager
         blocked = self.lanes.blocked(live)
         stop_reason = None
+        started = self._started = []
         while True:
             if budget.tokens_left <= 0:
                 stop_reason = "token_budget"
@@ -171,19 +177,24 @@ class Scheduler:
             # _try_start): else one needing more than the watermark's share never could.
             if self.running and bm.usage > live.kv_cache_high_watermark:
                 stop_reason = "kv_high_watermark"
-                break
+                if not block_for_kv(self.lanes, blocked):  # only preempt_to_start lanes go on
+                    break
             lane = self.lanes.pick(blocked, charges.vtimes)
             if lane is None:
                 break
             req = lane.peek(charges.by_tenant.get(lane.name))
             # NOTE: the first request that cannot start ends this step's starts, even if a
             # smaller one in another lane would fit: skipping it could starve it for good.
-            stop_reason = self._try_start(req, budget.tokens_left, live)
+            # Only lanes that may preempt to start go on past one the watermark holds back.
+            may_preempt = lane.config.preempt_to_start
+            stop_reason, num_new = self._try_start(req, step, charges, may_preempt)
+            if stop_reason == "kv_high_watermark" and not may_preempt and (
+                    block_for_kv(self.lanes, blocked)):
+                continue
             if stop_reason is not None:
                 break
-            num_new = min(req.num_tokens - req.num_computed_tokens, self._chunk_size(live),
-                          budget.tokens_left)
             self.start(req, now, step.stats)
+            started.append(req)
             step.add_chunk(req, num_new)
             charges.add(lane, req.tenant, num_new)
             max_running = lane.config.max_running
@@ -192,11 +203,16 @@ class Scheduler:
         step.stats.waiting_by_reason, step.stats.waiting_reason_by_lane = (
             self.lanes.waiting_reasons(blocked, stop_reason))
 
-    def _try_start(self, req: Request, budget: int, live: LiveConfig) -> str | None:
-        """Take prefix-cache hits and blocks for req's first chunk; a reason if it can't."""
-        bm = self.block_manager
+    def _try_start(self, req: Request, step: StepPlan, charges: StepCharges,
+                   may_preempt: bool) -> tuple[str | None, int]:
+        """Take prefix-cache hits and blocks for req's first chunk: (None, the chunk's
+        tokens), or (why it can't start, 0). `may_preempt` (its lane's preempt_to_start):
+        when the watermark is what stops it, running requests of preempt_first lanes are
+        preempted first if that frees enough."""
+        bm, live, budget = self.block_manager, step.live, step.budget.tokens_left
+        hit = None
         if req.num_computed_tokens == 0 and not req.block_ids:
-            hit = bm.allocate_prefix(req)
+            hit = bm.allocate_prefix(req, count=False)
             req.num_computed_tokens = hit
             if req.first_scheduled_time is None:
                 req.num_cached_tokens = hit
@@ -205,15 +221,46 @@ class Scheduler:
         reason = None
         if not live.chunked_prefill and remaining > budget:
             reason = "token_budget"
-        elif self.running and (bm.num_used + bm.blocks_needed(req, num_new)) > (
-                live.kv_cache_high_watermark * bm.num_blocks):
-            reason = "kv_high_watermark"
-        elif not bm.allocate(req, num_new):
-            reason = "kv_blocks"
+        else:
+            need = bm.blocks_needed(req, num_new)
+            if self.running and (bm.num_used + need) > (
+                    live.kv_cache_high_watermark * bm.num_blocks):
+                reason = "kv_high_watermark"
+                if may_preempt and self._preempt_to_start(req, need, step, charges):
+                    reason = None
+            if reason is None and not bm.allocate(req, num_new):
+                reason = "kv_blocks"
         if reason is not None:
             bm.free(req)
             req.num_computed_tokens = 0
-        return reason
+            return reason, 0
+        if hit is not None:
+            # NOTE: a hit counts when the request starts with it, not at each try: one held
+            # back by the watermark looks its prefix up again every step.
+            bm.count_prefix_use(req, hit)
+        return None, num_new  # (victims' give-back may have raised the budget since: no matter)
+
+    def _preempt_to_start(self, req: Request, need: int, step: StepPlan,
+                          charges: StepCharges) -> bool:
+        """Preempt the fewest preempt_first requests that let req take `need` more blocks;
+        False, preempting none, when even all of them would not be enough."""
+        bm = self.block_manager
+        # NOTE: requests started earlier in this step are no victims: their lane just had
+        # its turn, and undoing a start in the step that made it is pure waste.
+        victims = victims_to_start(req, need, self.running, self.lanes, bm.num_used,
+                                   bm.num_blocks, step.live.kv_cache_high_watermark,
+                                   self._started)
+        if not victims:
+            return False
+        for victim in victims:
+            step.unschedule(victim)
+            self.preempt(victim, step.stats)
+        # The running set's work changed after it was tallied: tally it again, in place
+        # (schedule() charges this object). The new prefills so far are in step.out too.
+        fresh = tally_running(self.lanes, step.out)
+        charges.by_lane, charges.by_tenant, charges.vtimes = (
+            fresh.by_lane, fresh.by_tenant, fresh.vtimes)
+        return True
 
     def _chunk_size(self, live: LiveConfig) -> int:
         """Most prompt tokens a request runs in one step; without chunking, all of them."""
@@ -231,6 +278,8 @@ class Scheduler:
         if req.first_scheduled_time is None:
             req.first_scheduled_time = now
             stats.admitted.append(req.request_id)
+            if req.deadline is not None:
+                self.deadlines.push(req, len(self.running) + self.lanes.num_waiting)
 
     def preempt(self, req: Request, stats: SchedulerStats) -> None:
         """Running -> queued again in its lane; its KV is dropped, to be recomputed."""

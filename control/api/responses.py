@@ -22,7 +22,8 @@ from control.serve.streams import StreamEvent
 SHUTDOWN_DETAIL = ABORT_REASONS["shutdown"][1]
 SHUTDOWN_MESSAGE = ("the server is shutting down and ended this request before it finished;"
                     " retry on another replica")
-ENGINE_ERROR_MESSAGE = "the engine failed while running this request; the server log has why"
+ENGINE_ERROR_MESSAGE = ("the engine failed while running this request{detail} and ended it;"
+                        " the server log has why")
 SHUTDOWN_RETRY_AFTER_S = 1.0
 
 
@@ -30,8 +31,9 @@ def _server_error(event: StreamEvent) -> tuple[int, str, str] | None:
     """(status, code, message) when the server, not the request, ended it."""
     if event.finish_detail == SHUTDOWN_DETAIL:
         return 503, "server_shutdown", SHUTDOWN_MESSAGE
-    if event.finish_reason == "error":
-        return 500, "engine_error", ENGINE_ERROR_MESSAGE
+    if event.finish_reason == "error":  # the detail says what failed, never how (no trace)
+        detail = f" ({event.finish_detail})" if event.finish_detail else ""
+        return 500, "engine_error", ENGINE_ERROR_MESSAGE.format(detail=detail)
     return None
 
 

@@ -6,8 +6,9 @@ the tokenizer thread -> admit on the engine thread (reject: 400 / 429 / 503) -> 
 events (SSE) or collect them into one body. Nothing here blocks the event loop.
 
 Probes. /healthz: the process answers. /readyz: 200 only when the model is loaded, the
-engine loop is alive and has made progress recently (or is idle), and the server is not
-draining; else 503 with the reason. Both bodies carry a few numbers for operators.
+engine loop is alive and has made progress recently (or is idle), the server is not
+draining, and steps are not failing one after another (control/serve/step_health.py);
+else 503 with the reason. Both bodies carry a few numbers for operators.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ async def _generate(state: ServerState, request: Request,
     fmt = ResponseFormat(kind, request_id, state.settings.model_name, len(ids), meta,
                          include_usage=body.include_usage, lane=meta.lane or "")
     submission = Submission(request_id, text, ids, params, tenant=meta.tenant,
-                            lane=meta.lane, priority=meta.priority, deadline=meta.deadline)
+                            lane=meta.lane, priority=meta.priority, deadline=meta.deadline,
+                            cache_salt=body.cache_salt)
     decision, stream = await state.engine.add(submission)
     from_decision(fmt, decision)
     if stream is None:
@@ -152,6 +154,7 @@ async def readyz(request: Request) -> JSONResponse:
                    "kv_blocks_used": stats.kv_blocks_used, "kv_usage": stats.kv_usage},
         "aborts": dict(engine.abort_counts),
         "rejections": dict(engine.reject_counts),
+        "step_failures": engine.step_health.as_dict(),
     }
     headers = {"Retry-After": "5"} if reason is not None else None
     return JSONResponse(body, status_code=200 if reason is None else 503, headers=headers)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 MAX_SEED = 2**63 - 1
 MAX_STOP_STRINGS = 16
+MAX_CACHE_SALT_LEN = 256  # characters; a salt needs ~22 of base64 for 128 random bits
 
 
 class StreamOptions(BaseModel):
@@ -38,6 +39,9 @@ class _GenerationRequest(BaseModel):
     user: str | None = Field(None, max_length=256)
     priority: int | None = None  # vLLM's: smaller runs first
     ignore_eos: bool = False
+    # vLLM's: the prefix-cache domain instead of the tenant; requests that send the same
+    # salt share cached prefixes (a shared secret: see engine/prefix_hash.py)
+    cache_salt: str | None = None
     # Accepted at their neutral values only.
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -51,6 +55,14 @@ class _GenerationRequest(BaseModel):
             raise ValueError(f"n={n} is not supported: this server returns one choice per"
                              " request (n=1); send several requests instead")
         return n
+
+    @field_validator("cache_salt")
+    @classmethod
+    def _cache_salt(cls, salt: str | None) -> str | None:
+        if salt is not None and not 1 <= len(salt) <= MAX_CACHE_SALT_LEN:
+            raise ValueError(f"must be a non-empty string of at most {MAX_CACHE_SALT_LEN}"
+                             f" characters, got {len(salt)} characters")
+        return salt
 
     @field_validator("stop")
     @classmethod

@@ -8,7 +8,7 @@ from typing import Any
 from control.trace.format import clock, table
 
 LANE_COLUMNS = ("weight", "max_running", "max_waiting", "policy", "tenant_fair_share",
-                "queue_timeout_ms", "preempt_first", "batching")
+                "queue_timeout_ms", "preempt_first", "preempt_to_start", "batching")
 
 
 def show(value: Any) -> str:
@@ -21,7 +21,8 @@ def lanes_text(config: dict[str, Any], state: dict[str, Any], indent: str = "  "
              state.get(name, {}).get("running", "-"), state.get(name, {}).get("waiting", "-")]
             for name, lane in config.get("lanes", {}).items()]
     headers = ["lane", ">weight", ">max_running", ">max_waiting", "policy", "fair_share",
-               ">timeout_ms", "preempt", "batching", ">running", ">waiting"]
+               ">timeout_ms", "preempt", "preempt_to_start", "batching", ">running",
+               ">waiting"]
     return table(headers, rows, indent)
 
 

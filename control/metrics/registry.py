@@ -45,15 +45,16 @@ WAIT_REASONS = ("token_budget", "max_num_seqs", "kv_high_watermark", "kv_blocks"
 REASONS = frozenset({
     "stop", "length", "stop_string", "client_disconnected", "request_timeout",
     "stream_idle_timeout", "server_shutting_down", "engine_error", "queue_timeout",
-    "deadline_passed_while_queued", "queue_full", "deadline", "kv_reject_watermark",
+    "deadline_passed_while_queued", "deadline_passed_while_running", "queue_full", "deadline",
+    "kv_reject_watermark",
     "too_long", "empty_prompt", "unknown_lane", "draining", "admission_paused", "cancelled",
-    "timeout", "error",
+    "timeout", "error", "step_failed",
     "operator",
 })
 # The reasons each outcome starts at 0 with (its usual ones; panels sum over reasons).
 OUTCOME_REASONS = {"finished": ("stop", "length"), "cancelled": ("client_disconnected",),
                    "timeout": ("request_timeout",), "rejected": ("queue_full",),
-                   "error": ("engine_error",)}
+                   "error": ("step_failed",)}
 DEFAULT_TENANT = "default"
 REQUEST_LATENCIES = (  # (name, doc, RequestRecord attribute, buckets)
     ("time_to_first_token_seconds", "Arrival to first output token.", "ttft_s",
@@ -71,7 +72,9 @@ REQUEST_LATENCIES = (  # (name, doc, RequestRecord attribute, buckets)
 
 
 def reason_label(text: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+    """A reason's label: the slug of the text before any colon (a detail may say more
+    after it: "step failed: execute raised OutOfMemoryError" -> step_failed)."""
+    slug = re.sub(r"[^a-z0-9]+", "_", text.split(":", 1)[0].lower()).strip("_")
     return slug if slug in REASONS else OTHER
 
 

@@ -5,6 +5,7 @@
     bootstrap.py    model, engine and output processor from the settings
     state.py        the server's state on the app, and the tokenizer thread
     engine_loop.py  the "engine-loop" thread: the only caller of the Engine
+    step_health.py  failed engine steps -> /readyz, and their logging
     streams.py      what crosses between the event loop and the engine thread
     bursts.py       the wake-and-drain pattern of the background threads
     run_all.py      `make run`: the server and the dashboard side by side

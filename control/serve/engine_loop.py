@@ -11,7 +11,10 @@ and coroutine talks to it through a command queue.
                                               step; a queued request never runs
 
 The thread drains all commands before each step, steps while there is work, and blocks on
-the command queue when idle (waking every HEARTBEAT_S to show it is alive).
+the command queue when idle (waking every HEARTBEAT_S to show it is alive). A step that
+fails ends only the requests of the failing part of its batch (the engine contains it:
+engine/step_faults.py); the loop logs it, counts it and goes on, and `step_health.py`
+turns /readyz 503 only when steps keep failing.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from typing import Any
 
 from control.metrics.observer import Observer
 from control.serve.bootstrap import EngineParts
+from control.serve.step_health import StepHealth
 from control.serve.streams import Delivery, RequestStream, StreamEvent, Submission, deliver, resolve
 from engine.config import LiveConfig
-from engine.engine import Engine
+from engine.engine import Engine, StepOutput
 from engine.records import AdmissionDecision
 from engine.request import RequestStatus
+from engine.step_faults import STEP_FAILED
 
 log = logging.getLogger("batchpilot.engine_loop")
 
@@ -83,6 +88,7 @@ class AsyncEngine:
         self.stats = LoopStats()
         self.abort_counts: Counter[str] = Counter()  # by reason; engine thread writes
         self.reject_counts: Counter[str] = Counter()  # admission rejections by reason
+        self.step_health = StepHealth()  # failed steps -> readiness; engine thread writes
         self.draining = False  # shutting down (SIGTERM): for good
         self.admission_paused = False  # an operator's drain (control API): until resumed
         self._beat = time.monotonic()  # last sign of life of the engine thread
@@ -122,7 +128,7 @@ class AsyncEngine:
             return "the server is draining (shutting down)"
         if self.admission_paused:
             return "admission is paused by an operator (`batchpilot ctl resume` reopens it)"
-        return None
+        return self.step_health.reason()
 
     # ---- commands (any thread) -------------------------------------------------------
     async def add(self, sub: Submission) -> tuple[AdmissionDecision, RequestStream | None]:
@@ -240,7 +246,8 @@ class AsyncEngine:
             try:
                 decision = engine.add_request(
                     sub.request_id, sub.prompt_token_ids, sub.params, tenant=sub.tenant,
-                    lane=sub.lane, priority=sub.priority, deadline=sub.deadline)
+                    lane=sub.lane, priority=sub.priority, deadline=sub.deadline,
+                    cache_salt=sub.cache_salt)
             except Exception as exc:  # e.g. a duplicate request id
                 _call_soon(delivery.loop, resolve, decided, None, exc)
                 return
@@ -264,11 +271,13 @@ class AsyncEngine:
         started = time.perf_counter()
         try:
             step = engine.step()
-        except Exception:
-            log.exception("engine step failed; ending every request with an error")
-            for request_id in list(engine.requests):
-                self._abort(request_id, "engine_error")
-            return
+        except Exception as exc:  # outside execute and update: which requests it touched
+            step = self._step_raised(exc)  # is unknown, so every one ends
+        else:
+            if step.failure is not None:
+                self._step_failed(step)
+            elif step.record is not None:
+                self.step_health.on_success()
         if self.observer is not None:
             self.observer.on_step(engine, step)
         outputs, stopped = processor.process(step)
@@ -289,6 +298,25 @@ class AsyncEngine:
                     self._streams.pop(event.request_id, None)
                     self._abort(event.request_id, "client_disconnect")
         self._publish(time.perf_counter() - started)
+
+    def _step_failed(self, step: StepOutput) -> None:
+        failure, health = step.failure, self.step_health
+        ended = failure.request_ids
+        health.on_failure(failure, failure.detail, len(ended))
+        health.log(log, failure.error, f"engine step {failure.step_id} failed in"
+                   f" {failure.phase}: ended {len(ended)} requests"
+                   f" ({', '.join(ended[:8])}{' ...' if len(ended) > 8 else ''}),"
+                   f" {failure.num_succeeded} went on")
+
+    def _step_raised(self, exc: Exception) -> StepOutput:
+        """End every request (if that raises too, the loop dies: see _run)."""
+        detail = f"{STEP_FAILED}: step raised {type(exc).__name__}"
+        step = self._engine.fail_all(detail)
+        ended = sum(1 for delta in step.ended if delta.finish_detail == detail)
+        self.step_health.on_failure(None, detail, ended)
+        self.step_health.log(log, exc, f"engine step failed outside execute and update;"
+                             f" ended all {ended} requests")
+        return step
 
     def _publish(self, step_s: float) -> None:
         engine = self._engine

@@ -26,6 +26,7 @@ class Submission:
     lane: str | None = None  # None: the engine routes by prompt length
     priority: int = 0  # smaller runs first
     deadline: float | None = None  # absolute, engine clock (time.time(), seconds)
+    cache_salt: str | None = None  # prefix-cache domain instead of the tenant's
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "offline_throughput": [],
     "dashboard_load": [],
     "hostile_traffic": [],
+    "lane_preemption": [],
     "loadtest_goals": [],
     "tuning_sweep": [],
     "kernel_compile": ["--strict"],

@@ -98,6 +98,7 @@ class Driver:
         self.decisions: dict[str, AdmissionDecision] = {}
         self.record_counts: Counter[str] = Counter()
         self.outputs: list[StepOutput] = []
+        self.allow_step_failures = False  # else a failed (contained) step fails the test
 
     # ---- actions ---------------------------------------------------------------------
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams | None = None,
@@ -121,6 +122,7 @@ class Driver:
 
     def step(self) -> StepOutput:
         out = self.engine.step()
+        assert out.failure is None or self.allow_step_failures, out.failure
         self.engine.check_integrity()
         self._check_record(out)
         self._check_deltas(out)

@@ -7,6 +7,9 @@ policies, batching modes, chunk sizes, lane settings, removing a lane). After ev
 
 - the step stayed within the token budget and max_num_seqs of the config it ran under,
   and `check_integrity()` holds (see `Driver`);
+- the step's KV reads back right: the simulated executor writes each computed token into
+  its slot through the block table and reads every sequence's context back (shadow KV,
+  engine/sim/shadow_kv.py), so a wrong block table, prefix hit or skipped chunk fails it;
 - each accepted request ends exactly once, with the tokens an undisturbed run gives;
 - fair share, as a bound on bypass (`FairShareWatch`).
 Every accepted request must finish within a step cap.
@@ -43,6 +46,7 @@ def lane_configs(draw, names=LANE_NAMES) -> tuple[LaneConfig, ...]:
         queue_timeout_ms=draw(st.none() | st.integers(50, 3000)),
         preempt_first=name == "batch",
         batching=draw(st.sampled_from([None, None, None, "continuous", "static"])),
+        preempt_to_start=name != "batch" and draw(st.booleans()),
     ) for name in names)
 
 
@@ -90,7 +94,9 @@ class FairShareWatch:
     while its virtual time is at most A's. So whenever B starts one, the tokens B was
     charged since it first queued in the window are at most w_B / w_A times what A was
     charged, plus one chunk (the pick itself).
-    A config change starts the watch afresh (weights and lanes may differ).
+    A config change starts the watch afresh (weights and lanes may differ). A lane the KV
+    high watermark holds back while a `preempt_to_start` lane starts one is not eligible
+    in that step: that lane goes ahead by design (engine/preemption.py).
     """
 
     def __init__(self):
@@ -106,6 +112,7 @@ class FairShareWatch:
         self.lane_of = {rid: r.lane for rid, r in engine.requests.items()}
         self.waiting = {q.name: {r.request_id for r in q.waiting_requests()} for q in sched.lanes}
         self.weights = {q.name: q.config.weight for q in sched.lanes}
+        self.preempt_to_start = {q.name for q in sched.lanes if q.config.preempt_to_start}
         self.eligible = {q.name: not (
             (q.config.max_running is not None and q.num_running >= q.config.max_running)
             or (live.lane_batching(q.config) == "static" and q.batch_closed))
@@ -125,9 +132,12 @@ class FairShareWatch:
         for rid, kind, n in rec.scheduled:
             if kind == "prefill" and rid not in self.running:
                 new_tokens[self.lane_of[rid]] += n
+        kv_bypass = bool(self.preempt_to_start & new_tokens.keys())
+        reasons = rec.stats.waiting_reason_by_lane
         for lane in self.waiting:
             window = self.windows.get(lane)
-            if lane not in queued or not self.eligible[lane]:
+            if lane not in queued or not self.eligible[lane] or (
+                    kv_bypass and reasons.get(lane) == "kv_high_watermark"):
                 self.windows.pop(lane, None)
                 continue
             if window is None:
@@ -235,6 +245,8 @@ def test_random_workloads_keep_every_contract(data):
         raise AssertionError(f"unfinished after the step cap: {sorted(engine.requests)}")
     d.check_all_finished()
     assert engine.block_manager.num_used == 0
+    shadow = engine.executor.shadow  # every step read its sequences' contexts back
+    assert shadow is not None and shadow.tokens_read >= sum(r.tokens_used for r in d.records())
     _record_events(d, watch)
 
 

@@ -47,8 +47,10 @@ def test_an_executor_returning_too_few_tokens_is_an_error_naming_the_counts():
     d.add("b", prompt(2, 8))
     d.step()  # both decoding from now on
     engine.executor.execute = lambda out: [5]  # one token for two sample rows
-    with pytest.raises(SchedulerInvariantError, match="1 sampled tokens for 2 sample rows"):
-        engine.step()
+    failure = engine.step().failure  # contained (engine/step_faults.py): the step's
+    assert isinstance(failure.error, SchedulerInvariantError)  # requests end, it goes on
+    assert "1 sampled tokens for 2 sample rows" in str(failure.error)
+    assert failure.request_ids == ("a", "b") and failure.phase == "update"
 
 
 def test_ending_a_request_twice_is_an_error():

@@ -9,6 +9,7 @@ import pytest
 from fixtures.serving import asgi_client, make_engine, wait_until_idle
 
 from control.api.schemas import ErrorResponse
+from engine.request import SamplingParams
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
 
@@ -121,11 +122,23 @@ def test_prompt_over_max_model_len_names_the_limit_and_the_length(api, tiny_load
 
 
 def test_full_queue_is_429_with_retry_after(tiny_loaded):
-    engine, _, settings = make_engine(tiny_loaded, max_waiting_requests=0)
+    # One sequence runs at a time and one may wait: a long request runs, one waits behind
+    # it, so the queue is full for as long as the first one runs.
+    engine, _, settings = make_engine(tiny_loaded, delay_s=0.01, max_num_seqs=1,
+                                      max_waiting_requests=1)
+    long = SamplingParams(max_tokens=200, ignore_eos=True)
 
     async def scenario():
         async with asgi_client(engine, settings) as client:
-            return await client.post("/v1/chat/completions", json=CHAT)
+            assert (await engine.call(lambda e: e.add_request("running", [5, 6, 7], long))
+                    ).accepted
+            while (await engine.call(lambda e: e.stats()))["running"] < 1:
+                await asyncio.sleep(0.01)
+            assert (await engine.call(lambda e: e.add_request("waiting", [5, 6, 8], long))
+                    ).accepted
+            resp = await client.post("/v1/chat/completions", json=CHAT)
+            await engine.call(lambda e: (e.abort("running"), e.abort("waiting")))
+            return resp
 
     resp = asyncio.run(scenario())
     error = _check_error(resp, 429, "max_waiting_requests")

@@ -18,10 +18,11 @@ from control.cli.main import main
 
 LANES = {"interactive": {"weight": 4.0, "max_running": None, "max_waiting": None,
                          "policy": "priority", "tenant_fair_share": False,
-                         "queue_timeout_ms": None, "preempt_first": False, "batching": None},
+                         "queue_timeout_ms": None, "preempt_first": False, "batching": None,
+                         "preempt_to_start": True},
          "batch": {"weight": 1.0, "max_running": 8, "max_waiting": None, "policy": "fcfs",
                    "tenant_fair_share": True, "queue_timeout_ms": 60000,
-                   "preempt_first": True, "batching": "static"}}
+                   "preempt_first": True, "batching": "static", "preempt_to_start": False}}
 CONFIG = {"version": 7, "admission": "open",
           "config": {"max_num_seqs": 128, "kv_cache_high_watermark": 0.88,
                      "schedule_policy": "decode_first", "long_context_lane": None,
@@ -225,8 +226,8 @@ def test_get_shows_version_settings_lanes_and_profiles(fake, ctl):
     assert re.search(r"^  max_num_seqs\s+128$", out, re.M)
     assert re.search(r"^  long_context_lane\s+null$", out, re.M)
     assert "tenant_lanes  acme -> batch" in out
-    assert re.search(r"^  batch\s+1\.0\s+8\s+-\s+fcfs\s+true\s+60000\s+true\s+static\s+0\s+12$",
-                     out, re.M)
+    assert re.search(r"^  batch\s+1\.0\s+8\s+-\s+fcfs\s+true\s+60000\s+true\s+false\s+static"
+                     r"\s+0\s+12$", out, re.M)
     assert "profiles  degrade, night" in out
     code, out, _ = ctl("get", "--json")
     assert json.loads(out) == CONFIG
@@ -305,7 +306,7 @@ def test_ctl_steers_the_real_server(live, ctl, monkeypatch):
     code, out, _ = ctl("set", "lanes.bulk.weight=0.5", "lanes.bulk.batching=static",
                        "tenant_lanes.acme=bulk")
     assert code == 0 and "applied: now version 3 (was 2)" in out
-    assert re.search(r"^bulk\s+0\.5\s+-\s+-\s+fcfs\s+false\s+-\s+false\s+static\s+0\s+0$",
+    assert re.search(r"^bulk\s+0\.5\s+-\s+-\s+fcfs\s+false\s+-\s+false\s+false\s+static\s+0\s+0$",
                      ctl("lanes")[1], re.M)
     code, out, _ = ctl("set", "lanes.bulk=null", "tenant_lanes.acme=null",
                        "--move", "bulk=batch")

@@ -22,9 +22,11 @@ async def _chat_stream(client: httpx.AsyncClient, url: str, max_tokens: int) -> 
         return sse_events([line async for line in resp.aiter_lines()])
 
 
-async def _running(client: httpx.AsyncClient, url: str, count: int) -> None:
+async def _running(client: httpx.AsyncClient, url: str, count: int, streams: list) -> None:
     deadline = time.monotonic() + 30
     while (await client.get(f"{url}/readyz")).json()["engine"]["running"] < count:
+        ended = [s for s in streams if s.done()]  # a stream that ended early says why
+        assert not ended, f"a stream ended before the others ran: {ended[0].result()}"
         assert time.monotonic() < deadline, "the streams never ran"
         await asyncio.sleep(0.02)
 
@@ -40,9 +42,9 @@ def test_sigterm_drains_then_exits_zero(tiny_llama_dir, tmp_path):
                 # step), then one that needs a fraction of it.
                 long = [asyncio.ensure_future(_chat_stream(client, url, 480))
                         for _ in range(2)]
-                await _running(client, url, 2)
+                await _running(client, url, 2, long)
                 short = asyncio.ensure_future(_chat_stream(client, url, 8))
-                await _running(client, url, 3)
+                await _running(client, url, 3, [*long, short])
                 server.terminate()
                 await asyncio.sleep(0.1)  # draining, well within the grace period
                 refused = await client.post(f"{url}/v1/completions", json={"prompt": "Hi"})
