@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from operator import attrgetter
+from dataclasses import replace
 from typing import Any, Protocol
 
 from engine.admission import AdmissionContext, ThroughputEstimator, admit
@@ -21,7 +20,7 @@ from engine.records import (
     RequestDelta,
     RequestRecord,
     SchedulerOutput,
-    SchedulerStats,
+    StepOutput,
     StepRecord,
 )
 from engine.request import Request, RequestStatus, SamplingParams
@@ -33,8 +32,7 @@ from engine.step_faults import (
     failure_detail,
     part_requests,
 )
-
-_request_id = attrgetter("request_id")
+from engine.telemetry import engine_gauges, step_record
 
 
 class LaneNotEmptyError(ValueError):
@@ -44,34 +42,6 @@ class LaneNotEmptyError(ValueError):
 class Executor(Protocol):
     def execute(self, out: SchedulerOutput) -> list[int]:
         """Run one step; return one sampled token id per sample row of `out`."""
-
-
-@dataclass
-class StepOutput:
-    """What one step changed.
-
-    `deltas` (per request: new tokens, finish reason) are built on first access from the
-    sample rows, so the step itself creates no per-token objects.
-    """
-
-    record: StepRecord | None  # None when there was nothing to do
-    ended: list[RequestDelta] = field(default_factory=list)  # aborts, timeouts before it
-    finished: list[RequestRecord] = field(default_factory=list)
-    admissions: list[AdmissionDecision] = field(default_factory=list)  # since the last step
-    rows: list[Request] = field(default_factory=list)  # requests that got a token
-    sampled: list[int] = field(default_factory=list)  # their tokens, row order
-    stop_reasons: dict[str, str] = field(default_factory=dict)  # rows that ended with it
-    failure: StepFailure | None = None  # part of the batch failed; its requests ended
-    _deltas: list[RequestDelta] | None = None
-
-    @property
-    def deltas(self) -> list[RequestDelta]:
-        if self._deltas is None:
-            reasons = self.stop_reasons
-            self._deltas = self.ended + [
-                RequestDelta(req.request_id, [token], reasons.get(req.request_id))
-                for req, token in zip(self.rows, self.sampled, strict=True)]
-        return self._deltas
 
 
 class Engine:
@@ -259,7 +229,9 @@ class Engine:
             # Measured on the engine clock, the one deadlines are on (simulated in
             # simulations).
             self.throughput.observe(out.num_tokens, end - start)
-        record = self._record(out, stats, start, end, (t0, t1, t2, t3), finished)
+        self._last_wait_reasons = stats.waiting_reason_by_lane
+        record = step_record(out, stats, self.scheduler, start, end, (t0, t1, t2, t3),
+                             finished)
         record.prefix_query_tokens = bm.prefix_query_tokens - q0
         record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
         result = self._drain_pending(record)
@@ -333,29 +305,6 @@ class Engine:
         self._pending_deltas, self._pending_finished, self._pending_admissions = [], [], []
         return result
 
-    def _record(self, out: SchedulerOutput, stats: SchedulerStats, start: float, end: float,
-                t: tuple[float, ...], finished: list[Request]) -> StepRecord:
-        bm = self.block_manager
-        lanes = self.scheduler.lanes
-        self._last_wait_reasons = stats.waiting_reason_by_lane
-        return StepRecord(
-            step_id=out.step_id, start_time=start, end_time=end, duration_s=t[3] - t[0],
-            schedule_s=t[1] - t[0], execute_s=t[2] - t[1], update_s=t[3] - t[2],
-            num_prefill_seqs=len(out.prefills), num_decode_seqs=len(out.decodes),
-            num_prefill_tokens=out.num_prefill_tokens, num_decode_tokens=out.num_decode_tokens,
-            token_budget=out.token_budget, tokens_used=out.num_tokens,
-            max_num_seqs=self.live_config.max_num_seqs,
-            kv_blocks_used=bm.num_used, kv_blocks_free=bm.num_free,
-            kv_blocks_cached=bm.num_cached_free, kv_usage=bm.usage,
-            running_by_lane={q.name: q.num_running for q in lanes},
-            waiting_by_lane={q.name: q.num_waiting for q in lanes},
-            finished=[(r.request_id, r.finish_reason or "") for r in finished],
-            config_version=out.config_version,
-            decode_ids=list(map(_request_id, out.decodes)),
-            prefill_chunks=[(c.request.request_id, c.num_tokens) for c in out.prefills],
-            stats=stats,
-        )
-
     def run_until_done(self, max_steps: int = 1_000_000) -> list[StepOutput]:
         """Step until no request is left (tests, the offline API, the demo)."""
         outputs = []
@@ -367,20 +316,8 @@ class Engine:
 
     def gauges(self) -> EngineGauges:
         """The engine's state now (between steps): what the metrics' gauges show."""
-        bm = self.block_manager
-        lanes = self.scheduler.lanes
-        waiting_by_lane = {q.name: q.num_waiting for q in lanes}
-        by_reason: dict[str, int] = {}
-        for name, num in waiting_by_lane.items():
-            if num:  # queued since the last step: no scheduling decision about it yet
-                reason = self._last_wait_reasons.get(name, "not_yet_scheduled")
-                by_reason[reason] = by_reason.get(reason, 0) + num
-        return EngineGauges(
-            time=self.clock(), running_by_lane={q.name: q.num_running for q in lanes},
-            waiting_by_lane=waiting_by_lane, waiting_by_reason=by_reason,
-            kv_blocks_total=bm.num_blocks, kv_blocks_used=bm.num_used,
-            kv_blocks_free=bm.num_free, kv_blocks_cached=bm.num_cached_free,
-            kv_usage=bm.usage, live=self.live_config)
+        return engine_gauges(self.scheduler, self.block_manager, self._last_wait_reasons,
+                             self.clock())
 
     def stats(self) -> dict[str, Any]:
         lanes = self.scheduler.lanes

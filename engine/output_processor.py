@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.detokenizer import IncrementalDetokenizer
-from engine.engine import StepOutput
-from engine.records import RequestRecord
+from engine.records import RequestRecord, StepOutput
 from engine.request import SamplingParams
 
 

@@ -7,9 +7,13 @@ Nothing here imports web, metrics or database code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.config import LiveConfig
 from engine.request import Request
+
+if TYPE_CHECKING:
+    from engine.step_faults import StepFailure
 
 
 @dataclass(slots=True)
@@ -200,3 +204,31 @@ class EngineGauges:
     kv_blocks_cached: int  # free, but holding a reusable prefix
     kv_usage: float  # used / total
     live: LiveConfig
+
+
+@dataclass
+class StepOutput:
+    """What one step changed.
+
+    `deltas` (per request: new tokens, finish reason) are built on first access from the
+    sample rows, so the step itself creates no per-token objects.
+    """
+
+    record: StepRecord | None  # None when there was nothing to do
+    ended: list[RequestDelta] = field(default_factory=list)  # aborts, timeouts before it
+    finished: list[RequestRecord] = field(default_factory=list)
+    admissions: list[AdmissionDecision] = field(default_factory=list)  # since the last step
+    rows: list[Request] = field(default_factory=list)  # requests that got a token
+    sampled: list[int] = field(default_factory=list)  # their tokens, row order
+    stop_reasons: dict[str, str] = field(default_factory=dict)  # rows that ended with it
+    failure: StepFailure | None = None  # part of the batch failed; its requests ended
+    _deltas: list[RequestDelta] | None = None
+
+    @property
+    def deltas(self) -> list[RequestDelta]:
+        if self._deltas is None:
+            reasons = self.stop_reasons
+            self._deltas = self.ended + [
+                RequestDelta(req.request_id, [token], reasons.get(req.request_id))
+                for req, token in zip(self.rows, self.sampled, strict=True)]
+        return self._deltas

@@ -17,7 +17,8 @@ a `preempt_to_start` lane that the KV keeps from starting preempts running reque
 `preempt_first` lanes: see `engine/preemption.py`. Three verbs move a request: `start`
 (queued -> running), `preempt` (running -> queued, KV dropped) and `finish` (either -> a
 finished status); a started request with a deadline is tracked in `deadlines`.
-`update()` applies the executor's sampled tokens; telemetry goes to `SchedulerStats`.
+`update()` applies the executor's sampled tokens (`engine/step_update.py`); telemetry goes to
+`SchedulerStats`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from engine.preemption import block_for_kv, pick_victim, victims_to_start
 from engine.records import SchedulerOutput, SchedulerStats
 from engine.request import Request, RequestStatus
 from engine.step_budget import SchedulerInvariantError, StepPlan
+from engine.step_update import apply_sampled
 
 
 class Scheduler:
@@ -311,54 +313,6 @@ class Scheduler:
     # ---- update ----------------------------------------------------------------------
     def update(self, out: SchedulerOutput, sampled_token_ids: list[int],
                now: float) -> tuple[list[Request], list[Request]]:
-        """Advance each scheduled request; append sampled tokens; end those that stop.
-
-        `sampled_token_ids` has one id per sample row (decodes, then sampled prefills).
-        Returns the requests of the sample rows, in row order, and those that finished.
-        """
-        bm = self.block_manager
-        block_size = bm.block_size
-        finished: list[Request] = []
-        rows = list(out.decodes)
-        for chunk in out.prefills:
-            req = chunk.request
-            req.num_computed_tokens += chunk.num_tokens
-            if req.num_computed_tokens // block_size > len(req.block_hashes):
-                bm.cache_full_blocks(req)
-            if chunk.sample:
-                rows.append(req)
-                req.prefill_done_time = now
-                if req.first_token_time is None:
-                    req.first_token_time = now
-                    if self.is_static(req.lane):
-                        self.lanes[req.lane].batch_closed = True
-        if len(sampled_token_ids) != len(rows):
-            raise SchedulerInvariantError(
-                f"step {out.step_id}: {len(sampled_token_ids)} sampled tokens for {len(rows)}"
-                f" sample rows ({len(out.decodes)} decodes, then sampled prefill chunks)")
-        for req, token_id in zip(out.decodes, sampled_token_ids, strict=False):  # hot path
-            req.num_computed_tokens += 1
-            if req.num_computed_tokens % block_size == 0:  # a block just became full
-                bm.cache_full_blocks(req)
-            tokens = req.token_ids
-            tokens.append(token_id)
-            req.token_times.append(now)
-            if token_id in req.stop_token_ids or len(tokens) >= req.max_num_tokens:
-                self.finish(req, _stop_status(req, token_id), now)
-                finished.append(req)
-        for req, token_id in zip(rows[len(out.decodes):], sampled_token_ids[len(out.decodes):],
-                                 strict=True):
-            req.token_ids.append(token_id)
-            req.token_times.append(now)
-            if token_id in req.stop_token_ids or len(req.token_ids) >= req.max_num_tokens:
-                self.finish(req, _stop_status(req, token_id), now)
-                finished.append(req)
-            else:  # prompt (or recompute) done: from now on one token a step
-                self.lanes[req.lane].add_decoding(req)
-        return rows, finished
-
-
-def _stop_status(req: Request, token_id: int) -> RequestStatus:
-    """A request's end after its last token: a stop token (EOS too) is STOPPED, else
-    LENGTH (max_tokens or max_model_len)."""
-    return RequestStatus.STOPPED if token_id in req.stop_token_ids else RequestStatus.LENGTH
+        """Apply the executor's sampled tokens (engine/step_update.py): returns the
+        requests of the sample rows, in row order, and those that finished."""
+        return apply_sampled(self, out, sampled_token_ids, now)

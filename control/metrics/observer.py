@@ -27,8 +27,8 @@ from control.serve.bursts import drain
 from control.trace.rows import kv_row
 from control.trace.writer import StepItem, TraceWriter
 from engine.config import LiveConfig, StaticConfig
-from engine.engine import Engine, StepOutput
-from engine.records import EngineGauges
+from engine.engine import Engine
+from engine.records import EngineGauges, StepOutput
 
 log = logging.getLogger("batchpilot.observer")
 GAUGES_EVERY_S = 0.05  # gauges refresh at most this often while busy (scrapes: seconds)

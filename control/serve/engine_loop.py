@@ -34,8 +34,8 @@ from control.serve.bootstrap import EngineParts
 from control.serve.step_health import StepHealth
 from control.serve.streams import Delivery, RequestStream, StreamEvent, Submission, deliver, resolve
 from engine.config import LiveConfig
-from engine.engine import Engine, StepOutput
-from engine.records import AdmissionDecision
+from engine.engine import Engine
+from engine.records import AdmissionDecision, StepOutput
 from engine.request import RequestStatus
 from engine.step_faults import STEP_FAILED
 

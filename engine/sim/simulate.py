@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from engine.engine import Engine, StepOutput
-from engine.records import AdmissionDecision, RequestRecord
+from engine.engine import Engine
+from engine.records import AdmissionDecision, RequestRecord, StepOutput
 from engine.sim.executor import FakeClock
 from engine.sim.workload import TraceRequest, forced_params, iter_due, synthetic_prompt
 

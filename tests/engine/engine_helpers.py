@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from engine.config import EngineConfig, LaneConfig, LiveConfig, StaticConfig
-from engine.engine import Engine, StepOutput
-from engine.records import AdmissionDecision, RequestRecord
+from engine.engine import Engine
+from engine.records import AdmissionDecision, RequestRecord, StepOutput
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.sim.executor import FakeClock, SimulatedExecutor
 

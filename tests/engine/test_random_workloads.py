@@ -25,7 +25,8 @@ from engine_helpers import Driver, make_engine, prompt
 from hypothesis import HealthCheck, event, given, settings
 
 from engine.config import LANE_POLICIES, LaneConfig, LiveConfig
-from engine.engine import Engine, StepOutput
+from engine.engine import Engine
+from engine.records import StepOutput
 from engine.request import SamplingParams
 
 LANE_NAMES = ("interactive", "batch", "fair")

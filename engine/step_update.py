@@ -1,0 +1,73 @@
+"""Update, the third part of a step: apply the executor's sampled tokens to the requests.
+
+Each scheduled request's `num_computed_tokens` grows by the tokens it ran; full blocks are
+registered in the prefix cache; one sampled token is appended per sample row (every
+decode, then every prefill chunk that reached its request's last token); a request that
+samples a stop token or reaches max_tokens / max_model_len ends, its blocks freed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine.records import SchedulerOutput
+from engine.request import Request, RequestStatus
+from engine.step_budget import SchedulerInvariantError
+
+if TYPE_CHECKING:
+    from engine.scheduler import Scheduler
+
+
+def apply_sampled(sched: Scheduler, out: SchedulerOutput, sampled_token_ids: list[int],
+                  now: float) -> tuple[list[Request], list[Request]]:
+    """Advance each scheduled request; append sampled tokens; end those that stop.
+
+    `sampled_token_ids` has one id per sample row (decodes, then sampled prefills).
+    Returns the requests of the sample rows, in row order, and those that finished.
+    """
+    bm = sched.block_manager
+    block_size = bm.block_size
+    finished: list[Request] = []
+    rows = list(out.decodes)
+    for chunk in out.prefills:
+        req = chunk.request
+        req.num_computed_tokens += chunk.num_tokens
+        if req.num_computed_tokens // block_size > len(req.block_hashes):
+            bm.cache_full_blocks(req)
+        if chunk.sample:
+            rows.append(req)
+            req.prefill_done_time = now
+            if req.first_token_time is None:
+                req.first_token_time = now
+                if sched.is_static(req.lane):
+                    sched.lanes[req.lane].batch_closed = True
+    if len(sampled_token_ids) != len(rows):
+        raise SchedulerInvariantError(
+            f"step {out.step_id}: {len(sampled_token_ids)} sampled tokens for {len(rows)}"
+            f" sample rows ({len(out.decodes)} decodes, then sampled prefill chunks)")
+    for req, token_id in zip(out.decodes, sampled_token_ids, strict=False):  # hot path
+        req.num_computed_tokens += 1
+        if req.num_computed_tokens % block_size == 0:  # a block just became full
+            bm.cache_full_blocks(req)
+        tokens = req.token_ids
+        tokens.append(token_id)
+        req.token_times.append(now)
+        if token_id in req.stop_token_ids or len(tokens) >= req.max_num_tokens:
+            sched.finish(req, _stop_status(req, token_id), now)
+            finished.append(req)
+    for req, token_id in zip(rows[len(out.decodes):], sampled_token_ids[len(out.decodes):],
+                             strict=True):
+        req.token_ids.append(token_id)
+        req.token_times.append(now)
+        if token_id in req.stop_token_ids or len(req.token_ids) >= req.max_num_tokens:
+            sched.finish(req, _stop_status(req, token_id), now)
+            finished.append(req)
+        else:  # prompt (or recompute) done: from now on one token a step
+            sched.lanes[req.lane].add_decoding(req)
+    return rows, finished
+
+
+def _stop_status(req: Request, token_id: int) -> RequestStatus:
+    """A request's end after its last token: a stop token (EOS too) is STOPPED, else
+    LENGTH (max_tokens or max_model_len)."""
+    return RequestStatus.STOPPED if token_id in req.stop_token_ids else RequestStatus.LENGTH
