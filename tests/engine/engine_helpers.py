@@ -203,3 +203,16 @@ class Driver:
         """(step id, kind, tokens) for each step that ran the request."""
         return [(rec.step_id, kind, n) for rec in self.records()
                 for rid, kind, n in rec.scheduled if rid == request_id]
+
+
+def warm_engine(lanes: tuple[LaneConfig, ...]) -> tuple[Engine, FakeClock, Driver]:
+    """An engine that has measured 1000 tokens/s (every token costs 1 ms of engine time),
+    for admission's estimates: one 200-token request has run."""
+    engine, clock = make_engine(live_config(lanes), prefill_token_cost_s=1e-3,
+                                decode_token_cost_s=1e-3)
+    d = Driver(engine)
+    d.add("warmup", prompt(0, 200), SamplingParams(max_tokens=4, ignore_eos=True))
+    d.run()
+    if abs(engine.throughput.tokens_per_s - 1000.0) > 1e-6:
+        raise AssertionError(f"warm-up measured {engine.throughput.tokens_per_s} tokens/s")
+    return engine, clock, d

@@ -5,7 +5,7 @@ tokens it has (TIMEOUT, and the detail says where it was)."""
 from __future__ import annotations
 
 import pytest
-from engine_helpers import Driver, live_config, make_engine, prompt
+from engine_helpers import Driver, live_config, make_engine, prompt, warm_engine
 
 from engine.config import LaneConfig
 from engine.request import SamplingParams
@@ -13,19 +13,8 @@ from engine.request import SamplingParams
 ONE_LANE = (LaneConfig("interactive"),)
 
 
-def _warm_engine():
-    """An engine that has measured 1000 tokens/s (every token costs 1 ms of engine time)."""
-    engine, clock = make_engine(live_config(ONE_LANE), prefill_token_cost_s=1e-3,
-                                decode_token_cost_s=1e-3)
-    d = Driver(engine)
-    d.add("warmup", prompt(0, 200), SamplingParams(max_tokens=4, ignore_eos=True))
-    d.run()
-    assert engine.throughput.tokens_per_s == pytest.approx(1000.0)
-    return engine, clock, d
-
-
 def test_admission_counts_the_tokens_after_the_first():
-    engine, clock, d = _warm_engine()
+    engine, clock, d = warm_engine(ONE_LANE)
     long_answer = SamplingParams(max_tokens=900, ignore_eos=True)
     # First token after ~0.1 s (100-token prompt), but 899 more take >= 0.899 s.
     refused = d.add("a", prompt(1, 100), long_answer, deadline=clock.now + 0.5)

@@ -7,7 +7,7 @@ and the one-finish-per-request contract after every step.
 from __future__ import annotations
 
 import pytest
-from engine_helpers import Driver, live_config, make_engine, prompt
+from engine_helpers import Driver, live_config, make_engine, prompt, warm_engine
 
 from engine.config import LaneConfig
 from engine.request import SamplingParams
@@ -59,13 +59,7 @@ def test_deadline_in_the_past_is_rejected():
 
 
 def test_deadline_too_close_for_measured_throughput_is_rejected():
-    # Every token costs 1 ms of engine time: measured throughput is 1000 tokens/s.
-    engine, clock = make_engine(live_config(ONE_LANE), prefill_token_cost_s=1e-3,
-                                decode_token_cost_s=1e-3)
-    d = Driver(engine)
-    d.add("warmup", prompt(0, 200), SamplingParams(max_tokens=4, ignore_eos=True))
-    d.run()
-    assert engine.throughput.tokens_per_s == pytest.approx(1000.0)
+    engine, clock, d = warm_engine(ONE_LANE)  # measured: 1000 tokens/s
 
     too_close = d.add("a", prompt(1, 500), deadline=clock.now + 0.2)
     assert (too_close.accepted, too_close.reason) == (False, "deadline")
