@@ -1,6 +1,7 @@
 """Checks on stored load-test results (`batchpilot loadtest`, tables loadtest_runs and
 loadtest_requests): a load test was run, with real length distributions, within the
-latency SLO, and long prompts did not stall the decodes of streaming requests."""
+latency SLO, the server's own latencies agree with what its clients measured, and long
+prompts did not stall the decodes of streaming requests."""
 
 from __future__ import annotations
 
@@ -115,6 +116,49 @@ def latency_under_slo(ev: Evidence, p: dict[str, Any]) -> Verdict:
                      " TTFT and TPOT need streamed requests)")
     note = f" (not measured: {', '.join(unmeasured)})" if unmeasured else ""
     return passed(f"{run_name(latest[0])}: {', '.join(within)}{note}", within=within)
+
+
+def _gaps_measured(row: dict[str, Any]) -> bool:
+    return any((row["summary"].get(g) or {}).get("count") for g in ("ttft_gap", "e2e_gap"))
+
+
+@register("latency_reconciled", ttft_gap_p99_s=0.1, e2e_gap_p99_s=0.1, label=None,
+          nullable={"ttft_gap_p99_s": float, "e2e_gap_p99_s": float, "label": str})
+def latency_reconciled(ev: Evidence, p: dict[str, Any]) -> Verdict:
+    """The gap (client-measured minus server-reported TTFT / E2E, seconds) of the newest
+    run whose results carry the server's timing: p99 at most the threshold per config."""
+    if not ev.loadtest_runs:
+        return no_results(ev)
+    rows = [r for r in ev.loadtest_runs if _gaps_measured(r)
+            and (p["label"] is None or r["label"] == p["label"])]
+    if not rows:
+        return needs("no stored load-test run carries the server's timing next to the"
+                     " client's (results from an older `batchpilot loadtest`, or a server"
+                     " that sends no batchpilot.timing): run `batchpilot loadtest` again"
+                     + (f" with config {p['label']!r}" if p["label"] else ""))
+    over, within, unmeasured = [], [], []
+    for row in (r for r in rows if r["run_id"] == rows[0]["run_id"]):
+        for gap, name in (("ttft_gap", "TTFT"), ("e2e_gap", "E2E")):
+            limit, dist = p[f"{gap}_p99_s"], row["summary"].get(gap) or {}
+            if limit is None:
+                continue
+            if not dist.get("count"):
+                unmeasured.append(f"{name} gap")
+                continue
+            text = (f"{name} gap p50 {fmt(dist.get('p50'))} s, p99 {fmt(dist['p99'])} s"
+                    f" ({dist['count']} requests)")
+            if dist["p99"] > limit:
+                over.append(f"{run_name(row)}: {text} > {limit:g} s")
+            else:
+                within.append(f"{text} <= {limit:g} s")
+    if over:
+        return failed("; ".join(over) + ": the server under-reports what clients wait"
+                      " (see `batchpilot trace slow`, docs/traces.md)", over=over)
+    if not within:
+        return needs(f"{run_name(rows[0])}: nothing measured ({', '.join(unmeasured)};"
+                     " a TTFT gap needs streamed requests)")
+    note = f" (not measured: {', '.join(unmeasured)})" if unmeasured else ""
+    return passed(f"{run_name(rows[0])}: {'; '.join(within)}{note}", within=within)
 
 
 @register("long_prompts_dont_stall_decode", long_prompt_tokens=512, min_long_prompts=3,

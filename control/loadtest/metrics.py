@@ -5,6 +5,10 @@ Per request, in seconds from the moment it was sent:
   TPOT  (E2E - TTFT) / (output_tokens - 1), streaming requests with more than one token
   ITL   every gap between consecutive content chunks (streaming requests)
   E2E   last byte
+  TTFT gap  client TTFT - the server's ttft_s (streaming requests with a content chunk)
+  E2E gap   client E2E - the server's e2e_s
+A gap is the delay the server does not report (before its arrival stamp, on the way back):
+positive when the server under-reports; counted only where both sides are known.
 Distributions cover the successful (`ok`) requests; percentiles interpolate linearly
 between samples, like numpy.percentile's default. A non-streaming request has no
 first-token time (its ttft_s is the whole response) so it adds to E2E only; goodput still
@@ -24,6 +28,7 @@ from control.loadtest.records import SLO, RequestResult
 OUTCOMES = ("ok", "rejected", "timeout", "cancelled", "error")
 PERCENTILES = (50, 90, 95, 99)
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
+GAPS = ("ttft_gap", "e2e_gap")  # client - server, seconds
 AUTO_LANE = "auto"  # by_lane key of requests sent without a lane (the server routes them)
 
 
@@ -61,6 +66,8 @@ class Summary:
     tpot: Dist
     itl: Dist
     e2e: Dist
+    ttft_gap: Dist  # client TTFT - server ttft_s
+    e2e_gap: Dist  # client E2E - server e2e_s
     slo: dict | None  # the SLO checked, as a dict; None: none given
     goodput_rps: float | None  # ok requests meeting every SLO / duration_s; None: no SLO
     slo_met_share: float | None  # of ok requests; None: no SLO or no ok request
@@ -81,6 +88,22 @@ def itls_s(r: RequestResult) -> list[float]:
         return []
     t = r.chunk_times_s
     return [b - a for a, b in zip(t, t[1:], strict=False)]
+
+
+def ttft_gap_s(r: RequestResult) -> float | None:
+    """Client TTFT - the server's, seconds; None unless the client timed a first content
+    chunk (a non-streamed ttft_s, or a stream's without text, is the server's own)."""
+    if not r.planned.stream or not r.chunk_times_s or r.ttft_s is None \
+            or r.server_ttft_s is None:
+        return None
+    return r.ttft_s - r.server_ttft_s
+
+
+def e2e_gap_s(r: RequestResult) -> float | None:
+    """Client E2E - the server's, seconds; None unless both are known."""
+    if r.e2e_s is None or r.server_e2e_s is None:
+        return None
+    return r.e2e_s - r.server_e2e_s
 
 
 def meets_slo(r: RequestResult, slo: SLO) -> bool:
@@ -132,6 +155,8 @@ def _summarize_group(results: list[RequestResult], duration_s: float, slo: SLO |
         tpot=distribution(tpots),
         itl=distribution([gap for r in streamed for gap in itls_s(r)]),
         e2e=distribution([r.e2e_s for r in ok if r.e2e_s is not None]),
+        ttft_gap=distribution([g for g in map(ttft_gap_s, ok) if g is not None]),
+        e2e_gap=distribution([g for g in map(e2e_gap_s, ok) if g is not None]),
         slo=asdict(slo) if slo is not None else None,
         goodput_rps=good / duration_s if checked else None,
         slo_met_share=good / len(ok) if checked and ok else None,
@@ -163,8 +188,8 @@ def summarize(results: list[RequestResult], duration_s: float, slo: SLO | None,
 def summary_from_dict(d: dict) -> Summary:
     """The inverse of dataclasses.asdict(summary), e.g. for a summary read from the store."""
     d = dict(d)
-    for name in LATENCIES:
-        d[name] = Dist(**d[name])
+    for name in LATENCIES + GAPS:
+        d[name] = Dist(**d.get(name, {}))  # no gaps in results stored before they existed
     for groups in ("by_lane", "by_tenant"):
         d[groups] = {k: summary_from_dict(v) for k, v in d.get(groups, {}).items()}
     return Summary(**d)
@@ -172,6 +197,17 @@ def summary_from_dict(d: dict) -> Summary:
 
 def _dist_metric(name: str, stat: str) -> Callable[[Summary], float | None]:
     return lambda s: getattr(getattr(s, name), stat)
+
+
+def _latency_rows() -> list[tuple[str, str, Callable[[Summary], float | None]]]:
+    """ttft_mean..ttft_p99, then ttft_gap_p50/p99 next to them; tpot, itl; e2e, e2e_gap."""
+    rows = []
+    for name in LATENCIES:
+        stats = [(name, stat) for stat in ("mean", "p50", "p90", "p95", "p99")]
+        if f"{name}_gap" in GAPS:
+            stats += [(f"{name}_gap", stat) for stat in ("p50", "p99")]
+        rows += [(f"{n}_{stat}", "s", _dist_metric(n, stat)) for n, stat in stats]
+    return rows
 
 
 # (metric, unit, how to read it): the rows of compare() and of the report's main table
@@ -187,8 +223,8 @@ METRICS: list[tuple[str, str, Callable[[Summary], float | None]]] = [
     ("total_tps", "tok/s", lambda s: s.total_tps),
     ("goodput_rps", "req/s", lambda s: s.goodput_rps),
     ("slo_met_share", "share", lambda s: s.slo_met_share),
-] + [(f"{name}_{stat}", "s", _dist_metric(name, stat))
-     for name in LATENCIES for stat in ("mean", "p50", "p90", "p95", "p99")]
+    *_latency_rows(),
+]
 
 
 def compare(summaries: list[Summary], baseline: int = 0) -> list[dict]:

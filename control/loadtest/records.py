@@ -2,7 +2,10 @@
 planner (scenario.py), the runner (runner.py), the metrics (metrics.py) and the report.
 
 Times are seconds: `arrival_s` from the start of the run; the others from the moment the
-request was sent (`sent_at` is wall time, time.time()).
+request was sent (`sent_at` is wall time, time.time()), except `server_*`: the server's own
+timing (`batchpilot.timing` of the body or the last stream chunk), counted from when it
+stamped the request's arrival. The client's time minus the server's is the delay the server
+does not see (connection, parsing, queues before its stamp, the response's way back).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class RequestResult:
     chunk_times_s: list[float] = field(default_factory=list)  # every content chunk, from send
     prompt_tokens: int = 0  # as the server counted them (usage)
     output_tokens: int = 0  # as the server counted them (usage), or chunks received
+    server_ttft_s: float | None = None  # batchpilot.timing.ttft_s; None: not sent
+    server_e2e_s: float | None = None  # batchpilot.timing.e2e_s; None: not sent
 
 
 @dataclass(frozen=True)

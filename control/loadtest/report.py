@@ -2,7 +2,9 @@
 
 Every table puts the configs side by side (one column each) with the ratio of each to the
 first config, so a change is read off one run rather than two (STYLE.md, rule 9). Latencies
-are seconds; matplotlib is imported only by plot_percentiles.
+are seconds, each followed by its client-vs-server gap (`ttft_gap_*`, `e2e_gap_*`: what the
+client measured minus what the server reported); matplotlib is imported only by
+plot_percentiles.
 """
 
 from __future__ import annotations
@@ -65,14 +67,15 @@ def text_table(summaries: list[Summary]) -> str:
 
 _GROUP_HEADER = ["config", "requests", "ok", "rejected", "timeout", "cancelled", "error",
                  "goodput req/s", "req/s", "TTFT p50 s", "TTFT p99 s", "TPOT p50 s",
-                 "TPOT p99 s", "ITL p99 s", "E2E p99 s"]
+                 "TPOT p99 s", "ITL p99 s", "E2E p99 s", "TTFT gap p99 s", "E2E gap p99 s"]
 
 
 def _group_row(group: str, label: str, s: Summary) -> list[str]:
     counts = [s.outcomes.get(o, 0) for o in ("rejected", "timeout", "cancelled", "error")]
     return [group, label, str(s.requests), str(s.ok), *map(str, counts),
             _fmt(s.goodput_rps), _fmt(s.request_rps), _fmt(s.ttft.p50), _fmt(s.ttft.p99),
-            _fmt(s.tpot.p50), _fmt(s.tpot.p99), _fmt(s.itl.p99), _fmt(s.e2e.p99)]
+            _fmt(s.tpot.p50), _fmt(s.tpot.p99), _fmt(s.itl.p99), _fmt(s.e2e.p99),
+            _fmt(s.ttft_gap.p99), _fmt(s.e2e_gap.p99)]
 
 
 def _group_table(summaries: list[Summary], attr: str, title: str) -> str:
@@ -105,7 +108,9 @@ def markdown_report(scenario_name: str, scenario_description: str, summaries: li
         "## Configs", "\n".join(configs),
         "## Side by side",
         f"Latencies in seconds over the ok requests (TTFT, TPOT and ITL over the streamed"
-        f" ones); ratios are each config / {labels[0]}.",
+        f" ones); ratios are each config / {labels[0]}. A gap (`ttft_gap_*`, `e2e_gap_*`)"
+        " is the client's time minus the server's own `batchpilot.timing`: delay the"
+        " server does not report (`-`: the server sent no timing).",
         _markdown(*_side_by_side(summaries)),
         "## By lane",
         f"Requests sent without a lane (the server routes them) are under `{AUTO_LANE}`;"

@@ -5,7 +5,9 @@ requests are already in flight: then it waits client-side, as a real client pool
 Streaming requests record the time of every content chunk; a request with
 `cancel_after_s` closes its connection at that moment (the server aborts it). A
 non-streaming response carries no per-token timing, so its TTFT is the server's own
-(`batchpilot.timing.ttft_s` in the body) and it contributes no ITL.
+(`batchpilot.timing.ttft_s` in the body) and it contributes no ITL. The server's own
+`ttft_s` and `e2e_s` (the body's, or the last stream chunk's) are kept next to the
+client's, to measure what the server does not see (metrics.ttft_gap_s, e2e_gap_s).
 
     results, duration_s = asyncio.run(run(url, planned, prompts, model="smollm2-135m"))
 """
@@ -104,7 +106,8 @@ async def _whole(client, p, prompt, model, result: RequestResult, t0: float) -> 
     result.prompt_tokens = usage.get("prompt_tokens", 0)
     result.output_tokens = usage.get("completion_tokens", 0)
     timing = (data.get("batchpilot") or {}).get("timing") or {}
-    result.ttft_s = timing.get("ttft_s")
+    result.ttft_s = result.server_ttft_s = timing.get("ttft_s")
+    result.server_e2e_s = timing.get("e2e_s")
     reason = (data.get("choices") or [{}])[0].get("finish_reason")
     result.outcome = "timeout" if reason == "timeout" else "ok"
 
@@ -118,7 +121,7 @@ async def _stream(client, p, prompt, model, result: RequestResult, t0: float) ->
             _refused(result, reply.status_code, reply.headers, _json(await reply.aread()))
             result.e2e_s = time.monotonic() - t0
             return
-        reason, server_ttft = None, None
+        reason = None
         async for line in reply.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -134,10 +137,12 @@ async def _stream(client, p, prompt, model, result: RequestResult, t0: float) ->
                 result.prompt_tokens = event["usage"].get("prompt_tokens", 0)
                 result.output_tokens = event["usage"].get("completion_tokens", 0)
             timing = (event.get("batchpilot") or {}).get("timing") or {}
-            server_ttft = timing.get("ttft_s", server_ttft)
+            result.server_ttft_s = timing.get("ttft_s", result.server_ttft_s)
+            result.server_e2e_s = timing.get("e2e_s", result.server_e2e_s)
         result.e2e_s = time.monotonic() - t0
         if result.ttft_s is None:  # no chunk had text (tokens that decode to nothing)
-            result.ttft_s = server_ttft if server_ttft is not None else result.e2e_s
+            result.ttft_s = result.server_ttft_s if result.server_ttft_s is not None \
+                else result.e2e_s
         if not result.output_tokens:
             result.output_tokens = len(result.chunk_times_s)
         result.outcome = "timeout" if reason == "timeout" else "ok"

@@ -4,7 +4,10 @@
 A run_id may hold several configs (an A B A B comparison): `label` tells them apart.
 Times are seconds: `started` and `sent_at` since the epoch, the others from the moment
 the request was sent. `lane` is NULL where the server routed the request; `prompt_tokens`
-and `output_tokens` are as the server counted them (0: no usage came back).
+and `output_tokens` are as the server counted them (0: no usage came back). `server_ttft_s`
+and `server_e2e_s` are the server's own timing; `ttft_gap_s` and `e2e_gap_s` the client's
+minus the server's (NULL unless both are known; metrics.ttft_gap_s, e2e_gap_s). Tables
+made before a column existed get it when first written to again (NULL in older rows).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import asdict
 import duckdb
 import pyarrow as pa
 
-from control.loadtest.metrics import Summary, itls_s, tpot_s
+from control.loadtest.metrics import Summary, e2e_gap_s, itls_s, tpot_s, ttft_gap_s
 from control.loadtest.records import RequestResult
 
 RUNS_TABLE = "loadtest_runs"
@@ -26,14 +29,15 @@ REQUESTS_TABLE = "loadtest_requests"
 _ARROW = {"VARCHAR": pa.string(), "JSON": pa.string(), "DOUBLE": pa.float64(),
           "BIGINT": pa.int64(), "BOOLEAN": pa.bool_()}
 
+_RUN_DISTS = ("ttft", "tpot", "itl", "e2e", "ttft_gap", "e2e_gap")  # p50, p99 columns
+
 RUN_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_id", "VARCHAR"), ("started", "DOUBLE"), ("scenario", "VARCHAR"),
     ("label", "VARCHAR"), ("url", "VARCHAR"), ("duration_s", "DOUBLE"),
     ("summary", "JSON"),  # dataclasses.asdict(Summary); metrics.summary_from_dict reads it
     ("requests", "BIGINT"), ("ok", "BIGINT"), ("goodput_rps", "DOUBLE"),
     ("request_rps", "DOUBLE"), ("output_tps", "DOUBLE"),
-    *((f"{name}_{stat}", "DOUBLE") for name in ("ttft", "tpot", "itl", "e2e")
-      for stat in ("p50", "p99")),
+    *((f"{name}_{stat}", "DOUBLE") for name in _RUN_DISTS for stat in ("p50", "p99")),
 )
 
 REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -44,6 +48,8 @@ REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("sent_at", "DOUBLE"), ("ttft_s", "DOUBLE"), ("tpot_s", "DOUBLE"), ("e2e_s", "DOUBLE"),
     ("itl_mean_s", "DOUBLE"), ("itl_max_s", "DOUBLE"),
     ("cancelled_after_s", "DOUBLE"),  # the planned cancel, for requests that were cancelled
+    ("server_ttft_s", "DOUBLE"), ("server_e2e_s", "DOUBLE"),
+    ("ttft_gap_s", "DOUBLE"), ("e2e_gap_s", "DOUBLE"),  # client - server
 )
 
 _TABLES = {RUNS_TABLE: RUN_COLUMNS, REQUESTS_TABLE: REQUEST_COLUMNS}
@@ -53,6 +59,8 @@ def create_tables(con: duckdb.DuckDBPyConnection) -> None:
     for table, columns in _TABLES.items():
         cols = ", ".join(f'"{name}" {kind}' for name, kind in columns)
         con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({cols})")
+        for name, kind in columns:  # a table from an older batchpilot lacks the newer ones
+            con.execute(f'ALTER TABLE {table} ADD COLUMN IF NOT EXISTS "{name}" {kind}')
 
 
 def _run_row(run_id: str, started: float | None, scenario: str, label: str, url: str,
@@ -61,7 +69,7 @@ def _run_row(run_id: str, started: float | None, scenario: str, label: str, url:
            "url": url, "duration_s": s.duration_s, "summary": json.dumps(asdict(s)),
            "requests": s.requests, "ok": s.ok, "goodput_rps": s.goodput_rps,
            "request_rps": s.request_rps, "output_tps": s.output_tps}
-    for name in ("ttft", "tpot", "itl", "e2e"):
+    for name in _RUN_DISTS:
         dist = getattr(s, name)
         row[f"{name}_p50"], row[f"{name}_p99"] = dist.p50, dist.p99
     return row
@@ -79,6 +87,8 @@ def _request_row(run_id: str, label: str, r: RequestResult) -> dict:
         "itl_mean_s": sum(itls) / len(itls) if itls else None,
         "itl_max_s": max(itls) if itls else None,
         "cancelled_after_s": p.cancel_after_s if r.outcome == "cancelled" else None,
+        "server_ttft_s": r.server_ttft_s, "server_e2e_s": r.server_e2e_s,
+        "ttft_gap_s": ttft_gap_s(r), "e2e_gap_s": e2e_gap_s(r),
     }
 
 

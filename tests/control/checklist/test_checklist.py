@@ -62,7 +62,9 @@ def good() -> Evidence:
     live = LiveConfig(max_num_seqs=64, max_num_batched_tokens=4096, prefill_chunk_size=1024,
                       lanes=lanes)
     summary = {"ttft": {"p95": 0.8, "p99": 1.5}, "tpot": {"p95": 0.05, "p99": 0.08},
-               "itl": {"p99": 0.12}, "e2e": {"p95": 9.0, "p99": 12.0}}
+               "itl": {"p99": 0.12}, "e2e": {"p95": 9.0, "p99": 12.0},
+               "ttft_gap": {"count": 70, "p50": 0.004, "p99": 0.03},
+               "e2e_gap": {"count": 84, "p50": 0.002, "p99": 0.02}}
     return Evidence(
         config=live_to_dict(live), config_from="GET /control/config, version 3",
         static={"block_size": 16, "num_kv_blocks": 2048, "max_model_len": 8192},
@@ -97,6 +99,9 @@ def test_a_deployment_that_did_everything_passes_every_item():
     assert "lanes.batch.max_running 16" in by_id["limits_set"].evidence
     assert "version 3 (rollback:1)" in by_id["rollback"].evidence
     assert "kv_blocks_used 0, cached prefix blocks 12" in by_id["cancellation_frees_kv"].evidence
+    assert by_id["latency_reconciled"].evidence == (
+        "run lt1 (scenario mixed): TTFT gap p50 0.004 s, p99 0.03 s (70 requests) <= 0.1 s;"
+        " E2E gap p50 0.002 s, p99 0.02 s (84 requests) <= 0.1 s")
     assert {r.section for r in results} == {s.title for s in SPEC.sections}
 
 
@@ -139,6 +144,11 @@ FAILURES = {
         "prompt tokens all 128, CV 0"),
     "p99 over the SLO": ("latency_slo", [("loadtest_runs.0.summary.ttft.p99", 3.5)],
                          "ttft p99 3.5 s > 2 s"),
+    "server under-reports TTFT": ("latency_reconciled", [
+        ("loadtest_runs.0.summary.ttft_gap.p99", 0.4)],
+        "run lt1 (scenario mixed): TTFT gap p50 0.004 s, p99 0.4 s (70 requests) > 0.1 s"),
+    "server under-reports E2E": ("latency_reconciled", [
+        ("loadtest_runs.0.summary.e2e_gap.p99", 0.25)], "E2E gap p50 0.002 s, p99 0.25 s"),
     "long prompts stall decode": ("long_prompts", [("loadtest_runs.0.summary.itl.p99", 1.8)],
                                   "12 prompts of >= 512 tokens, 72 streamed; ITL p99 1.8 s"),
     "cancellation leaked KV (trace)": (
@@ -220,6 +230,12 @@ NEEDS = {
         ev.missing.update(loadtest="tracing is off")), "tracing is off"),
     "no streamed requests": ("latency_slo", lambda ev: ev.loadtest_runs[0].update(
         summary={"ttft": {}, "tpot": {}}), "nothing measured"),
+    "no server timing in the results": ("latency_reconciled", lambda ev: [
+        ev.loadtest_runs[0]["summary"].pop(g) for g in ("ttft_gap", "e2e_gap")],
+        "no stored load-test run carries the server's timing"),
+    "no load-test results for the gap": ("latency_reconciled", lambda ev: (
+        setattr(ev, "loadtest_runs", []), setattr(ev, "loadtest_from", ""),
+        ev.missing.update(loadtest="tracing is off")), "tracing is off"),
     "no long prompts": ("long_prompts", lambda ev: ev.loadtest_stats[0].update(
         long_prompts=0), "chat-long-prompts.yaml"),
     "nothing cancelled": ("cancellation_frees_kv", lambda ev: (
@@ -286,6 +302,24 @@ def test_spec_rejects_duplicate_ids_and_accepts_a_null_threshold():
     assert spec.sections[0].items[0].params["ttft_s"] == 2.0  # the check's default
 
 
+def test_gap_thresholds_come_from_the_spec():
+    ev = good()
+    ev.loadtest_runs[0]["summary"]["ttft_gap"]["p99"] = 0.4
+
+    def decide(**params):
+        spec = parse_spec({"sections": [{"id": "s", "title": "S", "items": [
+            {**ITEM, "check": "latency_reconciled", "params": params}]}]})
+        return evaluate(spec, ev)[0]
+
+    assert decide().status == "fail"  # the default: 0.1 s
+    assert decide(ttft_gap_p99_s=0.5).status == "pass"
+    off = decide(ttft_gap_p99_s=None)
+    assert off.status == "pass" and "TTFT" not in off.evidence
+    ev.loadtest_runs[0]["summary"]["ttft_gap"] = {"count": 0}  # nothing streamed
+    got = decide()
+    assert got.status == "pass" and got.evidence.endswith("(not measured: TTFT gap)")
+
+
 @pytest.mark.parametrize("text, message", [
     ("sections: [", "is not valid YAML"), ("sections: []", "non-empty 'sections' list"),
     (None, "cannot be read")])
@@ -307,7 +341,7 @@ def test_markdown_and_text_reports():
     results = evaluate(SPEC, ev)
     md = to_markdown(results, source="http://x")
     assert md.startswith("# Go-live checklist\n\nEvidence from http://x.")
-    assert "**13 pass, 1 fail, 1 need evidence (15 items): NOT ready: items fail**" in md
+    assert "**14 pass, 1 fail, 1 need evidence (16 items): NOT ready: items fail**" in md
     assert md.count("| | Item | Status | Evidence |") == len(SPEC.sections)
     assert "## Capacity and configuration" in md and "## Rollout and rollback" in md
     assert "| ❌ | **Chunked prefill decided** (`chunked_prefill`)<br>Either" in md
@@ -315,12 +349,13 @@ def test_markdown_and_text_reports():
     text = to_text(results, ascii_only=True)
     assert "  x FAIL           chunked_prefill" in text
     assert "  ? needs-evidence metrics " in text
-    assert text.splitlines()[-1].startswith("13 pass, 1 fail, 1 need evidence")
+    assert text.splitlines()[-1].startswith("14 pass, 1 fail, 1 need evidence")
 
 
 # ---- the CLI over a recorded trace ----------------------------------------------------------
 def store_loadtest(path: str) -> None:
-    """A load test with spread lengths, long prompts and a cancellation, into `path`."""
+    """A load test with spread lengths, long prompts and a cancellation, into `path`; the
+    server reported every TTFT 0.03 s and every E2E 0.01 s shorter than the client saw."""
     results = []
     for i in range(24):
         plan = PlannedRequest(index=i, arrival_s=0.1 * i, prompt_tokens=0, output_tokens=0,
@@ -333,7 +368,8 @@ def store_loadtest(path: str) -> None:
         chunks = [0.1 + 0.02 * k for k in range(n)]
         results.append(RequestResult(plan, "ok", 200, sent_at=1000.0 + i, ttft_s=0.1,
                                      e2e_s=chunks[-1], chunk_times_s=chunks,
-                                     prompt_tokens=20 + 60 * (i % 12), output_tokens=n))
+                                     prompt_tokens=20 + 60 * (i % 12), output_tokens=n,
+                                     server_ttft_s=0.07, server_e2e_s=chunks[-1] - 0.01))
     summary = summarize(results, 30.0, None, "")
     con = duckdb.connect(path)
     insert_rows(con, rows_for_api("lt-1", "mixed", "", "http://x", summary, results))
@@ -361,6 +397,9 @@ def test_cli_on_a_recorded_trace(tmp_path, capsys, loadtest_db):
     assert items["loadtest_run"]["status"] == "pass"
     assert items["real_lengths"]["status"] == "pass"
     assert "prompt tokens 20..680" in items["real_lengths"]["evidence"]
+    assert items["latency_reconciled"]["status"] == "pass"
+    assert ("TTFT gap p50 0.03 s, p99 0.03 s (23 requests) <= 0.1 s; E2E gap p50 0.01 s"
+            in items["latency_reconciled"]["evidence"])
     assert items["long_prompts"]["status"] == "pass"  # 0.02 s between chunks
     assert "6 prompts of >= 512 tokens, 24 streamed" in items["long_prompts"]["evidence"]
     assert items["cancellation_frees_kv"]["status"] == "pass"
