@@ -109,11 +109,14 @@ class Engine:
     def add_request(self, request_id: str, prompt_token_ids: list[int],
                     params: SamplingParams | None = None, *, tenant: str = "default",
                     lane: str | None = None, priority: int = 0, deadline: float | None = None,
-                    arrival_time: float | None = None,
+                    arrival_time: float | None = None, tokenize_s: float = 0.0,
                     cache_salt: str | None = None) -> AdmissionDecision:
         """Admit or reject at once. `deadline` is absolute, on the engine clock;
         `cache_salt` puts the request's prefix-cache blocks in the salt's domain instead of
-        its tenant's (engine/prefix_hash.py)."""
+        its tenant's (engine/prefix_hash.py). `arrival_time` (engine clock; default now):
+        when the request reached the server, from which its queue delay, TTFT, E2E and
+        queue timeout count; `tokenize_s`: the part of the time since then the server
+        spent tokenizing it (recorded in the decision, for the trace's wait reasons)."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         now = self.clock()
@@ -125,7 +128,8 @@ class Engine:
         ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
                                self.block_manager.usage, self.throughput.tokens_per_s, now,
                                self.scheduler.running)
-        decision = replace(admit(req, ctx), time=now)
+        decision = replace(admit(req, ctx), time=now, arrival_time=req.arrival_time,
+                           tokenize_s=tokenize_s)
         self._pending_admissions.append(decision)
         if not decision.accepted:
             self._finish(req, RequestStatus.REJECTED, now, decision.reason or "")

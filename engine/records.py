@@ -135,6 +135,11 @@ class AdmissionDecision:
     priority: int = 0
     num_prompt_tokens: int = 0
     time: float = 0.0  # engine clock when decided (set by the engine)
+    # Set by the engine from add_request: when the request reached the server (engine
+    # clock; == time when the caller gave none), and the seconds of that gap the front end
+    # spent tokenizing and templating it (0 when it sent token ids or is not a server).
+    arrival_time: float | None = None
+    tokenize_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from control.admin.auth import check_exposure, load_tokens
 from control.admin.config_store import ConfigStore
 from control.admin.config_watch import ConfigWatcher
 from control.api import routes as api_routes
+from control.api.arrival import StampArrival
 from control.api.errors import install_error_handlers
 from control.metrics.observer import Observer
 from control.metrics.registry import ServingMetrics
@@ -98,6 +99,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     app = FastAPI(title="batchpilot", summary="OpenAI-compatible LLM serving",
                   lifespan=lifespan)
     app.state.serving = state
+    app.add_middleware(StampArrival)  # arrival: before the body is read (control/api/arrival.py)
     install_error_handlers(app)
     app.include_router(api_routes.router)
     app.include_router(trace_routes.router)

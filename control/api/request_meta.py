@@ -4,8 +4,9 @@
     lane      X-Lane, else None: the engine routes by prompt length
               (long_context_threshold -> long_context_lane, else default_lane)
     priority  the body's `priority`, else X-Priority, else 0 (smaller runs first)
-    deadline  X-Deadline-Ms: milliseconds from now by which the request must finish,
-              turned into an absolute time on the engine clock (time.time(), seconds)
+    deadline  X-Deadline-Ms: milliseconds from the request's arrival at the server by
+              which it must finish, turned into an absolute time on the engine clock
+              (time.time(), seconds)
     timeout   X-Request-Timeout-Ms, capped at the server's max_request_timeout_s (also
               the default): past it the request is aborted as a timeout
 """
@@ -29,11 +30,14 @@ class RequestMeta:
     priority: int
     deadline: float | None  # absolute, engine clock (s)
     timeout_s: float  # from arrival
+    arrival_time: float | None = None  # reached the server (engine clock, s): `now`
+    tokenize_s: float = 0.0  # spent tokenizing and templating it (set by the route)
 
 
 def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None, *,
               now: float, max_timeout_s: float) -> RequestMeta:
-    """Raises APIError(400) naming the header that is malformed."""
+    """`now`: the request's arrival (engine clock). Raises APIError(400) naming the
+    header that is malformed."""
     tenant = _name(headers.get("x-tenant"), "X-Tenant") or _name(user, "user") or "default"
     lane = _name(headers.get("x-lane"), "X-Lane")
     if priority is None:
@@ -47,7 +51,7 @@ def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None
     timeout_ms = _int(headers.get("x-request-timeout-ms"), "X-Request-Timeout-Ms", 1, MAX_MS)
     timeout_s = max_timeout_s if timeout_ms is None else min(timeout_ms / 1000.0,
                                                               max_timeout_s)
-    return RequestMeta(tenant, lane, priority or 0, deadline, timeout_s)
+    return RequestMeta(tenant, lane, priority or 0, deadline, timeout_s, arrival_time=now)
 
 
 def _name(value: str | None, where: str) -> str | None:

@@ -1,9 +1,11 @@
 """The data plane's endpoints: OpenAI's /v1/completions, /v1/chat/completions and
 /v1/models, and the probes /healthz and /readyz.
 
-A generation request: validate (schemas) -> routing metadata (request_meta) -> tokenize on
-the tokenizer thread -> admit on the engine thread (reject: 400 / 429 / 503) -> stream the
-events (SSE) or collect them into one body. Nothing here blocks the event loop.
+A generation request: arrival stamped (arrival.py, before the body is read) -> validate
+(schemas) -> routing metadata (request_meta) -> tokenize on the tokenizer thread (timed) ->
+admit on the engine thread (reject: 400 / 429 / 503) with its arrival time and tokenize
+seconds, from which its queue delay, TTFT and E2E count -> stream the events (SSE) or collect
+them into one body. Nothing here blocks the event loop.
 
 Probes. /healthz: the process answers. /readyz: 200 only when the model is loaded, the
 engine loop is alive and has made progress recently (or is idle), the server is not
@@ -15,10 +17,12 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from control.api.arrival import arrival_time
 from control.api.errors import APIError, rejection_error, retry_after
 from control.api.generation import ClientDisconnected, EngineUnresponsive, Generation
 from control.api.openai_format import ResponseFormat, from_decision
@@ -45,7 +49,9 @@ LOADING_RETRY_AFTER_S = 5.0
 @router.post("/v1/completions", responses={200: {"model": CompletionResponse}, **ERRORS})
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state, meta = _prepare(request, body)
+    started = time.perf_counter()
     text, ids = await state.run_tokenizer(state.encode_prompt, body.prompt)
+    meta = replace(meta, tokenize_s=time.perf_counter() - started)
     return await _generate(state, request, body, meta, "completion", text, ids,
                            body.max_tokens or 16)
 
@@ -55,7 +61,9 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     state, meta = _prepare(request, body)
     messages = [m.as_template_dict() for m in body.messages]
+    started = time.perf_counter()
     text, ids = await state.run_tokenizer(state.encode_chat, messages)
+    meta = replace(meta, tokenize_s=time.perf_counter() - started)
     max_tokens = body.max_completion_tokens or body.max_tokens
     if max_tokens is None:  # the rest of the context (admission explains a prompt too long)
         max_tokens = max(1, state.parts.max_prompt_capacity - len(ids))
@@ -82,7 +90,8 @@ def _prepare(request: Request, body: CompletionRequest | ChatCompletionRequest,
     if state.parts is None:
         reason = state.engine.health() or "the model is loading"
         raise APIError(503, reason, code="loading", headers=retry_after(LOADING_RETRY_AFTER_S))
-    meta = read_meta(request.headers, body.user, body.priority, now=state.parts.engine.clock(),
+    arrived = arrival_time(request, state.parts.engine.clock)
+    meta = read_meta(request.headers, body.user, body.priority, now=arrived,
                      max_timeout_s=state.settings.max_request_timeout_s)
     return state, meta
 
@@ -109,7 +118,8 @@ async def _generate(state: ServerState, request: Request,
                          include_usage=body.include_usage, lane=meta.lane or "")
     submission = Submission(request_id, text, ids, params, tenant=meta.tenant,
                             lane=meta.lane, priority=meta.priority, deadline=meta.deadline,
-                            cache_salt=body.cache_salt)
+                            cache_salt=body.cache_salt, arrival_time=meta.arrival_time,
+                            tokenize_s=meta.tokenize_s)
     decision, stream = await state.engine.add(submission)
     from_decision(fmt, decision)
     if stream is None:

@@ -27,6 +27,10 @@ class Submission:
     priority: int = 0  # smaller runs first
     deadline: float | None = None  # absolute, engine clock (time.time(), seconds)
     cache_salt: str | None = None  # prefix-cache domain instead of the tenant's
+    # When the HTTP request reached the server (engine clock; None: when the engine takes
+    # it), and the seconds since then spent tokenizing and templating it.
+    arrival_time: float | None = None
+    tokenize_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,12 @@ The scheduler says, once per step, why each lane with queued requests started no
 That reason holds from this step's start to the next step's start. Per lane we keep the
 running sum of seconds under each reason; a wait's breakdown is the difference of that sum
 between its end and the first step that saw it. Time before that first step (the step
-cadence, not a limit) is `until_next_step`. Cost: O(lanes) per step, O(1) per request.
+cadence, not a limit) is `until_next_step`. A first wait starts when the request reached
+the server (`AdmissionDecision.arrival_time`), not when the engine thread admitted it: the
+time between is `tokenize` (the server tokenizing and templating it) and `engine_busy`
+(the rest: mostly the engine thread finishing the step it was in before it took the
+request), so the reasons add up to the queue delay. Cost: O(lanes) per step, O(1) per
+request.
 
 Runs on the trace writer's thread, fed the records in step order.
 """
@@ -17,6 +22,8 @@ from dataclasses import dataclass, field
 from engine.records import AdmissionDecision, RequestRecord, StepRecord
 
 BEFORE_FIRST_STEP = "until_next_step"
+TOKENIZE = "tokenize"  # arrival -> admission: tokenizing and templating the prompt
+ENGINE_BUSY = "engine_busy"  # arrival -> admission, the rest: the engine thread was busy
 STALE_AFTER_S = 3600.0  # forget a wait no record closed for this long (dropped records)
 
 
@@ -26,6 +33,7 @@ class _Wait:
     lane: str
     since: float
     snapshot: dict[str, float] | None = None  # lane sums at the first step that saw it
+    before: dict[str, float] | None = None  # seconds from arrival to admission, by reason
 
 
 @dataclass(slots=True)
@@ -63,7 +71,10 @@ class WaitTracker:
     def on_admission(self, decision: AdmissionDecision) -> None:
         if decision.accepted:
             self.who[decision.request_id] = (decision.lane, decision.tenant, decision.priority)
-            self._open(decision.request_id, "queued", decision.lane, decision.time)
+            arrival = decision.time if decision.arrival_time is None else min(
+                decision.arrival_time, decision.time)
+            self._open(decision.request_id, "queued", decision.lane, arrival,
+                       before_admission(decision.time - arrival, decision.tokenize_s))
 
     def on_step(self, record: StepRecord) -> list[WaitRow]:
         """Advance the sums to this step's start, then close the waits it ended."""
@@ -112,14 +123,15 @@ class WaitTracker:
         return len(stale)
 
     # ---- internals -----------------------------------------------------------------
-    def _open(self, rid: str, kind: str, lane: str, since: float) -> None:
-        self.open[rid] = _Wait(kind, lane, since)
+    def _open(self, rid: str, kind: str, lane: str, since: float,
+              before: dict[str, float] | None = None) -> None:
+        self.open[rid] = _Wait(kind, lane, since, before=before)
         self.unseen.append(rid)
 
     def _close(self, rid: str, end: float) -> WaitRow:
         wait = self.open.pop(rid)
         self.requeued.discard(rid)
-        reasons: dict[str, float] = {}
+        reasons: dict[str, float] = dict(wait.before) if wait.before else {}
         if wait.snapshot is not None:
             for reason, total in self.sums.get(wait.lane, {}).items():
                 spent = total - wait.snapshot.get(reason, 0.0)
@@ -138,3 +150,11 @@ class WaitTracker:
         if wait.kind == "requeued":
             self.preempted_s[rid] = self.preempted_s.get(rid, 0.0) + row.wait_s
         return row
+
+
+def before_admission(gap_s: float, tokenize_s: float) -> dict[str, float] | None:
+    """Arrival -> admission (`gap_s`) by reason: `tokenize`, then `engine_busy` for the
+    rest; None when there was no gap (the request came in through the engine's API)."""
+    tokenize_s = min(max(0.0, tokenize_s), gap_s)
+    parts = {TOKENIZE: tokenize_s, ENGINE_BUSY: gap_s - tokenize_s}
+    return {k: v for k, v in parts.items() if v > 1e-9} or None

@@ -215,6 +215,27 @@ def test_wait_reasons_explain_queue_and_preemption_time(traced):
                        ).fetchone()[0] == sum(r[4] for r in rows)
 
 
+def test_time_before_admission_is_tokenize_and_engine_busy(traced):
+    # Reached the server 2 s before the engine thread took it, 0.5 s of that tokenizing.
+    _, obs, writer = traced
+    eng = sim_engine()
+    now = eng.clock()
+    eng.add_request("late", [1, 2, 3], SamplingParams(max_tokens=2),
+                    arrival_time=now - 2.0, tokenize_s=0.5)
+    eng.add_request("direct", [1, 2, 3], SamplingParams(max_tokens=2))  # engine API: no gap
+    run(eng, obs)
+    assert writer.sync()
+    rows = dict(writer.cursor().execute(
+        "SELECT request_id, wait_reasons FROM requests").fetchall())
+    queue_s = writer.cursor().execute(
+        "SELECT queue_delay_s FROM requests WHERE request_id = 'late'").fetchone()[0]
+    assert queue_s >= 2.0
+    assert rows["late"]["tokenize"] == pytest.approx(0.5)
+    assert rows["late"]["engine_busy"] == pytest.approx(1.5)
+    assert sum(rows["late"].values()) == pytest.approx(queue_s, abs=1e-6)
+    assert not {"tokenize", "engine_busy"} & set(rows["direct"])
+
+
 def test_sync_and_stop_commit_everything_submitted(tmp_path):
     writer = TraceWriter(TraceSettings(str(tmp_path / "t.duckdb"), flush_interval_s=60),
                          "r", "sim").start()
