@@ -29,6 +29,9 @@ class StaticConfig:
     # (or of the same cache_salt); "global" every request without a cache_salt. A trust
     # boundary, so static: a hit is observable (num_cached_tokens, TTFT) by the client.
     prefix_cache_sharing: str = "tenant"
+    # One step's time the server fits prefill_chunk_size and max_num_batched_tokens to at
+    # start-up when the config leaves them unset (engine/step_fit.py); 0: no fitting.
+    target_step_ms: int = 250
 
     def validate(self) -> None:
         _require(self.block_size in (8, 16, 32, 64, 128), "block_size", self.block_size,
@@ -37,6 +40,10 @@ class StaticConfig:
         _require(self.max_model_len >= 1, "max_model_len", self.max_model_len, ">= 1")
         _require(self.prefix_cache_sharing in PREFIX_CACHE_SHARING, "prefix_cache_sharing",
                  self.prefix_cache_sharing, f"one of {', '.join(PREFIX_CACHE_SHARING)}")
+        _require(isinstance(self.target_step_ms, int) and 0 <= self.target_step_ms <= 60_000,
+                 "target_step_ms", self.target_step_ms,
+                 "an integer number of milliseconds in 1..60000, or 0 to keep the built-in"
+                 " budgets unfitted")
 
 
 @dataclass(frozen=True)

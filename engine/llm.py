@@ -26,6 +26,7 @@ from engine.models import LoadedModel, load_model
 from engine.output_processor import OutputProcessor, RequestOutput
 from engine.records import AdmissionDecision
 from engine.request import RequestStatus, SamplingParams
+from engine.step_fit import RunnerProbe, StepFit, fit_step_budgets, needs_fit
 
 _STATIC = {f.name for f in dataclasses.fields(StaticConfig)}
 _LIVE = {f.name for f in dataclasses.fields(LiveConfig)} - {"version"}
@@ -60,7 +61,13 @@ class LLM:
                 dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
             self.loaded = load_model(model, dtype=dtype, device=device)
         self.tokenizer = self.loaded.tokenizer
-        self.engine = build_engine(self.loaded, fit_engine_config(self.loaded, overrides))
+        config = fit_engine_config(self.loaded, overrides)
+        runner = ModelRunner(self.loaded, config.static.num_kv_blocks, config.static.block_size)
+        if "target_step_ms" in overrides:  # offline runs fit step budgets only when asked
+            config, self.step_fit = fit_to_runner(config, set(overrides), runner)
+        else:
+            self.step_fit = None
+        self.engine = build_engine(self.loaded, config, runner)
         self.runner = self.engine.executor
         self.processor = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()
@@ -189,10 +196,25 @@ def fit_engine_config(loaded: LoadedModel, overrides: dict[str, Any] | None = No
     return EngineConfig(static, live).validate()
 
 
-def build_engine(loaded: LoadedModel, config: EngineConfig) -> Engine:
+def build_engine(loaded: LoadedModel, config: EngineConfig,
+                 runner: ModelRunner | None = None) -> Engine:
     """An Engine over a ModelRunner for `loaded` (the runner is `engine.executor`)."""
-    runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
+    if runner is None:
+        runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
     return Engine(config, runner, eos_token_id=loaded.eos_token_ids)
+
+
+def fit_to_runner(config: EngineConfig, explicit: set[str], runner: ModelRunner,
+                  ) -> tuple[EngineConfig, StepFit | None]:
+    """Fit the step budgets `explicit` does not name to steps measured on `runner` (see
+    engine/step_fit.py); its KV pool is left zeroed, as allocated."""
+    if not needs_fit(config, explicit):
+        return config, None
+    probe = RunnerProbe(runner)
+    try:
+        return fit_step_budgets(config, explicit, probe)
+    finally:
+        probe.clear()
 
 
 def _fit_live_to_static(live: LiveConfig, static: StaticConfig, explicit: set[str],

@@ -63,6 +63,11 @@ class ConfigStore:
         return self._parts().static
 
     @property
+    def step_fit(self):
+        """The budgets fitted to the device at start-up (engine/step_fit.py), or None."""
+        return self._parts().step_fit
+
+    @property
     def profiles(self) -> dict[str, dict[str, Any]]:
         if self.reloaded_profiles is not None:
             return self.reloaded_profiles

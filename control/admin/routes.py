@@ -1,7 +1,8 @@
 """The control API: read and steer the live engine. Changes apply from the next step.
 
     GET   /control/config                 live config + version (ETag), static, profiles,
-                                          admission state, lanes' running/waiting
+                                          admission state, lanes' running/waiting, and
+                                          "fitted": step budgets fitted at start-up (or null)
     PATCH /control/config[?dry_run=1]     If-Match: <version> (required); body
                                           {"changes": merge patch, "lane_moves", "reason"}
     POST  /control/profiles/{name}        a named profile from the YAML
@@ -92,6 +93,7 @@ async def get_config(request: Request) -> JSONResponse:
     body = {
         "version": live.version, "config": live_to_dict(live),
         "static": static_to_dict(store.static), "profiles": store.profiles,
+        "fitted": store.step_fit.to_dict() if store.step_fit is not None else None,
         "admission": "draining" if engine.admission_paused or engine.draining else "open",
         "lanes_state": {name: {"running": gauges.running_by_lane.get(name, 0),
                                "waiting": gauges.waiting_by_lane.get(name, 0)}

@@ -3,7 +3,9 @@
 The serving YAML is read twice on purpose: `load_config_file` validates it, and the raw
 `serving:` keys say which settings the operator chose. Those are kept as written; the
 others are fitted to the model exactly as the offline `LLM` does (max_model_len capped
-at the model's, KV blocks sized to memory, defaults that do not fit capped).
+at the model's, KV blocks sized to memory, defaults that do not fit capped), and the
+prefill chunk and token budget to the device: steps measured on the model runner keep one
+step under `target_step_ms` (engine/step_fit.py; `EngineParts.step_fit` says what and why).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.config_yaml import KEY_ALIASES, load_config_file
 from engine.engine import Engine
 from engine.output_processor import OutputProcessor
+from engine.step_fit import StepFit
 
 
 @dataclass
@@ -34,6 +37,7 @@ class EngineParts:
     vocab_size: int  # token ids a prompt may contain: 0 .. vocab_size - 1
     static: StaticConfig
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    step_fit: StepFit | None = None  # budgets fitted to the device at start-up, if any
 
     @property
     def max_prompt_capacity(self) -> int:
@@ -71,7 +75,8 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     """Load the model (unless `loaded`, a LoadedModel, is given) and build the engine."""
     import torch
 
-    from engine.llm import build_engine, fit_engine_config
+    from engine.llm import build_engine, fit_engine_config, fit_to_runner
+    from engine.model_runner import ModelRunner
     from engine.models import load_model
 
     serving = read_serving_config(settings.config_path)
@@ -85,11 +90,13 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
         loaded = load_model(settings.model, dtype=dtype, device=device)
     overrides = {**serving.explicit, **settings.engine_overrides}
     config = fit_engine_config(loaded, overrides, base=serving.live)
-    engine = build_engine(loaded, config)
+    runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
+    config, step_fit = fit_to_runner(config, set(overrides), runner)
+    engine = build_engine(loaded, config, runner)
     try:
         frontend = copy.deepcopy(loaded.tokenizer)
     except Exception:  # fall back to sharing; encode and decode do not mutate it
         frontend = loaded.tokenizer
     vocab = int(getattr(loaded.hf_config, "vocab_size", 0) or len(loaded.tokenizer))
     return EngineParts(engine, OutputProcessor(loaded.tokenizer), frontend, vocab,
-                       config.static, serving.profiles)
+                       config.static, serving.profiles, step_fit)

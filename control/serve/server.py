@@ -105,7 +105,10 @@ class DrainingServer(uvicorn.Server):
             return
         self.bound_url = self._bound_url()
         if self.announce:
-            print(banner(self.bound_url, self.state.settings.model_name), flush=True)
+            parts = self.state.engine.parts
+            fit = getattr(parts, "step_fit", None)
+            print(banner(self.bound_url, self.state.settings.model_name,
+                         fit.summary() if fit is not None else None), flush=True)
 
     def _bound_url(self) -> str:
         settings = self.state.settings
@@ -129,13 +132,16 @@ async def _wait_idle(state: ServerState, timeout_s: float) -> None:
 KEEP_ALIVE_S = 65
 
 
-def banner(url: str, model: str) -> str:
+def banner(url: str, model: str, budgets: str | None = None) -> str:
+    """The ready line and how to try it; `budgets`: the line saying which step budgets were
+    fitted to the device (engine/step_fit.py), when any were."""
     body = json.dumps({"model": model, "max_tokens": 32,
                        "messages": [{"role": "user", "content": "What is a KV cache?"}]})
     return (f"{READY_LINE}: serving {model} at {url}\n"
             f"  try:  curl -s {url}/v1/chat/completions -H 'Content-Type: application/json'"
             f" -d '{body}'\n"
-            f"  probes: {url}/healthz {url}/readyz   stop: Ctrl+C or SIGTERM (drains first)")
+            f"  probes: {url}/healthz {url}/readyz   stop: Ctrl+C or SIGTERM (drains first)"
+            + (f"\n  {budgets}" if budgets else ""))
 
 
 def serve(settings: ServeSettings) -> int:

@@ -1,0 +1,164 @@
+"""Step budgets fitted to the device (engine/step_fit.py): the rule on a fake timer, the
+operator's values kept, the choice shown in the ready banner and GET /control/config."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fixtures.serving import asgi_client, make_engine
+
+from control.serve.server import banner
+from engine.config import EngineConfig, LiveConfig, StaticConfig
+from engine.config_yaml import load_config_dict
+from engine.llm import LLM
+from engine.step_fit import fit_line, fit_step_budgets
+
+# A CPU-like device: 12 ms per step plus 0.9 ms per token.
+CPU_LAW = (0.012, 0.0009)
+
+
+def fake_timer(intercept_s: float, per_token_s: float):
+    calls: list[int] = []
+
+    def step_seconds(tokens: int) -> float:
+        calls.append(tokens)
+        return intercept_s + per_token_s * tokens
+
+    step_seconds.calls = calls
+    return step_seconds
+
+
+def fit(explicit: dict | None = None, law=CPU_LAW, target_ms: int = 250, **static):
+    explicit = explicit or {}
+    config = EngineConfig(StaticConfig(target_step_ms=target_ms, **static),
+                          LiveConfig().replace(**explicit)).validate()
+    return fit_step_budgets(config, set(explicit), fake_timer(*law))
+
+
+def test_the_fit_keeps_a_full_step_under_the_target_on_a_slow_device():
+    config, result = fit()
+    live = config.live
+    # (0.25 - 0.012) / 0.0009 = 264 tokens per step; the chunk is a power of two <= 2/3
+    assert (live.prefill_chunk_size, live.max_num_batched_tokens) == (128, 264)
+    assert result.predicted_ms(live.max_num_batched_tokens) <= 250
+    assert result.intercept_s == pytest.approx(0.012)
+    assert result.per_token_s == pytest.approx(0.0009)
+    assert result.fitted == {"prefill_chunk_size": 128, "max_num_batched_tokens": 264}
+    assert "prefill_chunk_size=128, max_num_batched_tokens=264 fitted to 250 ms steps" \
+        in result.summary()
+    assert "0.9 ms/token + 12 ms" in result.summary()
+
+
+def test_probing_stops_once_a_step_takes_half_the_target():
+    timer = fake_timer(*CPU_LAW)
+    config = EngineConfig(StaticConfig(), LiveConfig()).validate()
+    _, result = fit_step_budgets(config, set(), timer)
+    # 16, 32, 64, 128 (0.127 s >= 0.125 s): never the 2048-token step a default chunk is
+    assert [n for n, _ in result.points] == [16, 32, 64, 128]
+    assert max(timer.calls) == 128
+
+
+def test_a_fast_device_keeps_the_built_in_defaults():
+    config, result = fit(law=(0.001, 1e-6))
+    assert config.live.prefill_chunk_size == LiveConfig.prefill_chunk_size
+    assert config.live.max_num_batched_tokens == LiveConfig.max_num_batched_tokens
+    assert "defaults already fit" in result.note
+
+
+def test_an_unreachable_target_still_leaves_a_usable_chunk_and_says_so():
+    config, result = fit(law=(0.3, 0.001))  # the intercept alone is over 250 ms
+    assert config.live.prefill_chunk_size == 16
+    assert config.live.max_num_batched_tokens == 16
+    assert "over the target" in result.note
+
+
+def test_values_the_operator_set_are_never_overridden():
+    config, result = fit({"prefill_chunk_size": 1024})
+    assert config.live.prefill_chunk_size == 1024
+    assert config.live.max_num_batched_tokens == 1024  # never below their chunk
+    assert result.kept == {"prefill_chunk_size": 1024}
+    config, result = fit({"max_num_batched_tokens": 96})
+    assert (config.live.prefill_chunk_size, config.live.max_num_batched_tokens) == (64, 96)
+    both = {"prefill_chunk_size": 300, "max_num_batched_tokens": 5000}
+    config, result = fit(both)
+    assert result is None
+    assert (config.live.prefill_chunk_size, config.live.max_num_batched_tokens) == (300, 5000)
+
+
+def test_target_zero_or_chunked_prefill_off_fits_nothing():
+    timer = fake_timer(*CPU_LAW)
+    config = EngineConfig(StaticConfig(target_step_ms=0), LiveConfig()).validate()
+    assert fit_step_budgets(config, set(), timer) == (config, None)
+    config = EngineConfig(StaticConfig(max_model_len=4096),
+                          LiveConfig(chunked_prefill=False)).validate()
+    assert fit_step_budgets(config, set(), timer) == (config, None)
+    assert timer.calls == []
+
+
+@pytest.mark.parametrize("value", [-1, 60_001, 2.5, "250"])
+def test_an_invalid_target_is_refused_with_a_clear_message(value):
+    with pytest.raises(ValueError, match=r"target_step_ms=.* must be an integer number of"
+                                         r" milliseconds in 1\.\.60000, or 0"):
+        EngineConfig(StaticConfig(target_step_ms=value)).validate()
+
+
+def test_the_yaml_takes_the_target_and_checks_its_type():
+    loaded = load_config_dict({"serving": {"target_step_ms": 100}})
+    assert loaded.config.static.target_step_ms == 100
+    with pytest.raises(ValueError, match="target_step_ms"):
+        load_config_dict({"serving": {"target_step_ms": "fast"}})
+
+
+def test_the_line_fit_is_least_squares_and_never_negative():
+    assert fit_line([(16, 0.02), (32, 0.03), (64, 0.05)]) == pytest.approx((0.01, 0.000625))
+    intercept, slope = fit_line([(16, 0.001), (32, 0.004), (64, 0.010)])
+    assert intercept == 0.0 and slope > 0  # a negative intercept: through the origin
+
+
+def test_the_real_runner_probe_fits_the_tiny_model_and_leaves_the_pool_clean(tiny_loaded):
+    llm = LLM(tiny_loaded, num_kv_blocks=64, target_step_ms=250)
+    result = llm.step_fit
+    assert result is not None and len(result.points) >= 2
+    assert all(seconds > 0 for _, seconds in result.points)
+    assert all(float(k.abs().sum()) == 0 and float(v.abs().sum()) == 0
+               for k, v in llm.runner.kv_caches)
+    out = llm.generate([[1, 2, 3]], use_tqdm=False)[0]
+    assert out.token_ids  # the engine runs after the probe
+
+
+def test_the_ready_banner_says_what_was_fitted():
+    _, result = fit()
+    text = banner("http://127.0.0.1:8000", "smollm2-135m", result.summary())
+    assert text.splitlines()[-1].strip().startswith(
+        "budgets: prefill_chunk_size=128, max_num_batched_tokens=264 fitted to 250 ms steps")
+
+
+async def get_config(engine, settings) -> dict:
+    async with asgi_client(engine, settings) as client:
+        return (await client.get("/control/config")).json()
+
+
+def test_control_config_returns_the_fit(tiny_loaded):
+    engine, _, settings = make_engine(tiny_loaded, target_step_ms=250, max_num_seqs=4)
+    try:
+        assert engine.parts.step_fit is not None
+        body = asyncio.run(get_config(engine, settings))
+        fitted = body["fitted"]
+        assert fitted["target_step_ms"] == 250
+        assert body["static"]["target_step_ms"] == 250
+        for name, value in fitted["fitted"].items():
+            assert body["config"][name] == value
+        assert fitted["points"] and fitted["law"]["per_token_ms"] > 0
+        assert fitted["summary"].startswith("budgets: ")
+    finally:
+        engine.stop()  # idempotent: asgi_client stops it too
+
+
+def test_control_config_says_null_when_nothing_was_fitted(tiny_loaded):
+    engine, _, settings = make_engine(tiny_loaded, target_step_ms=0)
+    try:
+        body = asyncio.run(get_config(engine, settings))
+        assert body["fitted"] is None
+    finally:
+        engine.stop()  # idempotent: asgi_client stops it too
