@@ -18,11 +18,11 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 import duckdb
 import httpx
 import pytest
+from fixtures.loadtest import load_recorded
 
 from control.loadtest.metrics import compare, e2e_gap_s, summarize, summary_from_dict, ttft_gap_s
 from control.loadtest.records import SLO, PlannedRequest, RequestResult
@@ -30,16 +30,12 @@ from control.loadtest.report import markdown_report, text_table
 from control.loadtest.runner import send
 from control.loadtest.store import REQUESTS_TABLE, RUNS_TABLE, save
 
-FIXTURE = Path(__file__).parent / "fixtures" / "loadtest_results.json"
 approx = pytest.approx
 
 
 @pytest.fixture(scope="module")
 def recorded() -> tuple[list[RequestResult], float, SLO]:
-    doc = json.loads(FIXTURE.read_text())
-    results = [RequestResult(**{**d, "planned": PlannedRequest(**d["planned"])})
-               for d in doc["results"]]
-    return results, doc["duration_s"], SLO(**doc["slo"])
+    return load_recorded()
 
 
 @pytest.fixture(scope="module")

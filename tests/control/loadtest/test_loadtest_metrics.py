@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 import duckdb
 import pytest
+from fixtures.loadtest import FIXTURE, load_recorded
 
 from control.loadtest.metrics import (
     Dist,
@@ -31,24 +31,16 @@ from control.loadtest.metrics import (
     summary_from_dict,
     tpot_s,
 )
-from control.loadtest.records import SLO, PlannedRequest, RequestResult
+from control.loadtest.records import SLO
 from control.loadtest.report import markdown_report, plot_percentiles, text_table
 from control.loadtest.store import REQUESTS_TABLE, RUNS_TABLE, rows_for_api, save, save_to_file
 
-FIXTURE = Path(__file__).parent / "fixtures" / "loadtest_results.json"
 approx = pytest.approx
-
-
-def load_fixture() -> tuple[list[RequestResult], float, SLO]:
-    doc = json.loads(FIXTURE.read_text())
-    results = [RequestResult(**{**d, "planned": PlannedRequest(**d["planned"])})
-               for d in doc["results"]]
-    return results, doc["duration_s"], SLO(**doc["slo"])
 
 
 @pytest.fixture(scope="module")
 def recorded():
-    return load_fixture()
+    return load_recorded()
 
 
 @pytest.fixture(scope="module")
