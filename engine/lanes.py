@@ -79,10 +79,6 @@ class LaneQueue:
     def has_work(self) -> bool:
         return self.num_waiting > 0 or self.num_running > 0
 
-    @property
-    def decoding_by_tenant(self) -> dict[str, int]:
-        return self.tenants.decoding
-
     def buckets(self) -> dict[str, list[tuple]]:
         """The queue's buckets (read-only: for checks)."""
         return self._buckets

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
@@ -46,12 +48,19 @@ ERRORS = {code: {"model": ErrorResponse} for code in (400, 404, 429, 500, 503)}
 LOADING_RETRY_AFTER_S = 5.0
 
 
+
+async def _tokenized(state: ServerState, meta: RequestMeta, encode: Callable[[Any], Any],
+                     value: Any) -> tuple[RequestMeta, str | None, list[int]]:
+    """`encode(value)` on the tokenizer thread -> (meta with tokenize_s, text, token ids);
+    tokenize_s counts the wait for that thread too."""
+    started = time.perf_counter()
+    text, ids = await state.run_tokenizer(encode, value)
+    return replace(meta, tokenize_s=time.perf_counter() - started), text, ids
+
 @router.post("/v1/completions", responses={200: {"model": CompletionResponse}, **ERRORS})
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state, meta = _prepare(request, body)
-    started = time.perf_counter()
-    text, ids = await state.run_tokenizer(state.encode_prompt, body.prompt)
-    meta = replace(meta, tokenize_s=time.perf_counter() - started)
+    meta, text, ids = await _tokenized(state, meta, state.encode_prompt, body.prompt)
     return await _generate(state, request, body, meta, "completion", text, ids,
                            body.max_tokens or 16)
 
@@ -61,9 +70,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     state, meta = _prepare(request, body)
     messages = [m.as_template_dict() for m in body.messages]
-    started = time.perf_counter()
-    text, ids = await state.run_tokenizer(state.encode_chat, messages)
-    meta = replace(meta, tokenize_s=time.perf_counter() - started)
+    meta, text, ids = await _tokenized(state, meta, state.encode_chat, messages)
     max_tokens = body.max_completion_tokens or body.max_tokens
     if max_tokens is None:  # the rest of the context (admission explains a prompt too long)
         max_tokens = max(1, state.parts.max_prompt_capacity - len(ids))

@@ -99,7 +99,7 @@ def test_departed_tenants_leave_no_scheduler_state(history):
     engine, _, _ = history
     assert set(engine.requests) == {"steady"}
     for lane in engine.scheduler.lanes:
-        assert lane.decoding_by_tenant == ({"steady": 1} if lane.name == "fair" else {})
+        assert lane.tenants.decoding == ({"steady": 1} if lane.name == "fair" else {})
         assert lane.buckets() == {}
         book = lane.tenants
         assert book.waiting == {}
