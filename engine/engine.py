@@ -141,14 +141,18 @@ class Engine:
 
     def refuse(self, request_id: str, prompt_token_ids: list[int], reason: str, message: str,
                retry_after_s: float | None = None, *, tenant: str = "default",
-               lane: str | None = None, priority: int = 0) -> AdmissionDecision:
+               lane: str | None = None, priority: int = 0,
+               arrival_time: float | None = None) -> AdmissionDecision:
         """Record a request turned away before admission (e.g. the server is draining):
-        it is reported like any rejection, with a RequestRecord in the next step."""
+        it is reported like any rejection, with a RequestRecord in the next step, its
+        latency counted from `arrival_time` (engine clock; default now) like an admitted one."""
         now = self.clock()
-        req = Request(request_id, list(prompt_token_ids), SamplingParams(), now, tenant=tenant,
+        arrived = arrival_time if arrival_time is not None else now
+        req = Request(request_id, list(prompt_token_ids), SamplingParams(), arrived, tenant=tenant,
                       lane=lane or self.route(len(prompt_token_ids), tenant), priority=priority)
         decision = AdmissionDecision(False, request_id, reason, message, retry_after_s,
-                                     req.lane, None, tenant, priority, req.num_prompt_tokens, now)
+                                     req.lane, None, tenant, priority, req.num_prompt_tokens, now,
+                                     arrival_time=arrived)
         self._pending_admissions.append(decision)
         self._finish(req, RequestStatus.REJECTED, now, reason)
         return decision

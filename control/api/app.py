@@ -26,6 +26,7 @@ from control.admin.config_store import ConfigStore
 from control.admin.config_watch import ConfigWatcher
 from control.api import routes as api_routes
 from control.api.arrival import StampArrival
+from control.api.delivery import DeliveryProbe
 from control.api.errors import install_error_handlers
 from control.metrics.observer import Observer
 from control.metrics.registry import ServingMetrics
@@ -67,7 +68,8 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
             observer.prime(engine.live_config, engine.parts.static)
         engine.observer = observer
     state = ServerState(settings, engine, metrics=metrics, observer=engine.observer,
-                        trace=writer)
+                        trace=writer, delivery=DeliveryProbe(metrics.registry,
+                                                             settings.model_name))
     if settings.control_api:
         state.control_tokens = load_tokens(settings.control_tokens_path)
         check_exposure(settings.host, state.control_tokens, LOOPBACK_HOSTS)
@@ -78,6 +80,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
         if writer is not None:
             writer.start()
         engine.start()
+        loop_lag = asyncio.ensure_future(state.delivery.watch_event_loop())
         watch = None
         if state.config_store is not None and settings.config_path:  # SIGHUP reloads it
             state.config_watcher = ConfigWatcher(state.config_store, settings.config_path)
@@ -86,6 +89,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
         try:
             yield
         finally:
+            loop_lag.cancel()
             if watch is not None:
                 watch.cancel()
             engine.abort_all("shutdown")

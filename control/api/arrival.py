@@ -33,6 +33,10 @@ class StampArrival:
 
 def arrival_time(request: Request, clock: Callable[[], float]) -> float:
     """The request's arrival on `clock` (seconds); now, if no middleware stamped it."""
+    return clock() - seconds_since_arrival(request)
+
+
+def seconds_since_arrival(request: Request) -> float:
+    """How long ago the request reached the server (0 if no middleware stamped it)."""
     stamp = request.scope.get("state", {}).get(ARRIVAL_KEY)
-    now = clock()
-    return now if stamp is None else now - max(0.0, time.perf_counter() - stamp)
+    return 0.0 if stamp is None else max(0.0, time.perf_counter() - stamp)

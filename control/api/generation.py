@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from control.api.delivery import DeliveryProbe
 from control.serve.engine_loop import AsyncEngine
 from control.serve.streams import CLIENT_GONE, ClientGone, RequestStream, StreamEvent
 
@@ -36,13 +37,17 @@ class EngineUnresponsive(Exception):
 class Generation:
     def __init__(self, engine: AsyncEngine, stream: RequestStream,
                  receive: Callable[[], Awaitable[dict[str, Any]]], *, timeout_s: float,
-                 streaming: bool, clock: Callable[[], float] = time.monotonic):
+                 streaming: bool, clock: Callable[[], float] = time.monotonic,
+                 waited_s: float = 0.0, probe: DeliveryProbe | None = None):
         self.engine = engine
         self.stream = stream
         self.timeout_s = timeout_s
         self.streaming = streaming  # the idle timeout applies to streams only
         self.clock = clock
-        self.started = clock()
+        # timeout_s counts from arrival: `waited_s` already passed before admission (body
+        # read, tokenization, the engine thread finishing its step)
+        self.started = clock() - waited_s
+        self.probe = probe  # observes each event's way to the client (the responses call it)
         self.last_token: float | None = None  # when the last token arrived
         self.aborted_at: float | None = None
         self.abort_reason: str | None = None
@@ -71,6 +76,11 @@ class Generation:
             if item.finished:
                 self.finished = True
             return item
+
+    def delivered(self, event: StreamEvent, kind: str) -> None:
+        """`event`'s bytes were just handed to the transport (kind: see DeliveryProbe)."""
+        if self.probe is not None:
+            self.probe.delivered(event, kind)
 
     def abort(self, reason: str) -> None:
         if self.abort_reason is None and not self.finished:

@@ -54,7 +54,9 @@ async def collect(gen: Generation, fmt: ResponseFormat) -> JSONResponse:
             headers.update(retry_after(SHUTDOWN_RETRY_AFTER_S))
         raise APIError(status, message, code=code, headers=headers,
                        extra={"batchpilot": info.model_dump()})
-    return JSONResponse(fmt.body("".join(texts), event, info), headers=headers)
+    response = JSONResponse(fmt.body("".join(texts), event, info), headers=headers)
+    gen.delivered(event, "response")  # rendered; the server writes it next
+    return response
 
 
 class SSEResponse(StreamingResponse):
@@ -87,11 +89,14 @@ async def _sse_body(gen: Generation, fmt: ResponseFormat) -> AsyncIterator[bytes
     if fmt.kind == "chat":
         yield fmt.role_chunk()
     event: StreamEvent | None = None
+    first = True
     try:
         while True:
             event = await gen.next_event()
             if event.delta_text:
-                yield fmt.text_chunk(event.delta_text)
+                yield fmt.text_chunk(event.delta_text)  # resumes once the chunk is sent
+                gen.delivered(event, "first_token" if first else "token")
+                first = False
             if event.finished:
                 break
     except ClientDisconnected:

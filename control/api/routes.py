@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from control.api.arrival import arrival_time
+from control.api.arrival import arrival_time, seconds_since_arrival
 from control.api.errors import APIError, rejection_error, retry_after
 from control.api.generation import ClientDisconnected, EngineUnresponsive, Generation
 from control.api.openai_format import ResponseFormat, from_decision
@@ -133,7 +133,8 @@ async def _generate(state: ServerState, request: Request,
         raise rejection_error(decision, fmt.start_headers())
     state.inflight += 1
     gen = Generation(state.engine, stream, request.receive, timeout_s=meta.timeout_s,
-                     streaming=body.stream)
+                     streaming=body.stream, waited_s=seconds_since_arrival(request),
+                     probe=state.delivery)
     if body.stream:
         return sse_response(gen, fmt, on_close=state.finished_one)
     try:

@@ -241,7 +241,8 @@ class AsyncEngine:
             decision = engine.refuse(
                 sub.request_id, sub.prompt_token_ids, reason, f"{why} and admits no new"
                 " requests; retry on another replica", DRAINING_RETRY_AFTER_S,
-                tenant=sub.tenant, lane=sub.lane, priority=sub.priority)
+                tenant=sub.tenant, lane=sub.lane, priority=sub.priority,
+                arrival_time=sub.arrival_time)
         else:
             try:
                 decision = engine.add_request(
@@ -272,8 +273,10 @@ class AsyncEngine:
         started = time.perf_counter()
         try:
             step = engine.step()
+            step_done = time.perf_counter()
         except Exception as exc:  # outside execute and update: which requests it touched
             step = self._step_raised(exc)  # is unknown, so every one ends
+            step_done = time.perf_counter()
         else:
             if step.failure is not None:
                 self._step_failed(step)
@@ -292,7 +295,7 @@ class AsyncEngine:
             if out.finished:
                 del self._streams[out.request_id]
             batches.setdefault(delivery.loop, []).append(
-                (delivery.queue, StreamEvent.from_output(out)))
+                (delivery.queue, StreamEvent.from_output(out, step_done)))
         for loop, items in batches.items():
             if not _call_soon(loop, deliver, items):  # that event loop is closed
                 for _queue, event in items:

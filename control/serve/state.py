@@ -18,6 +18,7 @@ from fastapi import Request
 
 from control.admin.auth import Token
 from control.admin.config_store import ConfigStore
+from control.api.delivery import DeliveryProbe
 from control.api.errors import APIError
 from control.metrics.observer import Observer
 from control.metrics.registry import ServingMetrics
@@ -34,6 +35,7 @@ class ServerState:
     settings: ServeSettings
     engine: AsyncEngine
     metrics: ServingMetrics | None = None
+    delivery: DeliveryProbe | None = None  # the way from a step to the client, measured
     observer: Observer | None = None
     trace: TraceWriter | None = None  # None: tracing is off
     config_store: ConfigStore | None = None  # None: the control API is off

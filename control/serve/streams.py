@@ -42,11 +42,15 @@ class StreamEvent:
     finished: bool = False
     finish_reason: str | None = None  # stop | length | cancelled | timeout | error
     record: RequestRecord | None = None  # once finished: timestamps, latencies, detail
+    # time.perf_counter() when the step that produced it returned (0: not from a step);
+    # the server's latencies end there, so the way to the client is measured from it
+    step_done: float = 0.0
 
     @classmethod
-    def from_output(cls, out: RequestOutput) -> StreamEvent:
+    def from_output(cls, out: RequestOutput, step_done: float = 0.0) -> StreamEvent:
         return cls(out.request_id, out.delta_text, tuple(out.delta_token_ids),
-                   len(out.token_ids), out.finished, out.finish_reason, out.record)
+                   len(out.token_ids), out.finished, out.finish_reason, out.record,
+                   step_done)
 
     @property
     def finish_detail(self) -> str:

@@ -10,36 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from typing import Any
 
 import duckdb
 import httpx
+from fixtures.long_step import LONG_PROMPT, LongPrefill
 from fixtures.serving import LiveServer, make_engine
 
 from control.serve.settings import ServeSettings
-from engine.records import SchedulerOutput
 
 LONG_STEP_S = 1.5  # the step that runs the long prompt's prefill
 SHORT_AFTER_S = 0.3  # the short request is sent this long after the long one
-LONG_PROMPT = [10 + i % 90 for i in range(400)]  # token ids: the tiny model has 512
 TOLERANCE_S = 0.1
-
-
-class LongPrefill:
-    """Wraps the executor: the step holding a long prefill chunk sleeps LONG_STEP_S (on
-    this CPU a 1,500-token prompt in one chunk takes seconds; here the tiny model is fast)."""
-
-    def __init__(self, inner: Any):
-        self.inner = inner
-        self.started = threading.Event()
-
-    def execute(self, out: SchedulerOutput) -> list[int]:
-        if not self.started.is_set() and any(c.num_tokens >= 200 for c in out.prefills):
-            self.started.set()
-            time.sleep(LONG_STEP_S)
-        return self.inner.execute(out)
 
 
 async def _short_stream(client: httpx.AsyncClient, url: str) -> tuple[float, dict]:
@@ -66,7 +48,7 @@ def test_server_ttft_counts_the_wait_behind_a_long_prefill(tiny_loaded, tmp_path
     engine, _, settings = make_engine(
         tiny_loaded, settings=ServeSettings(model="tiny", trace_db=str(db)),
         prefill_chunk_size=512, max_num_batched_tokens=512)
-    long_step = LongPrefill(engine.parts.engine.executor)
+    long_step = LongPrefill(engine.parts.engine.executor, LONG_STEP_S)
     engine.parts.engine.executor = long_step  # the engine thread is idle: nothing runs yet
 
     async def scenario(url: str) -> tuple[float, dict, int]:

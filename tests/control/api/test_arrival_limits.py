@@ -1,0 +1,65 @@
+"""Issue 22: the limits a client sets, and the latency of a refusal, count from the
+request's arrival at the server, not from when the engine thread took it.
+
+A long step holds the engine thread; a request that arrives meanwhile has already spent
+part of its X-Request-Timeout-Ms (and its client's patience) before admission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fixtures.long_step import LONG_PROMPT, LongPrefill
+from fixtures.serving import asgi_client, kv_in_use, make_engine, wait_until_idle
+
+from engine.request import RequestStatus
+from tests.engine.engine_helpers import make_engine as make_sim_engine
+
+LONG_STEP_S = 1.2
+
+
+def test_request_timeout_counts_from_arrival(tiny_loaded):
+    engine, _, settings = make_engine(tiny_loaded, prefill_chunk_size=512,
+                                      max_num_batched_tokens=512)
+    long_step = LongPrefill(engine.parts.engine.executor, LONG_STEP_S)
+    engine.parts.engine.executor = long_step
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            long = asyncio.ensure_future(client.post("/v1/completions", json={
+                "prompt": LONG_PROMPT, "max_tokens": 1}))
+            assert await asyncio.to_thread(long_step.started.wait, 10), "no long step"
+            # 0.5 s to live; the engine thread takes it only after the long step (~1.2 s)
+            short = await client.post("/v1/completions", headers={
+                "X-Request-Timeout-Ms": "500"}, json={
+                "prompt": "Hi", "max_tokens": 3, "ignore_eos": True})
+            assert (await long).status_code == 200
+            await wait_until_idle(engine)
+            return short, await kv_in_use(engine)
+
+    short, used = asyncio.run(scenario())
+    assert short.status_code == 200, short.text
+    body = short.json()
+    assert body["choices"][0]["finish_reason"] == "timeout", body
+    assert body["batchpilot"]["timing"]["e2e_s"] >= 0.5, body["batchpilot"]["timing"]
+    assert engine.abort_counts == {"request_timeout": 1}
+    assert used == 0
+
+
+def test_a_refusal_counts_its_wait_from_arrival():
+    engine, clock = make_sim_engine()
+    arrived = clock() - 2.5  # it reached the server 2.5 s before the engine could decide
+    decision = engine.refuse("r0", [5, 6, 7], "draining", "shutting down",
+                             arrival_time=arrived)
+    assert not decision.accepted and decision.arrival_time == arrived
+    records = engine.step().finished
+    (record,) = [r for r in records if r.request_id == "r0"]
+    assert record.status == RequestStatus.REJECTED.name
+    assert record.arrival_time == arrived
+    assert abs(record.e2e_s - 2.5) < 1e-9, record
+
+
+def test_a_refusal_without_arrival_is_stamped_now():
+    engine, clock = make_sim_engine()
+    decision = engine.refuse("r0", [5, 6, 7], "draining", "shutting down")
+    assert decision.arrival_time == decision.time == clock()

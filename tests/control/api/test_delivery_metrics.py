@@ -1,0 +1,77 @@
+"""Issue 22, item 2: the way from the engine step to the client is measured, not hidden.
+
+/metrics carries how long a step's tokens take to reach the transport (first token,
+later tokens, whole bodies) and how late the event loop runs its timers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from fixtures.serving import asgi_client, make_engine
+
+from control.api.delivery import DeliveryProbe
+from control.serve.streams import StreamEvent
+
+
+def _count(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = rf'^{name}_count\{{[^}}]*{re.escape(want)}[^}}]*\}} (\S+)$'
+    match = re.search(pattern, text, re.MULTILINE)
+    assert match, f"no {name}_count with {labels}"
+    return float(match.group(1))
+
+
+def test_stream_and_body_deliveries_are_observed(tiny_loaded):
+    engine, _, settings = make_engine(tiny_loaded)
+
+    async def scenario() -> tuple[int, str]:
+        async with asgi_client(engine, settings) as client:
+            request = {"prompt": "The scheduler", "max_tokens": 8, "ignore_eos": True}
+            async with client.stream("POST", "/v1/completions",
+                                     json={**request, "stream": True}) as resp:
+                assert resp.status_code == 200
+                body = (await resp.aread()).decode()
+            plain = await client.post("/v1/completions", json=request)
+            assert plain.status_code == 200
+            return body.count('"text":"') - body.count('"text":""'), \
+                (await client.get("/metrics")).text
+
+    chunks, text = asyncio.run(scenario())
+    name = "batchpilot_response_delivery_seconds"
+    assert chunks >= 1
+    # one observation per content chunk sent (a token that decodes to no text sends none)
+    assert _count(text, name, kind="first_token") == 1
+    assert _count(text, name, kind="token") == chunks - 1
+    assert _count(text, name, kind="response") == 1
+
+
+def test_event_loop_lag_is_observed_and_counts_a_blocked_loop():
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    probe = DeliveryProbe(registry, "m")
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(probe.watch_event_loop())
+        await asyncio.sleep(0.12)
+        import time
+        time.sleep(0.2)  # something holds the loop: the next timer fires ~0.2 s late
+        await asyncio.sleep(0.12)
+        task.cancel()
+
+    asyncio.run(scenario())
+    lag_sum = registry.get_sample_value("batchpilot_event_loop_lag_seconds_sum", {"model": "m"})
+    count = registry.get_sample_value("batchpilot_event_loop_lag_seconds_count", {"model": "m"})
+    assert count >= 3 and lag_sum >= 0.1, (count, lag_sum)
+
+
+def test_an_event_not_from_a_step_is_not_observed():
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    probe = DeliveryProbe(registry, "m")
+    probe.delivered(StreamEvent("r", "", (), 0, finished=True), "response")
+    assert registry.get_sample_value("batchpilot_response_delivery_seconds_count",
+                                     {"model": "m", "kind": "response"}) == 0
