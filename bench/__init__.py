@@ -14,6 +14,8 @@ CPU, side by side in one run:
                          only 200/429/503, idle step cost after / before
     lane_preemption      interactive TTFT p99 under a batch flood, preempt_to_start on vs
                          off (simulated engine), and what it costs the batch work
+    latency_reconcile    client vs server TTFT and queue delay behind a long prefill and
+                         on a long-prompt replay (`--against REF`: before / after)
 GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the CPU check):
     kernel_check         Triton kernels against the torch reference at real sizes
     kernel_speed         decode bandwidth and prefill TFLOP/s, against torch SDPA

@@ -39,14 +39,14 @@ SMOKE = {"rates": "20", "rounds": 1, "requests": 4, "itl_rate": 20.0}
 
 
 def start_server(log_path: Path, model: str = "smollm2-135m", *extra: str,
-                 ) -> tuple[subprocess.Popen, str]:
+                 root: Path = ROOT) -> tuple[subprocess.Popen, str]:
     """`batchpilot serve --model MODEL [EXTRA...]` on 127.0.0.1, a free port: (process,
-    its URL)."""
+    its URL). `root`: the source tree the server runs from (another commit's worktree)."""
     cmd = [sys.executable, "-m", "control.cli.main", "serve", "--model", model,
            "--host", "127.0.0.1", "--port", "0", "--log-level", "warning", *extra]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(root)}
     with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         assert proc.poll() is None, log_path.read_text()

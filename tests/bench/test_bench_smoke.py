@@ -28,6 +28,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "loadtest_goals": [],
     "tuning_sweep": [],
     "kernel_compile": ["--strict"],
+    "latency_reconcile": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
