@@ -47,6 +47,7 @@ from control.loadtest.runner import run
 from control.loadtest.scenario import plan, scenario_from_dict
 
 LONG_TOKENS, SHORT_AFTER_S = 1500, 0.3
+TARGET_STEP_S = 0.25  # engine/step_fit.py's default target_step_ms
 SMOKE = {"rounds": 2, "requests": 6, "long_tokens": 300, "time_scale": 0.2,
          "prompt_scale": 0.05}
 REPLAY = {"name": "long-prompt-replay", "seed": 22, "concurrency": 64,
@@ -123,17 +124,21 @@ def _dist(values: list[float]) -> dict:
 
 
 def _waits(db: Path) -> dict:
-    """Queue delay and its reasons, summed over the trace's finished requests."""
+    """Queue delay and its reasons, summed over the trace's finished requests; the steps'
+    durations against the default target step time (the fitted budgets aim under it)."""
     con = duckdb.connect(str(db), read_only=True)
     rows = con.execute("SELECT queue_delay_s, wait_reasons FROM requests").fetchall()
-    con.close()
     totals: dict[str, float] = {}
     for _delay, reasons in rows:
         for name, seconds in (reasons or {}).items():
             totals[name] = totals.get(name, 0.0) + seconds
     queued = sum(d or 0.0 for d, _ in rows)
+    steps = con.execute("SELECT duration_s FROM steps").fetchall()
+    con.close()
     return {"requests": len(rows), "queue_delay_total_s": round(queued, 3),
-            "by_reason_s": {k: round(v, 3) for k, v in sorted(totals.items())}}
+            "by_reason_s": {k: round(v, 3) for k, v in sorted(totals.items())},
+            "step_s": _dist([d for (d,) in steps]),
+            "steps_over_target": sum(1 for (d,) in steps if d > TARGET_STEP_S)}
 
 
 @contextlib.contextmanager

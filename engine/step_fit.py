@@ -10,13 +10,22 @@ KV pool), and a line is fitted by least squares:
 The rule, with `target_s = target_step_ms / 1000`:
 
     step_tokens            = floor((target_s - intercept_s) / per_token_s)  # one step's room
+                             but >= intercept_s / per_token_s           # see below
     prefill_chunk_size     = largest power of two <= 2/3 * step_tokens      # >= 16
-    max_num_batched_tokens = step_tokens                       # >= prefill_chunk_size
+    max_num_batched_tokens = max(step_tokens, prefill_chunk_size * 3/2)
 
 so a step filled to the budget is predicted under the target, and a full chunk still
-leaves a third of it to running decodes (each decode counts as one token of the law:
-decode attention over a long context costs more, which the margin of the 2/3 absorbs only
-in part). The fit only ever
+leaves a third of it to running decodes and newly arrived prompts (each decode counts as
+one token of the law: decode attention over a long context costs more, which the margin
+of the 2/3 absorbs only in part). Without that third, a long prompt's chunks would take
+the whole budget step after step and a short request arriving behind it would wait for
+the entire prefill.
+
+Where the fixed cost alone nearly fills the target (a slow or busy device), the target is
+out of reach; budgets cut down to a few tokens would then spend most of each step on the
+fixed cost and run far fewer tokens per second. So a step is never sized below the
+tokens whose cost equals the fixed cost (the fixed cost at most half the step), and the
+note says the target is missed. The fit only ever
 lowers the built-in defaults (2048 / 8192): a device fast enough keeps them. A value the
 operator set is kept as given; the budget is then never fitted below their chunk. With
 `chunked_prefill` off nothing is fitted (the budget must hold a whole prompt).
@@ -78,8 +87,9 @@ class StepFit:
                 "step_tokens": self.step_tokens,
                 "points": [{"tokens": n, "ms": round(1000 * s, 3)} for n, s in self.points],
                 "rule": "max_num_batched_tokens = the tokens one step runs within the"
-                        " target by the law; prefill_chunk_size = the largest power of two"
-                        " <= 2/3 of them; neither above the built-in default",
+                        " target by the law (never fewer than the fixed cost's worth) and"
+                        " at least 3/2 of the chunk; prefill_chunk_size = the largest power"
+                        " of two <= 2/3 of them; neither above the built-in default",
                 "summary": self.summary(), "note": self.note}
 
 
@@ -98,7 +108,8 @@ def fit_step_budgets(config: EngineConfig, explicit: set[str], step_seconds: Ste
     target_s = static.target_step_ms / 1000
     points = measure(step_seconds, target_s, max_tokens=_probe_cap(config))
     intercept_s, per_token_s = fit_line(points)
-    step_tokens = max(0, math.floor((target_s - intercept_s) / per_token_s))
+    step_tokens = max(0, math.floor((target_s - intercept_s) / per_token_s),
+                      math.floor(intercept_s / per_token_s))
     kept = {k: getattr(live, k) for k in FITTED_FIELDS if k in explicit}
     chunk = kept.get("prefill_chunk_size")
     if chunk is None:
@@ -106,7 +117,8 @@ def fit_step_budgets(config: EngineConfig, explicit: set[str], step_seconds: Ste
         chunk = min(max(MIN_CHUNK, _pow2_floor(room)), live.prefill_chunk_size)
     budget = kept.get("max_num_batched_tokens")
     if budget is None:
-        budget = max(min(step_tokens, live.max_num_batched_tokens), chunk)
+        floor = chunk if "prefill_chunk_size" in kept else math.ceil(chunk / CHUNK_SHARE)
+        budget = max(min(step_tokens, live.max_num_batched_tokens), floor)
     fitted = {k: v for k, v in (("prefill_chunk_size", chunk),
                                 ("max_num_batched_tokens", budget)) if k not in kept}
     fit = StepFit(static.target_step_ms, tuple(points), intercept_s, per_token_s,

@@ -66,10 +66,21 @@ def test_a_fast_device_keeps_the_built_in_defaults():
     assert "defaults already fit" in result.note
 
 
-def test_an_unreachable_target_still_leaves_a_usable_chunk_and_says_so():
+def test_an_unreachable_target_keeps_the_fixed_cost_at_most_half_a_step_and_says_so():
     config, result = fit(law=(0.3, 0.001))  # the intercept alone is over 250 ms
-    assert config.live.prefill_chunk_size == 16
-    assert config.live.max_num_batched_tokens == 16
+    # 16-token steps would run 51 tokens/s; 300 tokens (the fixed cost's worth) run 500
+    assert config.live.max_num_batched_tokens == 300
+    assert config.live.prefill_chunk_size == 128  # largest power of two <= 2/3 of 300
+    assert "over the target" in result.note
+
+
+def test_a_busy_device_still_leaves_room_beside_a_full_chunk():
+    # measured at start-up while other processes held the CPU: 227 ms + 4.18 ms/token
+    config, result = fit(law=(0.227, 0.00418))
+    live = config.live
+    assert (live.prefill_chunk_size, live.max_num_batched_tokens) == (32, 54)
+    # a long prompt's chunk leaves room for a short prompt that arrives behind it
+    assert live.max_num_batched_tokens - live.prefill_chunk_size >= 16
     assert "over the target" in result.note
 
 
@@ -162,3 +173,20 @@ def test_control_config_says_null_when_nothing_was_fitted(tiny_loaded):
         assert body["fitted"] is None
     finally:
         engine.stop()  # idempotent: asgi_client stops it too
+
+
+@pytest.mark.parametrize("law", [CPU_LAW, (0.227, 0.00418)])
+def test_a_short_prompt_starts_beside_a_long_prefill_under_fitted_budgets(law):
+    from tests.engine.engine_helpers import Driver, prompt
+    from tests.engine.engine_helpers import make_engine as make_sim_engine
+
+    fitted, _ = fit(law=law)
+    engine, _clock = make_sim_engine(fitted.live, num_kv_blocks=512, max_model_len=4096)
+    driver = Driver(engine)
+    driver.add("long", prompt(1, 1500))
+    driver.step()  # the long prompt's first chunk
+    driver.add("short", prompt(2, 3))
+    driver.step()  # a chunk of the long prompt and, beside it, the whole short prompt
+    assert [(kind, n) for kind, n in [s[1:] for s in driver.steps_of("short")]] == \
+        [("prefill", 3)]
+    assert driver.steps_of("long")[-1][2] == fitted.live.prefill_chunk_size
