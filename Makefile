@@ -24,11 +24,14 @@ install: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-# promtool and prometheus (Debian's package) for the Grafana/Prometheus tests.
+# promtool and prometheus (Debian's package) for the Grafana/Prometheus tests; Debian's
+# chromium for the dashboard's headless-browser tests (Playwright drives it).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
 	command -v promtool >/dev/null || ($(SUDO) apt-get update -qq && \
 		$(SUDO) apt-get install -y -qq --no-install-recommends prometheus)
+	command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && \
+		$(SUDO) apt-get install -y -qq --no-install-recommends chromium)
 
 test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
@@ -45,10 +48,7 @@ run: $(STAMP)
 
 # A screenshot of each dashboard page (docs/screenshots/) against a server under a short
 # load, in headless Chromium (Debian's) driven by Playwright.
-screenshots: $(STAMP)
-	command -v chromium >/dev/null || ($(SUDO) apt-get update -qq && \
-		$(SUDO) apt-get install -y -qq --no-install-recommends chromium)
-	$(PY) -m pip install -q -e '.[screenshots]'
+screenshots: $(STAMP) system-deps
 	$(PY) -m dashboard.screenshots
 
 # Benchmarks run as `python -m bench.NAME` (list: bench/__init__.py; figures: bench/RESULTS.md).

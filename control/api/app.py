@@ -25,9 +25,11 @@ from control.admin.auth import check_exposure, load_tokens
 from control.admin.config_store import ConfigStore
 from control.admin.config_watch import ConfigWatcher
 from control.api import routes as api_routes
+from control.api import vllm_routes
 from control.api.arrival import StampArrival
 from control.api.delivery import DeliveryProbe
 from control.api.errors import install_error_handlers
+from control.metrics.gateway import install_gateway_metrics
 from control.metrics.observer import Observer
 from control.metrics.registry import ServingMetrics
 from control.serve.bootstrap import build_parts
@@ -67,6 +69,8 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
         if engine.parts is not None and engine.live_config is not None:  # loaded already
             observer.prime(engine.live_config, engine.parts.static)
         engine.observer = observer
+    install_gateway_metrics(metrics, lambda: engine.parts.static if engine.parts else None,
+                            settings.metrics_compat)
     state = ServerState(settings, engine, metrics=metrics, observer=engine.observer,
                         trace=writer, delivery=DeliveryProbe(metrics.registry,
                                                              settings.model_name))
@@ -106,6 +110,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     app.add_middleware(StampArrival)  # arrival: before the body is read (control/api/arrival.py)
     install_error_handlers(app)
     app.include_router(api_routes.router)
+    app.include_router(vllm_routes.router)  # /health, /version, /tokenize, /detokenize
     app.include_router(trace_routes.router)
     app.include_router(admin_routes.router)
     return app

@@ -85,11 +85,11 @@ async def models(request: Request) -> ModelList:
                                      max_model_len=max_len)])
 
 
-def _prepare(request: Request, body: CompletionRequest | ChatCompletionRequest,
-             ) -> tuple[ServerState, RequestMeta]:
-    """The server state, once it can serve `body.model`; and the routing metadata."""
+def serving_state(request: Request, model: str | None) -> ServerState:
+    """The server state, once it can serve `model` (None: the one it serves): 404 naming
+    `model` for another, 503 while the model loads. Every route that takes a model checks
+    it here (vllm_routes.py too), so a wrong model reads the same everywhere."""
     state = get_state(request)
-    model = body.model
     if model is not None and model not in state.model_names:
         raise APIError(404, f"the model {model!r} does not exist; this server serves"
                        f" {state.settings.model_name!r}", code="model_not_found",
@@ -97,6 +97,13 @@ def _prepare(request: Request, body: CompletionRequest | ChatCompletionRequest,
     if state.parts is None:
         reason = state.engine.health() or "the model is loading"
         raise APIError(503, reason, code="loading", headers=retry_after(LOADING_RETRY_AFTER_S))
+    return state
+
+
+def _prepare(request: Request, body: CompletionRequest | ChatCompletionRequest,
+             ) -> tuple[ServerState, RequestMeta]:
+    """The server state, once it can serve `body.model`; and the routing metadata."""
+    state = serving_state(request, body.model)
     arrived = arrival_time(request, state.parts.engine.clock)
     meta = read_meta(request.headers, body.user, body.priority, now=arrived,
                      max_timeout_s=state.settings.max_request_timeout_s)

@@ -5,7 +5,7 @@ running server (--url: read and control APIs) or a trace file (--trace-db: postm
     batchpilot dashboard --trace-db incident.duckdb
 
 Runs `python -m streamlit run dashboard/app.py` bound to --host (127.0.0.1 by default),
-headless, without usage statistics; it stops with Ctrl+C.
+headless, without usage statistics or Streamlit's developer toolbar; it stops with Ctrl+C.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ def streamlit_command(args: argparse.Namespace) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(APP),
             "--server.address", args.host, "--server.port", str(args.port),
             "--server.headless", "true", "--browser.gatherUsageStats", "false",
+            # NOTE: "minimal" hides Streamlit's developer chrome (Deploy, Rerun, the menu)
+            # that "auto" shows on localhost; an operator has no use for it
+            "--client.toolbarMode", "minimal",
             "--", *source, "--token-env", args.token_env]
 
 

@@ -31,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser("serve", help="serve the OpenAI-compatible HTTP API",
                            description="Load a model and serve /v1/completions,"
-                           " /v1/chat/completions, /v1/models, /healthz and /readyz.")
+                           " /v1/chat/completions, /v1/models, /healthz and /readyz, and"
+                           " vLLM's /health, /version, /tokenize and /detokenize.")
     serve.add_argument("--model", default=DEFAULT_MODEL,
                        help="alias, checkpoint directory or .gguf file (default %(default)s);"
                        " nothing is downloaded from a model hub")
@@ -57,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-tenants", metavar="A,B,...", type=_names, default=(),
                        help="tenants that get their own metrics label; the rest count as"
                        " 'other' (default: only 'default')")
+    serve.add_argument("--metrics-compat", choices=["vllm"], default=None,
+                       help="also export the gateway gauges and the main histograms and"
+                       " counters under vLLM's names (vllm:*, label model_name), for routers"
+                       " that read only those (docs/gateways.md); off by default, so"
+                       " dashboards do not count twice")
     serve.add_argument("--control-tokens", metavar="FILE",
                        help="control API tokens, one 'name scope secret' per line (scope:"
                        " read or admin); also read from $BATCHPILOT_CONTROL_TOKENS. Without"
@@ -98,7 +104,8 @@ def _serve(args: argparse.Namespace) -> int:
         served_model_name=args.served_model_name, trace_db=args.trace_db,
         trace_max_age_s=args.trace_max_age, kv_snapshot_every=args.kv_snapshot_every,
         trace_max_bytes=int(args.trace_max_mb * 2**20) if args.trace_max_mb else None,
-        metrics_tenants=args.metrics_tenants, control_api=not args.no_control_api,
+        metrics_tenants=args.metrics_tenants, metrics_compat=args.metrics_compat,
+        control_api=not args.no_control_api,
         control_tokens_path=args.control_tokens, watch_config=not args.no_watch_config,
         device=args.device, shutdown_grace_s=args.shutdown_grace_s,
         max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level)

@@ -4,4 +4,5 @@
                  thread turns it into metric values (and hands trace rows to trace/)
     registry.py  the metric families, their labels and /metrics rendering
     core.py      lock-free counters and histograms written by one thread, read by scrapes
+    gateway.py   what gateways read: KV-pool info, and vLLM's names (--metrics-compat vllm)
 """

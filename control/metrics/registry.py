@@ -146,6 +146,11 @@ class ServingMetrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    @property
+    def gauges(self) -> EngineGauges | None:
+        """The engine's state as of the last `set_gauges` (None before any)."""
+        return self._gauges
+
     # ---- the engine thread ---------------------------------------------------------------
     def observe_step(self, r: StepRecord) -> None:
         m = self.model
@@ -239,6 +244,12 @@ class ServingMetrics:
             ("kv_blocks_cached", "Free KV blocks that hold a reusable prefix.",
              g.kv_blocks_cached),
             ("kv_usage_ratio", "KV blocks used / total.", g.kv_usage),
+            # one series each, all lanes: what a gateway's endpoint picker reads (it takes
+            # one series of a family, so a per-lane one would show it a single lane)
+            ("num_requests_running", "Requests running, all lanes.",
+             sum(g.running_by_lane.values())),
+            ("num_requests_waiting", "Requests queued, all lanes.",
+             sum(g.waiting_by_lane.values())),
             ("config_version", "Version of the live config in force.", live.version),
             ("config_max_num_seqs", "Live budget: running sequences.", live.max_num_seqs),
             ("config_max_num_batched_tokens", "Live budget: tokens per step.",

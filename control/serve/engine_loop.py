@@ -113,8 +113,9 @@ class AsyncEngine:
             raise RuntimeError(f"the model failed to load: {self.load_error}")
         return self.parts
 
-    def health(self) -> str | None:
-        """None when ready to serve; else why not (for /readyz)."""
+    def serving_problem(self) -> str | None:
+        """None while the process can serve at all (the model loaded, the engine loop alive
+        and not stalled: vLLM's /health); else why not."""
         if not self.loaded.is_set():
             return "the model is loading"
         if self.parts is None:
@@ -124,6 +125,13 @@ class AsyncEngine:
         busy_s = time.monotonic() - self._beat
         if busy_s > self.stall_after_s:
             return f"the engine loop has made no progress for {busy_s:.1f}s"
+        return None
+
+    def health(self) -> str | None:
+        """None when ready to serve; else why not (for /readyz)."""
+        problem = self.serving_problem()
+        if problem is not None:
+            return problem
         if self.draining:
             return "the server is draining (shutting down)"
         if self.admission_paused:

@@ -30,6 +30,7 @@ class ServeSettings:
     trace_queue: int = 20_000  # steps the trace writer may fall behind before dropping
     kv_snapshot_every: int = 50  # steps between KV snapshots (plus watermark crossings)
     metrics_tenants: tuple[str, ...] = ()  # tenants with their own label; others: "other"
+    metrics_compat: str | None = None  # "vllm": /metrics also under vLLM's names (gateways)
     control_api: bool = True  # the /control API (steer budgets, lanes, profiles live)
     control_tokens_path: str | None = None  # "name scope secret" lines; see control/admin/auth.py
     watch_config: bool = True  # reload the --config YAML when it changes (and on SIGHUP)
@@ -51,6 +52,8 @@ class ServeSettings:
                  ">= 1")
         _require(len(self.metrics_tenants) <= 100, "metrics_tenants",
                  len(self.metrics_tenants), "at most 100 names (each is a label value)")
+        _require(self.metrics_compat in (None, "vllm"), "metrics_compat", self.metrics_compat,
+                 "'vllm' or unset")
         self.trace_retention.validate()
         return self
 
