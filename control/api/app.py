@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -38,6 +39,7 @@ from control.serve.settings import LOOPBACK_HOSTS, ServeSettings
 from control.serve.state import ServerState
 from control.trace import routes as trace_routes
 from control.trace.writer import TraceSettings, TraceWriter
+from control.whatif import routes as whatif_routes
 
 
 def new_run_id() -> str:
@@ -53,8 +55,20 @@ def open_trace(settings: ServeSettings, run_id: str) -> TraceWriter | None:
                                    kv_snapshot_every=settings.kv_snapshot_every,
                                    retention=settings.trace_retention)
     run_settings = {"model": settings.model, "config": settings.config_path,
-                    "engine_overrides": settings.engine_overrides}
+                    "engine_overrides": settings.engine_overrides,
+                    "device": device_label(settings.device)}
     return TraceWriter(trace_settings, run_id, settings.model_name, run_settings).open()
+
+
+def device_label(device: str | None) -> str:
+    """What the steps run on, for the trace's run settings: step times (and the what-if
+    law fitted to them) belong to one device. "cpu (N cores)" or the GPU's name."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return f"{device} ({os.cpu_count()} cores)"
 
 
 def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> FastAPI:
@@ -113,4 +127,5 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     app.include_router(vllm_routes.router)  # /health, /version, /tokenize, /detokenize
     app.include_router(trace_routes.router)
     app.include_router(admin_routes.router)
+    app.include_router(whatif_routes.router)  # POST /v1/whatif (docs/whatif.md)
     return app

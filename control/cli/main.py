@@ -22,6 +22,7 @@ from control.cli.dashboard import add_dashboard_parser
 from control.loadtest.cli import add_loadtest_parser
 from control.serve.settings import DEFAULT_MODEL, ServeSettings
 from control.trace.cli import add_trace_parser
+from control.whatif.cli import add_whatif_parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_loadtest_parser(sub)
     add_dashboard_parser(sub)
     add_checklist_parser(sub)
+    add_whatif_parser(sub)
     return parser
 
 

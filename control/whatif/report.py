@@ -1,0 +1,115 @@
+"""What-if results for people: a terminal table and a PNG, both from the JSON result
+(control/whatif/compare.py), so a result fetched from a server prints the same.
+
+Columns: recorded, predicted (the recorded config replayed), each proposal; then the
+ratios predicted / recorded (the prediction's own error) and proposal / predicted (the
+change). Latencies in seconds. matplotlib is imported only by `plot`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from control.whatif.compare import PREDICTED, RECORDED, ratio_rows
+
+GROUP_METRICS = ("requests", "finished", "rejected", "timeout", "goodput_rps", "ttft_p50_s",
+                 "ttft_p99_s", "tpot_p50_s", "e2e_p99_s", "queue_p99_s")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([cells[0].ljust(widths[0]), *rest]).rstrip()
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, rows)])
+
+
+def _header(columns: list[str]) -> list[str]:
+    ratios = [f"{PREDICTED}/{RECORDED}"] + [f"{c}/{PREDICTED}" for c in columns[2:]]
+    return ["metric", *columns, *ratios]
+
+
+def _cells(row: dict, columns: list[str]) -> list[str]:
+    return [row["metric"], *(_fmt(row["values"][c]) for c in columns),
+            *(_ratio(row["ratios"][c]) for c in columns[1:])]
+
+
+def _groups(result: dict, attr: str) -> list[str]:
+    columns = result["columns"]
+    names = sorted({g for c in columns for g in result["summaries"][c][attr]})
+    out = []
+    for name in names:
+        sub = {c: result["summaries"][c][attr].get(name) for c in columns}
+        if any(s is None for s in sub.values()):
+            continue  # a group only one side has (a lane the proposal removed)
+        rows = [r for r in ratio_rows(sub) if r["metric"] in GROUP_METRICS]
+        out.append(f"\n{attr.removeprefix('by_')} {name}\n"
+                   + _table(_header(columns), [_cells(r, columns) for r in rows]))
+    return out
+
+
+def text_report(result: dict) -> str:
+    w, cal = result["window"], result["calibration"]
+    fit, held = cal["in_sample"], cal["held_out"]
+    lines = [f"what-if over {w['requests']} requests, {w['since']:.3f} .. {w['until']:.3f}"
+             f" ({w['until'] - w['since']:.1f} s), run {w['run_id']}",
+             f"step-time law ({cal['group']}): "
+             + ", ".join(f"{k} {v * 1e3:.4g} ms" for k, v in cal["coef_s"].items())
+             + f"; gap {cal['gap_s'] * 1e3:.3g} ms",
+             f"fit on {fit['steps']} steps: R^2 {_fmt(fit['r2'])}, median |err|"
+             f" {_fmt(fit['median_abs_pct'])}%, p90 {_fmt(fit['p90_abs_pct'])}%; held out"
+             f" ({held['steps']} steps): median {_fmt(held['median_abs_pct'])}%, p90"
+             f" {_fmt(held['p90_abs_pct'])}%"]
+    for name, c in result["configs"].items():
+        changes = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in c["diff"].items())
+        lines.append(f"{name}: {changes or 'no change'}")
+    columns = result["columns"]
+    lines += ["", _table(_header(columns), [_cells(r, columns) for r in result["rows"]])]
+    lines += _groups(result, "by_lane") + _groups(result, "by_tenant")
+    lines += [""] + [f"WARNING: {w}" for w in result["warnings"]]
+    lines += [f"note: {n}" for n in result["notes"]]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def plot(result: dict, path: str | Path) -> str | Path:
+    """One PNG: a panel per latency, bars of p50/p95/p99, one bar per column."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    columns = result["columns"]
+    stats = ("p50", "p95", "p99")
+    fig = Figure(figsize=(12, 8), layout="constrained")
+    FigureCanvasAgg(fig)
+    width = 0.8 / len(columns)
+    for ax, name in zip(fig.subplots(2, 3).flat, ("ttft", "tpot", "itl", "e2e", "queue", ""),
+                        strict=True):
+        if not name:
+            ax.axis("off")
+            continue
+        for i, col in enumerate(columns):
+            dist = result["summaries"][col][name]
+            heights = [float("nan") if dist[s] is None else dist[s] for s in stats]
+            xs = [x + (i - (len(columns) - 1) / 2) * width for x in range(len(stats))]
+            ax.bar(xs, heights, width, label=col)
+        ax.set_xticks(range(len(stats)), stats)
+        ax.set_title(f"{name.upper()} (s)")
+    handles, names = fig.axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", ncols=min(len(names), 6))
+    fig.suptitle("what-if: recorded, predicted (recorded config), proposals")
+    fig.savefig(path, format="png", dpi=100)
+    return path

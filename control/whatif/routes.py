@@ -1,0 +1,157 @@
+"""`POST /v1/whatif`: predict live config changes from the server's own trace. Read-only.
+
+    POST /v1/whatif {"since": "-1h", "until": null,
+                     "set": {"max_num_seqs": 64}            # one proposal, "proposed"
+                     "compare": {"seqs4": {"max_num_seqs": 4}, ...},   # and/or named ones
+                     "slo": {"ttft_s": 0.5, "tpot_s": 0.05, "e2e_s": 10}}
+
+The answer is control/whatif/compare.py's result. The window is read on a worker thread
+(the trace writer's cursor); the calibration and replays run in a separate process (one
+at a time, `spawn`ed on first use), so a long prediction holds neither the event loop nor
+the GIL the engine thread needs. The recorded config is the server's own: its static
+config, and the live config of the version in force at the window's start while the
+control API's history still holds it (else the current one, said in the notes).
+Errors: 400 naming the field (a bad body, time, setting: the control API's validation and
+wording), 404 tracing off, 503 still loading; a read token when tokens are configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import multiprocessing
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+
+from control.admin.auth import authorize
+from control.api.errors import APIError
+from control.loadtest.records import SLO
+from control.serve.state import ServerState, get_state
+from control.trace.timeparse import parse_time
+from control.whatif.configs import propose, recorded_config
+from control.whatif.run import predict
+from control.whatif.window import Window, read_window
+from engine.config import EngineConfig
+
+router = APIRouter()
+BODY_KEYS = {"since", "until", "set", "compare", "slo"}
+SYNC_TIMEOUT_S = 2.0
+_pool: ProcessPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _predictor() -> ProcessPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ProcessPoolExecutor(max_workers=1,
+                                        mp_context=multiprocessing.get_context("spawn"))
+        return _pool
+
+
+def _bad(message: str, param: str) -> APIError:
+    return APIError(400, message, code="invalid_value", param=param)
+
+
+def parse_body(body: Any) -> tuple[dict[str, dict], SLO | None, float | None, float | None]:
+    """-> (proposals, slo, since, until); APIError 400 naming the field."""
+    if not isinstance(body, dict):
+        raise _bad("the body must be a JSON object", "body")
+    for key in body:
+        if key not in BODY_KEYS:
+            raise _bad(f"unknown field {key!r}; fields: {', '.join(sorted(BODY_KEYS))}", key)
+    props: dict[str, dict] = {}
+    if body.get("set") is not None:
+        if not isinstance(body["set"], dict) or not body["set"]:
+            raise _bad("set must be a non-empty object of settings", "set")
+        props["proposed"] = body["set"]
+    compare = body.get("compare") or {}
+    if not isinstance(compare, dict):
+        raise _bad("compare must be an object {name: {settings}}", "compare")
+    for name, patch in compare.items():
+        if not isinstance(patch, dict) or not patch:
+            raise _bad(f"compare.{name} must be a non-empty object of settings",
+                       f"compare.{name}")
+        props[name] = patch
+    if not props:
+        raise _bad("nothing to predict: give set {...} or compare {name: {...}}", "set")
+    slo = body.get("slo")
+    if slo is not None:
+        if not isinstance(slo, dict) or set(slo) - {"ttft_s", "tpot_s", "e2e_s"}:
+            raise _bad("slo must be an object of ttft_s, tpot_s, e2e_s (seconds)", "slo")
+        for key, value in slo.items():
+            if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+                raise _bad(f"slo.{key}={value!r} must be a number of seconds > 0",
+                           f"slo.{key}")
+        slo = SLO(**slo)
+    times = []
+    for key in ("since", "until"):
+        try:
+            times.append(parse_time(body.get(key)))
+        except (ValueError, TypeError) as exc:
+            raise _bad(f"{key}: {exc}", key) from None
+    return props, slo, times[0], times[1]
+
+
+def _read(state: ServerState, since: float | None, until: float | None) -> Window:
+    writer = state.trace
+    assert writer is not None
+    writer.sync(SYNC_TIMEOUT_S)
+    con = writer.cursor()
+    try:
+        return read_window(con, since, until)
+    except ValueError as exc:
+        raise _bad(str(exc), "since") from None
+    finally:
+        con.close()
+
+
+def _base(state: ServerState, window: Window) -> tuple[EngineConfig, list[str]]:
+    """The server's config at the window's version, when the history still holds it."""
+    parts = state.engine.parts
+    assert parts is not None
+    version = window.facts.config_version
+    history = state.config_store.history if state.config_store is not None else []
+    live = next((v.live for v in history if v.version == version), None)
+    if live is not None:
+        return EngineConfig(parts.static, live), []
+    current = state.engine.live_config
+    if current.version == version:  # no change since (the history starts on first use)
+        return EngineConfig(parts.static, current), []
+    return EngineConfig(parts.static, current), [
+        f"config version {version} (the window's) is no longer in the server's history:"
+        f" replayed under the current version {current.version}"]
+
+
+@router.post("/v1/whatif")
+async def whatif(request: Request, body: dict[str, Any]) -> Any:
+    state = get_state(request)
+    authorize(request, state.control_tokens, "read")
+    props, slo, since, until = parse_body(body)
+    if state.trace is None:
+        raise APIError(404, "tracing is off: start the server with --trace-db PATH",
+                       code="trace_off")
+    if state.engine.parts is None:
+        raise APIError(503, "the model is loading", code="loading")
+    window = await run_in_threadpool(_read, state, since, until)
+    base, notes = _base(state, window)
+    recorded, _ = recorded_config(window, base, exact=True)
+    for name, patch in props.items():  # the control API's validation, before any replay
+        try:
+            propose(recorded, patch)
+        except ValueError as exc:
+            raise _bad(f"{name}: {exc}", f"compare.{name}" if name in (
+                body.get("compare") or {}) else "set") from None
+    job = functools.partial(predict, window, base, props, exact=True, slo=slo, notes=notes)
+    try:
+        return await asyncio.get_running_loop().run_in_executor(_predictor(), job)
+    except BrokenProcessPool as exc:
+        global _pool
+        with _pool_lock:
+            _pool = None  # start a fresh one next time
+        raise APIError(500, "the what-if process died; try again", code="whatif_failed") from exc

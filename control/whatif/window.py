@@ -1,0 +1,208 @@
+"""A window of the trace, read once: its requests, what the engine did meanwhile, and the
+steps to calibrate on. Plain dataclasses and numpy arrays (picklable: the server reads the
+window on a thread, where its DuckDB cursor lives, and predicts in another process).
+
+    window = read_window(con, since, until)   # con: a read-only file or the server's cursor
+
+A request belongs to the window when it arrived in [since, until]; only ended requests
+are in the trace (one still in flight has no `requests` row yet).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from control.whatif.calibrate import StepSamples
+
+CALIBRATION_MAX_STEPS = 200_000  # the latest steps of the window's model and device
+
+_REQUEST_COLUMNS = (
+    "run_id, request_id, lane, tenant, priority, outcome, finish_detail, num_prompt_tokens,"
+    " num_output_tokens, num_cached_tokens, num_preemptions, arrival_time, finished_time,"
+    " deadline, queue_delay_s, ttft_s, tpot_s, e2e_s,"
+    " coalesce(map_extract(wait_reasons, 'tokenize')[1], 0) AS tokenize_s")
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One `requests` row (times: epoch s on the engine clock; durations: s)."""
+
+    run_id: str
+    request_id: str
+    lane: str
+    tenant: str
+    priority: int
+    outcome: str  # finished | cancelled | timeout | rejected | error
+    finish_detail: str
+    num_prompt_tokens: int
+    num_output_tokens: int
+    num_cached_tokens: int
+    num_preemptions: int
+    arrival_time: float
+    finished_time: float | None
+    deadline: float | None
+    queue_delay_s: float | None
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    tokenize_s: float  # seconds the server spent tokenizing it (its wait_reasons)
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the steps say about the config in force at the window's first step."""
+
+    run_id: str
+    config_version: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    num_kv_blocks: int  # kv_blocks_used + kv_blocks_free
+    max_prefill_chunk: int  # the largest prompt chunk one request ran in a step
+    config_changes: int  # changes made inside the window (the replay keeps the first)
+    running_at_start: int  # requests running when the window opened (not replayed)
+    kv_peak_blocks: int  # the most KV blocks held after any step of the window
+    preempted: int  # preemptions in the window's steps
+
+
+@dataclass
+class Window:
+    since: float
+    until: float
+    model: str
+    device: str
+    run_settings: dict[str, Any]
+    requests: list[RecordedRequest]
+    facts: EngineFacts
+    itl_s: dict[str, list[float]]  # request_id -> gaps between its tokens (s)
+    samples: StepSamples
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return max(self.until - self.since, 1e-9)
+
+
+def _rows(con, sql: str, params: list[Any]) -> list[tuple]:
+    return con.execute(sql, params).fetchall()
+
+
+def read_requests(con, since: float | None, until: float | None) -> list[RecordedRequest]:
+    lo = -1e300 if since is None else since
+    hi = 1e300 if until is None else until
+    rows = _rows(con, f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE arrival_time >= ?"
+                 " AND arrival_time <= ? ORDER BY arrival_time, request_id", [lo, hi])
+    return [RecordedRequest(*(float(v) if i == 18 else v for i, v in enumerate(r)))
+            for r in rows]
+
+
+def _run(con, run_id: str) -> tuple[str, str, dict[str, Any]]:
+    """(model, device, settings) of a run; device "" where the run did not record one."""
+    row = _rows(con, "SELECT model, settings FROM runs WHERE run_id = ?", [run_id])
+    if not row:
+        return "", "", {}
+    settings = json.loads(row[0][1] or "{}")
+    return row[0][0] or "", str(settings.get("device") or ""), settings
+
+
+def _facts(con, run_id: str, since: float, until: float) -> EngineFacts:
+    first = _rows(con, "SELECT config_version, token_budget, max_num_seqs,"
+                  " kv_blocks_used + kv_blocks_free,"
+                  " list_sum(map_values(running_by_lane)) - len(admitted) FROM steps"
+                  " WHERE run_id = ? AND start_time >= ? ORDER BY step_id LIMIT 1",
+                  [run_id, since])
+    if not first:
+        raise ValueError(f"run {run_id!r} has no step from since={since} on: the trace lost"
+                         " them (writer queue full?) or retention removed them")
+    version, budget, seqs, blocks, running = first[0]
+    agg = _rows(con, "SELECT coalesce(max(list_max(prefill_tokens)), 0),"
+                " coalesce(max(kv_blocks_used), 0), coalesce(sum(len(preempted)), 0),"
+                " count(DISTINCT config_version) FROM steps"
+                " WHERE run_id = ? AND start_time >= ? AND start_time <= ?",
+                [run_id, since, until])[0]
+    return EngineFacts(run_id, int(version), int(budget), int(seqs), int(blocks), int(agg[0]),
+                       max(int(agg[3]) - 1, 0), max(int(running or 0), 0), int(agg[1]),
+                       int(agg[2]))
+
+
+def read_itl(con, run_id: str, since: float, until: float) -> dict[str, list[float]]:
+    """Gaps between a request's consecutive tokens: each decode step's end minus the end of
+    the step before it that ran the request (its last prompt chunk for the first gap)."""
+    rows = _rows(con, """
+        WITH sr AS (
+            SELECT request_id, phase, end_time, lag(end_time) OVER (
+                PARTITION BY request_id ORDER BY step_id) AS prev
+            FROM step_requests WHERE run_id = ? AND start_time >= ? AND start_time <= ?)
+        SELECT request_id, end_time - prev FROM sr
+        WHERE phase = 'decode' AND prev IS NOT NULL""", [run_id, since, until])
+    out: dict[str, list[float]] = {}
+    for request_id, gap in rows:
+        out.setdefault(request_id, []).append(float(gap))
+    return out
+
+
+def read_samples(con, run_ids: list[str], until: float, group: str) -> StepSamples:
+    """The latest CALIBRATION_MAX_STEPS steps of `run_ids` up to `until`, as features."""
+    marks = ", ".join("?" for _ in run_ids)
+    lo = _rows(con, f"SELECT coalesce(min(start_time), 0) FROM (SELECT start_time FROM steps"
+               f" WHERE run_id IN ({marks}) AND start_time <= ? ORDER BY start_time DESC"
+               f" LIMIT {CALIBRATION_MAX_STEPS})", [*run_ids, until])[0][0]
+    rows = _rows(con, f"""
+        WITH ran AS (
+            SELECT run_id, step_id, request_id, phase, sum(tokens) OVER (
+                PARTITION BY run_id, request_id ORDER BY step_id
+                ROWS UNBOUNDED PRECEDING) AS done
+            FROM step_requests WHERE run_id IN ({marks}) AND start_time BETWEEN ? AND ?),
+        ctx AS (
+            SELECT ran.run_id, step_id,
+                   sum(done + coalesce(r.num_cached_tokens, 0)) AS decode_ctx
+            FROM ran LEFT JOIN requests r USING (run_id, request_id)
+            WHERE phase = 'decode' GROUP BY ran.run_id, step_id)
+        SELECT s.run_id, s.step_id, s.start_time, s.end_time, s.num_prefill_tokens,
+               s.num_decode_tokens, coalesce(ctx.decode_ctx, 0),
+               s.num_prefill_seqs + s.num_decode_seqs,
+               coalesce(list_sum(map_values(s.running_by_lane)), 0)
+                 + coalesce(list_sum(map_values(s.waiting_by_lane)), 0)
+        FROM steps s LEFT JOIN ctx USING (run_id, step_id)
+        WHERE s.run_id IN ({marks}) AND s.start_time BETWEEN ? AND ?
+        ORDER BY s.run_id, s.step_id""", [*run_ids, lo, until, *run_ids, lo, until])
+    if not rows:
+        return StepSamples(np.zeros((0, 5)), np.zeros(0), group=group)
+    runs = np.array([r[0] for r in rows])
+    num = np.array([r[1:] for r in rows], dtype=np.float64)
+    step_id, start, end, prefill, decode, ctx, seqs, left = num.T
+    ran = (prefill + decode) > 0
+    X = np.column_stack([np.ones(len(rows)), prefill, decode, ctx, seqs])[ran]
+    nxt = (runs[1:] == runs[:-1]) & (step_id[1:] == step_id[:-1] + 1) & (left[:-1] > 0)
+    gaps = (start[1:] - end[:-1])[nxt & ran[:-1]]
+    return StepSamples(X, (end - start)[ran], np.maximum(gaps, 0.0), group)
+
+
+def read_window(con, since: float | None, until: float | None) -> Window:
+    """Raises ValueError (an empty window, a trace without steps) with what to do."""
+    requests = read_requests(con, since, until)
+    if not requests:
+        raise ValueError(f"no request arrived in the window ({since=}, {until=}) that has"
+                         " ended: widen --since/--until (batchpilot trace summary shows the"
+                         " span recorded)")
+    lo = requests[0].arrival_time if since is None else since
+    hi = max(r.finished_time or r.arrival_time for r in requests) if until is None else until
+    counts: dict[str, int] = {}
+    for r in requests:
+        counts[r.run_id] = counts.get(r.run_id, 0) + 1
+    run_id = max(counts, key=lambda k: counts[k])
+    notes = []
+    if len(counts) > 1:
+        notes.append(f"the window spans {len(counts)} server runs; replaying the"
+                     f" {counts[run_id]} requests of run {run_id} (the most)")
+        requests = [r for r in requests if r.run_id == run_id]
+    model, device, settings = _run(con, run_id)
+    same = [row[0] for row in _rows(con, "SELECT run_id, settings FROM runs WHERE model = ?",
+                                    [model]) if _run(con, row[0])[1] == device] or [run_id]
+    group = f"model={model or '?'} device={device or 'unrecorded'}"
+    end = max(hi, max(r.finished_time or r.arrival_time for r in requests))
+    return Window(lo, hi, model, device, settings, requests, _facts(con, run_id, lo, end),
+                  read_itl(con, run_id, lo, end), read_samples(con, same, end, group), notes)

@@ -1,0 +1,73 @@
+"""Calibration: the non-negative least-squares fit recovers a known step-time law from
+synthetic steps, reports its error, and warns when it is thin or asked to extrapolate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from control.whatif.calibrate import MIN_STEPS, StepSamples, calibrate, nnls
+
+LAW = np.array([0.003, 2e-5, 4e-4, 1e-7, 1.5e-4])  # fixed, prefill, decode, context, seqs
+
+
+def synthetic(n: int, seed: int = 0, noise: float = 0.01, law=LAW) -> StepSamples:
+    """Steps of a mixed-batch engine: decodes with their contexts, some prefill chunks."""
+    rng = np.random.default_rng(seed)
+    decode = rng.integers(0, 64, n)
+    prefill_seqs = rng.integers(0, 9, n)  # num_seqs differs from decode tokens only here
+    prefill = prefill_seqs * rng.integers(16, 512, n)
+    context = decode * rng.integers(50, 4000, n)
+    X = np.column_stack([np.ones(n), prefill, decode, context, decode + prefill_seqs])
+    y = X @ law * (1 + noise * rng.standard_normal(n))
+    return StepSamples(X.astype(float), y, gaps=np.full(n - 1, 0.0007), group="test")
+
+
+def test_the_fit_recovers_a_known_law_and_reports_its_error():
+    model = calibrate(synthetic(2000))
+    # decode tokens and sequences move together (a decode is one of each): their sum is
+    # what the steps pin down best; each alone only through the prefill sequences
+    assert np.allclose(model.coef[:4:3], LAW[:4:3], rtol=0.05), model.coef
+    assert model.coef[1] == pytest.approx(LAW[1], rel=0.05)
+    assert model.coef[2] + model.coef[4] == pytest.approx(LAW[2] + LAW[4], rel=0.03)
+    assert np.allclose(model.coef, LAW, rtol=0.15), model.coef
+    assert model.in_sample.r2 > 0.99
+    assert model.in_sample.median_abs_pct < 2  # 1% noise
+    assert model.held_out.steps == 400 and model.held_out.median_abs_pct < 2
+    assert model.gap_s == pytest.approx(0.0007)
+    assert model.warnings == ()
+
+
+def test_coefficients_stay_non_negative_where_a_term_is_absent():
+    law = LAW.copy()
+    law[3] = 0.0  # no context cost: ordinary least squares would go slightly negative
+    model = calibrate(synthetic(1000, noise=0.05, law=law))
+    assert min(model.coef) >= 0.0
+    assert model.coef[3] < 2e-8
+    assert model.coef[2] + model.coef[4] == pytest.approx(law[2] + law[4], rel=0.05)
+
+
+def test_nnls_matches_the_unconstrained_solution_when_it_is_feasible():
+    rng = np.random.default_rng(3)
+    A = rng.random((50, 4))
+    x = np.array([1.0, 2.0, 0.5, 3.0])
+    assert np.allclose(nnls(A, A @ x), x, atol=1e-8)
+    assert np.all(nnls(A, -(A @ x)) == 0.0)  # every direction would need a negative
+
+
+def test_few_steps_are_said_plainly():
+    model = calibrate(synthetic(MIN_STEPS - 20))
+    assert any(f"only {MIN_STEPS - 20} steps" in w for w in model.warnings)
+
+
+def test_a_step_beyond_what_the_fit_saw_is_flagged():
+    model = calibrate(synthetic(500))
+    seen = model.seen_max
+    assert not model.beyond_seen(seen)
+    assert model.beyond_seen((1.0, seen[1] * 2, 1, 1, 1))  # a prefill twice the largest
+    assert model.beyond_seen((1.0, 1, 1, 1, seen[4] + 10))  # more sequences than ever
+
+
+def test_no_steps_is_an_error_an_operator_can_act_on():
+    with pytest.raises(ValueError, match="no step that ran tokens"):
+        calibrate(StepSamples(np.zeros((0, 5)), np.zeros(0)))

@@ -1,0 +1,74 @@
+"""`batchpilot whatif --db FILE`: end to end on a small recorded trace, and every bad
+input refused with exit 2 and the control API's wording."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from whatif_sim_trace import START, record
+
+from control.cli.main import main
+from control.whatif.cli import proposals
+from engine.config import LiveConfig
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("whatif") / "trace.duckdb")
+    record(path, LiveConfig(max_num_seqs=8, max_num_batched_tokens=256,
+                            prefill_chunk_size=128), n=80, cancel_every=9)
+    return path
+
+
+def test_a_set_prints_the_table_side_by_side(db, capsys):
+    assert main(["whatif", "--db", db, "--set", "max_num_seqs=2", "--slo-ttft", "0.1"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("metric"))
+    assert header.split() == ["metric", "recorded", "predicted", "proposed",
+                              "predicted/recorded", "proposed/predicted"]
+    assert "proposed: max_num_seqs 8 -> 2" in out
+    assert "goodput_rps" in out and "\nlane interactive" in out and "\ntenant rag" in out
+    assert "note: no serving YAML" in out  # the defaults it assumed are said
+
+
+def test_compare_gives_json_and_a_plot(db, tmp_path, capsys):
+    png = tmp_path / "whatif.png"
+    code = main(["whatif", "--db", db, "--since", str(START), "--json", "--plot", str(png),
+                 "--compare", "narrow:max_num_seqs=2,max_num_batched_tokens=64",
+                 "--compare", "chunk32:prefill_chunk_size=32"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["columns"] == ["recorded", "predicted", "narrow", "chunk32"]
+    assert result["configs"]["narrow"]["diff"] == {"max_num_batched_tokens": [256, 64],
+                                                   "max_num_seqs": [8, 2]}
+    ttft = next(r for r in result["rows"] if r["metric"] == "ttft_p99_s")
+    assert ttft["ratios"]["narrow"] > 1.0  # fewer seqs and tokens per step: slower start
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--set", "max_num_seqs=0"], "max_num_seqs=0 must be in 1..8192"),
+    (["--set", "no_such_knob=3"], "no_such_knob"),
+    (["--set", "block_size=32"], "static setting"),
+    (["--set", "max_num_seqs"], "is not KEY=VALUE"),
+    (["--compare", "nocolon"], "is not NAME:KEY=VALUE"),
+    (["--set", "max_num_seqs=4", "--since", "2100-01-01T00:00:00"], "no request arrived"),
+    (["--set", "max_num_seqs=4", "--since", "yesterday-ish"], "is not understood"),
+    (["--set", "max_num_seqs=4", "--slo-ttft", "0"], "--slo-ttft=0.0 must be > 0"),
+    ([], "nothing to predict"),
+])
+def test_bad_input_is_exit_2_with_what_to_fix(db, capsys, args, needle):
+    assert main(["whatif", "--db", db, *args]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_a_missing_file_is_exit_2(tmp_path, capsys):
+    assert main(["whatif", "--db", str(tmp_path / "none.duckdb"), "--set", "x=1"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_compare_splits_settings_only_at_a_new_key():
+    assert proposals(None, ['a:lanes.batch.weight=2,tenant_lanes={"x":"batch"},max_num_seqs=3']
+                     ) == {"a": {"lanes": {"batch": {"weight": 2}},
+                                 "tenant_lanes": {"x": "batch"}, "max_num_seqs": 3}}

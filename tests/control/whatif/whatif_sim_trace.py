@@ -1,0 +1,77 @@
+"""Traces recorded from a simulated engine whose step time follows a known law.
+
+    law = record(path, LiveConfig(max_num_seqs=16, ...))   # writes path; returns the law
+
+The SimulatedExecutor advances a FakeClock by fixed + prefill * tokens + decode * tokens
+per step, so the trace's steps follow that law exactly and the requests' latencies are
+what that engine did: what a what-if replay of the recorded config must reproduce.
+Requests: seeded Poisson arrivals, prompts 20..300 tokens, outputs 4..60 (ignore_eos),
+two tenants; tenant "rag" shares a 64-token prompt prefix (prefix-cache hits).
+"""
+
+from __future__ import annotations
+
+import random
+
+from control.metrics.observer import Observer
+from control.trace.writer import TraceSettings, TraceWriter
+from engine.config import EngineConfig, LiveConfig, StaticConfig
+from engine.engine import Engine
+from engine.request import SamplingParams
+from engine.sim.executor import FakeClock, SimulatedExecutor
+
+START = 1_700_000_000.0
+LAW = (0.004, 0.0001, 0.0008)  # fixed s, s per prefill token, s per decode token
+STATIC = StaticConfig(num_kv_blocks=400, block_size=16, max_model_len=2048)
+
+
+def workload(n: int, rate_per_s: float, seed: int) -> list[tuple[float, int, int, str]]:
+    """(arrival s from START, prompt tokens, output tokens, tenant)."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate_per_s)
+        out.append((t, rng.randint(20, 300), rng.randint(4, 60), rng.choice(["chat", "rag"])))
+    return out
+
+
+def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
+           seed: int = 0, cancel_every: int = 0) -> tuple[float, float, float]:
+    """Run the workload through a simulated engine into a trace at `path` (writer
+    stopped). `cancel_every`: every k-th request is aborted 0.3 s after it arrives."""
+    clock = FakeClock(START)
+    executor = SimulatedExecutor(clock=clock, step_cost_s=LAW[0], prefill_token_cost_s=LAW[1],
+                                 decode_token_cost_s=LAW[2], shadow_kv=False)
+    engine = Engine(EngineConfig(STATIC, live), executor, clock=clock)
+    writer = TraceWriter(TraceSettings(path), "run1", "sim").start()
+    observer = Observer(None, writer, kv_snapshot_every=50)
+    rng = random.Random(seed + 1)
+    shared = [rng.randrange(3, 30000) for _ in range(64)]
+    jobs = workload(n, rate_per_s, seed)
+    cancels: list[tuple[float, str]] = []
+    i = 0
+    while i < len(jobs) or engine.has_unfinished_requests():
+        if not engine.has_unfinished_requests():
+            clock.now = max(clock.now, START + jobs[i][0])
+        while i < len(jobs) and START + jobs[i][0] <= clock.now:
+            arrival, prompt_len, out_len, tenant = jobs[i]
+            prompt = [rng.randrange(3, 30000) for _ in range(prompt_len)]
+            if tenant == "rag":
+                prompt = shared + prompt
+            engine.add_request(f"r{i}", prompt, SamplingParams(
+                max_tokens=out_len, temperature=0.0, ignore_eos=True), tenant=tenant,
+                arrival_time=START + arrival)
+            if cancel_every and i % cancel_every == cancel_every - 1:
+                cancels.append((START + arrival + 0.3, f"r{i}"))
+            i += 1
+        for when, rid in [c for c in cancels if c[0] <= clock.now]:
+            engine.abort(rid)
+            cancels.remove((when, rid))
+        out = engine.step()
+        observer.on_step(engine, out)
+        if out.record is not None and out.record.tokens_used == 0:
+            clock.advance(0.001)
+    assert writer.sync(30)
+    observer.stop()
+    writer.stop()
+    return LAW
