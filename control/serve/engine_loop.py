@@ -35,9 +35,8 @@ from control.serve.step_health import StepHealth
 from control.serve.streams import Delivery, RequestStream, StreamEvent, Submission, deliver, resolve
 from engine.config import LiveConfig
 from engine.engine import Engine
-from engine.records import AdmissionDecision, StepOutput
+from engine.records import AdmissionDecision
 from engine.request import RequestStatus
-from engine.step_faults import STEP_FAILED
 
 log = logging.getLogger("batchpilot.engine_loop")
 
@@ -283,11 +282,11 @@ class AsyncEngine:
             step = engine.step()
             step_done = time.perf_counter()
         except Exception as exc:  # outside execute and update: which requests it touched
-            step = self._step_raised(exc)  # is unknown, so every one ends
+            step = self.step_health.step_raised(engine, exc, log)  # is unknown: all end
             step_done = time.perf_counter()
         else:
             if step.failure is not None:
-                self._step_failed(step)
+                self.step_health.step_failed(step.failure, log)
             elif step.record is not None:
                 self.step_health.on_success()
         if self.observer is not None:
@@ -310,25 +309,6 @@ class AsyncEngine:
                     self._streams.pop(event.request_id, None)
                     self._abort(event.request_id, "client_disconnect")
         self._publish(time.perf_counter() - started)
-
-    def _step_failed(self, step: StepOutput) -> None:
-        failure, health = step.failure, self.step_health
-        ended = failure.request_ids
-        health.on_failure(failure, failure.detail, len(ended))
-        health.log(log, failure.error, f"engine step {failure.step_id} failed in"
-                   f" {failure.phase}: ended {len(ended)} requests"
-                   f" ({', '.join(ended[:8])}{' ...' if len(ended) > 8 else ''}),"
-                   f" {failure.num_succeeded} went on")
-
-    def _step_raised(self, exc: Exception) -> StepOutput:
-        """End every request (if that raises too, the loop dies: see _run)."""
-        detail = f"{STEP_FAILED}: step raised {type(exc).__name__}"
-        step = self._engine.fail_all(detail)
-        ended = sum(1 for delta in step.ended if delta.finish_detail == detail)
-        self.step_health.on_failure(None, detail, ended)
-        self.step_health.log(log, exc, f"engine step failed outside execute and update;"
-                             f" ended all {ended} requests")
-        return step
 
     def _publish(self, step_s: float) -> None:
         engine = self._engine

@@ -21,7 +21,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from engine.step_faults import StepFailure
+from engine.engine import Engine
+from engine.records import StepOutput
+from engine.step_faults import STEP_FAILED, StepFailure
 
 TRACEBACK_EVERY_S = 10.0  # a run of alike failures logs one traceback per this long
 
@@ -88,3 +90,23 @@ class StepHealth:
         else:
             log.error("%s (%s again; traceback logged once per %gs)", message, kind,
                       TRACEBACK_EVERY_S)
+
+    def step_failed(self, failure: StepFailure, log: logging.Logger) -> None:
+        """A step whose batch failed in part (the engine ended those requests)."""
+        ended = failure.request_ids
+        self.on_failure(failure, failure.detail, len(ended))
+        self.log(log, failure.error, f"engine step {failure.step_id} failed in"
+                 f" {failure.phase}: ended {len(ended)} requests"
+                 f" ({', '.join(ended[:8])}{' ...' if len(ended) > 8 else ''}),"
+                 f" {failure.num_succeeded} went on")
+
+    def step_raised(self, engine: Engine, exc: Exception, log: logging.Logger) -> StepOutput:
+        """A step that raised outside execute and update: which requests it touched is
+        unknown, so every one ends (if that raises too, the engine loop dies)."""
+        detail = f"{STEP_FAILED}: step raised {type(exc).__name__}"
+        step = engine.fail_all(detail)
+        ended = sum(1 for delta in step.ended if delta.finish_detail == detail)
+        self.on_failure(None, detail, ended)
+        self.log(log, exc, f"engine step failed outside execute and update; ended all"
+                 f" {ended} requests")
+        return step
