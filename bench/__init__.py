@@ -16,13 +16,16 @@ CPU, side by side in one run:
                          off (simulated engine), and what it costs the batch work
     latency_reconcile    client vs server TTFT and queue delay behind a long prefill and
                          on a long-prompt replay (`--against REF`: before / after)
+    cpu_roofline         measured fp32/bf16 GEMM and weight-streaming ceilings beside the
+                         engine's step split (projections, attention, sampling, other)
 GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the CPU check):
     kernel_check         Triton kernels against the torch reference at real sizes
     kernel_speed         decode bandwidth and prefill TFLOP/s, against torch SDPA
     gpu_parity           engine vs transformers: fp32 greedy tokens, bf16 logits
     gpu_engine           engine vs transformers generate, tokens/s, random-weight models
     kernel_compile       compiles the kernels for sm_90 on any machine: registers, spills
-Helpers (no main): step_cost (scheduler_overhead's driver), paged_inputs, random_models.
+Helpers (no main): step_cost (scheduler_overhead's driver), paged_inputs, random_models,
+roofline_steps (cpu_roofline's step and its profile).
 
 Nothing here is imported by the engine; the GPU modules import only torch, triton,
 transformers (and what they bring) and this repository.

@@ -28,11 +28,13 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "loadtest_goals": [],
     "tuning_sweep": [],
     "kernel_compile": ["--strict"],
+    "cpu_roofline": [],
     "latency_reconcile": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
-HELPERS = {"step_cost", "paged_inputs", "random_models"}  # imported by benchmarks, no main()
+# imported by benchmarks, no main()
+HELPERS = {"step_cost", "paged_inputs", "random_models", "roofline_steps"}
 
 
 def run_module(name: str, *args: str, timeout: float = 240) -> dict:

@@ -1,0 +1,277 @@
+"""The engine's step for bench.cpu_roofline: fake requests through the real
+`ModelRunner.execute`, its time split by torch.profiler, and its FLOPs against the ceilings.
+
+Nothing here edits or patches the engine. Categories come from the profiler's event tree:
+attention modules get a `record_function` label through forward hooks (a public nn.Module
+API, installed only for the profiled steps); sampling is every op whose Python stack passes
+through engine/sampler.py; projections are matmul-family ops outside those; the rest, and
+the host time between ops, is "other". Weight shapes and counts are read from the model's
+modules, so fused or unfused projections and any weight dtype are measured as they are.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from engine.model_runner import ModelRunner
+from engine.models import Attention
+from engine.records import PrefillChunk, SchedulerOutput
+from engine.request import Request, SamplingParams
+
+STEP_LABEL, ATTENTION_LABEL = "bench::step", "bench::attention"
+# matmul-family op names (after "aten::", "mkldnn::", ...): a projection unless inside attention
+PROJECTION_OPS = {"linear", "addmm", "mm", "matmul", "bmm", "baddbmm", "_addmm_activation",
+                  "_linear_pointwise", "mkldnn_linear", "_weight_int8pack_mm",
+                  "_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu"}
+SAMPLER_FILE, ATTENTION_FILE = "engine/sampler.py", "kernels/"  # in Python frames' names
+CATEGORIES = ("projections", "attention", "sampling", "other")
+TABLE_HEADER = ("  step         wall ms p50 [min-max]  profiled ms p50 and share of the profiled"
+                " step, by category        GFLOP/s step (proj)  ceiling GFLOP/s, bound, step"
+                " share (proj share) per dtype")
+TABLE_LEGEND = (
+    "  wall: unprofiled steps; profiled: with torch.profiler (with_stack), which slows Python"
+    " most, so its overhead lands mostly in 'other' (host: Python between ops);\n"
+    "  GFLOP/s (best vs best): step = (projection + attention FLOPs) / fastest wall, proj ="
+    " projection FLOPs / fastest profiled projection time; ceiling: projection FLOPs over"
+    " max(GEMM time at the best measured rate per shape, best weight-streaming pass)")
+
+
+@dataclass(frozen=True)
+class StepShape:
+    name: str
+    decodes: int  # sequences decoding one token each
+    context: int  # tokens of context per decode, this step's token included
+    prefill: int  # tokens of one prefill chunk from position 0 (0: none)
+
+    @property
+    def tokens(self) -> int:
+        return self.decodes + self.prefill
+
+    @property
+    def sample_rows(self) -> int:
+        return self.decodes + (1 if self.prefill else 0)
+
+
+def linear_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """(module name, weight [out, in]) of every module with a 2-D weight except embeddings,
+    in module order (the decode order: layer by layer, then lm_head); shared weights once."""
+    found, seen = [], set()
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, nn.Embedding) or not isinstance(weight, torch.Tensor):
+            continue
+        if weight.dim() == 2 and id(weight) not in seen:
+            seen.add(id(weight))
+            found.append((name, weight))
+    return found
+
+
+def is_vocab(name: str) -> bool:
+    """lm_head runs on the sample rows only; every other weight on every token."""
+    return name.rsplit(".", 1)[-1] == "lm_head"
+
+
+def model_info(loaded) -> dict:
+    weights = linear_weights(loaded.model)
+    params = {id(p): p for p in loaded.model.parameters()}.values()
+    return {"architecture": loaded.architecture, "dtype": str(loaded.dtype).replace("torch.", ""),
+            "weight_dtypes": sorted({str(w.dtype).replace("torch.", "") for _, w in weights}),
+            "params": sum(p.numel() for p in params)}
+
+
+def projection_shapes(model: nn.Module) -> dict[tuple[int, int], str]:
+    """(in, out) -> label: the config's projections fused and unfused, plus the model's own."""
+    cfg = model.config
+    hidden, heads, kv_heads = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or hidden // heads
+    inter, vocab = cfg.intermediate_size, cfg.vocab_size
+    canonical = [((hidden, (heads + 2 * kv_heads) * head_dim), "qkv"), ((hidden, heads * head_dim),
+                 "q"), ((hidden, kv_heads * head_dim), "k,v"), ((heads * head_dim, hidden), "o"),
+                 ((hidden, 2 * inter), "gate_up"), ((hidden, inter), "gate,up"),
+                 ((inter, hidden), "down"), ((hidden, vocab), "lm_head")]
+    canonical += [((w.shape[1], w.shape[0]), name.rsplit(".", 1)[-1])
+                  for name, w in linear_weights(model)]
+    shapes: dict[tuple[int, int], str] = {}
+    for key, label in canonical:
+        if label not in shapes.get(key, "").split("/"):
+            shapes[key] = f"{shapes[key]}/{label}" if key in shapes else label
+    return shapes
+
+
+def blocks_needed(batch: int, context: int, prefill: int, block_size: int) -> int:
+    return batch * -(-context // block_size) + -(-prefill // block_size) + 1
+
+
+def build_step(shape: StepShape, vocab: int, block_size: int, temperature: float,
+               seed: int = 0) -> SchedulerOutput:
+    """Fake requests, each owning its own blocks: decodes at `context` (all but the last
+    token computed), then one prefill chunk of a fresh prompt that samples."""
+    rng, next_block = random.Random(seed), 0
+    params = SamplingParams(max_tokens=1, temperature=temperature, ignore_eos=True, seed=seed)
+
+    def request(i: int, length: int, computed: int) -> Request:
+        nonlocal next_block
+        req = Request(f"bench-{i}", [rng.randrange(vocab) for _ in range(length)], params, 0.0)
+        req.num_computed_tokens = computed
+        owned = -(-length // block_size)
+        req.block_ids = list(range(next_block, next_block + owned))
+        next_block += owned
+        return req
+
+    decodes = [request(i, shape.context, shape.context - 1) for i in range(shape.decodes)]
+    prefills = [PrefillChunk(request(shape.decodes, shape.prefill, 0), shape.prefill, True)
+                ] if shape.prefill else []
+    return SchedulerOutput(0, decodes, prefills, config_version=0, token_budget=shape.tokens,
+                           num_decode_tokens=shape.decodes, num_prefill_tokens=shape.prefill)
+
+
+def label_attention(model: nn.Module) -> list:
+    """Forward hooks that wrap every attention module's forward in ATTENTION_LABEL."""
+    open_ranges: list[record_function] = []
+
+    def enter(module, args):
+        open_ranges.append(record_function(ATTENTION_LABEL).__enter__())
+
+    def leave(module, args, output):
+        open_ranges.pop().__exit__(None, None, None)
+
+    handles = []
+    for module in model.modules():
+        if isinstance(module, Attention):
+            handles.append(module.register_forward_pre_hook(enter))
+            handles.append(module.register_forward_hook(leave))
+    return handles
+
+
+def categorise(event) -> tuple[str, int] | None:
+    """(category, id of the profiled step) of one profiler event, its self time counting
+    there, from its ancestry, which with_stack=True interleaves with Python frames
+    ("engine/sampler.py(52): sample"): attention (label, or a kernels/ frame) > sampling (a
+    sampler frame) > projections (a matmul-family op) > other. None: outside every step."""
+    chain, node = [], event
+    while node is not None:
+        chain.append(node)
+        node = node.cpu_parent
+    steps = [e for e in chain if e.name == STEP_LABEL]
+    if not steps:
+        return None
+    names = [e.name for e in chain]
+    if ATTENTION_LABEL in names or any(ATTENTION_FILE in n for n in names):
+        category = "attention"
+    elif any(SAMPLER_FILE in n for n in names):
+        category = "sampling"
+    elif any(n.rsplit("::", 1)[-1] in PROJECTION_OPS for n in names):
+        category = "projections"
+    else:
+        category = "other"
+    return category, steps[0].id
+
+
+def profile_split(runner: ModelRunner, out: SchedulerOutput, steps: int) -> dict:
+    """Per category, ms per profiled step: median and min over the steps (each step's own
+    sum); the host time between ops (part of other); the costliest other ops (mean)."""
+    handles = label_attention(runner.model)
+    try:
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+            for _ in range(steps):
+                with record_function(STEP_LABEL):
+                    runner.execute(out)
+    finally:
+        for handle in handles:
+            handle.remove()
+    per_step: dict[int, dict[str, float]] = {}  # step event id -> category -> µs
+    other_ops: dict[str, float] = {}
+    for event in prof.events():
+        found = categorise(event)
+        if found is None:
+            continue
+        category, step = found
+        totals = per_step.setdefault(step, dict.fromkeys((*CATEGORIES, "host", "total"), 0.0))
+        totals[category] += event.self_cpu_time_total
+        if event.name == STEP_LABEL:
+            totals["host"], totals["total"] = event.self_cpu_time_total, event.cpu_time_total
+        elif category == "other":
+            other_ops[event.name] = other_ops.get(event.name, 0.0) + event.self_cpu_time_total
+    top = sorted(other_ops.items(), key=lambda kv: -kv[1])[:6]
+    return {name: {"median": statistics.median(t[name] for t in per_step.values()) / 1e3,
+                   "min": min(t[name] for t in per_step.values()) / 1e3}
+            for name in (*CATEGORIES, "host", "total")} | {
+        "other_top_ops_ms": {name: us / steps / 1e3 for name, us in top}}
+
+
+def measure_step(runner: ModelRunner, shape: StepShape, steps: int, profiled: int,
+                 temperature: float) -> dict:
+    """Wall ms of `steps` unprofiled executes (after 2 warm-ups), then `profiled` more
+    under the profiler, split by category."""
+    vocab = runner.model.config.vocab_size
+    out = build_step(shape, vocab, runner.block_size, temperature)
+    for _ in range(2):
+        runner.execute(out)
+    walls = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        runner.execute(out)
+        walls.append((time.perf_counter() - started) * 1e3)
+    return {"tokens": shape.tokens, "sample_rows": shape.sample_rows,
+            "wall_ms": {"median": statistics.median(walls), "min": min(walls), "max": max(walls)},
+            "profiled_ms": profile_split(runner, out, profiled)}
+
+
+def best_rate(table: dict, rows: int) -> float:
+    """Best GFLOP/s at `rows`, or at the nearest measured row count (log scale)."""
+    measured = [int(k) for k in table if k.isdigit()]
+    near = min(measured, key=lambda n: abs(math.log(n / rows)))
+    return table[str(near)]["max"]
+
+
+def roofline(model: nn.Module, shape: StepShape, row: dict, gemm: dict, stream: dict) -> dict:
+    """FLOPs of the step, achieved GFLOP/s and the ideal projection time per dtype, best
+    against best: the fastest step (and its fastest profiled projections) over the fastest
+    sample of each ceiling (contention on a shared machine only ever slows a sample)."""
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    per_query = 4 * head_dim * cfg.num_attention_heads * cfg.num_hidden_layers  # QK + PV
+    keys = shape.decodes * shape.context + shape.prefill * (shape.prefill + 1) // 2
+    attn_flops = per_query * keys
+    work = [(w.shape[1], w.shape[0], shape.sample_rows if is_vocab(n) else shape.tokens)
+            for n, w in linear_weights(model)]
+    proj_flops = sum(2 * rows * d_in * d_out for d_in, d_out, rows in work)
+    wall_s = row["wall_ms"]["min"] / 1e3
+    proj_s = row["profiled_ms"]["projections"]["min"] / 1e3
+    step_gflops = (proj_flops + attn_flops) / wall_s / 1e9
+    proj_gflops = proj_flops / proj_s / 1e9 if proj_s else 0.0
+    out = {"proj_gflop": proj_flops / 1e9, "attn_gflop": attn_flops / 1e9,
+           "tokens_per_s": shape.tokens / wall_s, "step_gflops": step_gflops,
+           "proj_gflops": proj_gflops, "ceiling": {}}
+    for dtype, table in gemm.items():
+        compute_s = sum(2 * rows * d_in * d_out / (best_rate(table[f"{d_in}x{d_out}"], rows) * 1e9)
+                        for d_in, d_out, rows in work)
+        stream_s = stream[dtype]["ms_per_pass"]["min"] / 1e3
+        ideal_s = max(compute_s, stream_s)
+        ceiling = proj_flops / ideal_s / 1e9
+        out["ceiling"][dtype] = {
+            "gflops": ceiling, "ideal_ms": ideal_s * 1e3,
+            "bound": "streaming" if stream_s > compute_s else "gemm",
+            "step_ratio": step_gflops / ceiling, "proj_ratio": proj_gflops / ceiling}
+    return out
+
+
+def format_row(name: str, row: dict) -> str:
+    wall, split = row["wall_ms"], row["profiled_ms"]
+    total = sum(split[k]["median"] for k in CATEGORIES) or 1.0  # shares of the medians
+    parts = "  ".join(f"{short} {split[k]['median']:6.1f} {split[k]['median'] / total:4.0%}"
+                      for k, short in zip(CATEGORIES, ("proj", "attn", "samp", "other"),
+                                          strict=True))
+    ratios = "  ".join(f"{k} {c['gflops']:5.0f} {c['bound'][:6]:<6} {c['step_ratio']:5.1%}"
+                       f" ({c['proj_ratio']:5.1%})" for k, c in row["ceiling"].items())
+    return (f"  {name:<12} {wall['median']:7.1f} [{wall['min']:.1f}-{wall['max']:.1f}]"
+            f"  {parts} (host {split['host']['median']:4.1f})"
+            f"  {row['step_gflops']:6.1f} ({row['proj_gflops']:6.1f})  {ratios}")
