@@ -17,6 +17,7 @@ PAGES = [("views/overview.py", "Overview", ":material/monitoring:"),
          ("views/scheduler.py", "Scheduler", ":material/view_timeline:"),
          ("views/requests.py", "Requests", ":material/search:"),
          ("views/control.py", "Control", ":material/tune:"),
+         ("views/whatif.py", "What-if", ":material/query_stats:"),
          ("views/checklist.py", "Go-live checklist", ":material/checklist:")]
 
 st.set_page_config(page_title="batchpilot", page_icon=":material/speed:", layout="wide")

@@ -44,6 +44,8 @@ def diff_text(change: str | dict | None) -> str:
 
 
 def change_rules(changes: pd.DataFrame) -> alt.Chart | None:
+    if not changes.empty and "source" in changes:  # a what-if prediction changed nothing
+        changes = changes[changes["source"] != "whatif"]
     if changes.empty:
         return None
     return alt.Chart(changes).mark_rule(strokeDash=[4, 4], color="#b45309").encode(

@@ -15,6 +15,8 @@ WATERMARKS = ("kv_cache_high_watermark", "kv_cache_reject_watermark")
 CHOICES = ("chunked_prefill", "schedule_policy", "batching")
 LANE_FIELDS = ("weight", "max_running", "max_waiting", "policy", "tenant_fair_share",
                "queue_timeout_ms", "preempt_first", "preempt_to_start", "batching")
+# Predict replays the last window of the trace up to now (seconds); 15 min by default.
+PREDICT_WINDOWS_S = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 21600, "24 h": 86400}
 
 
 def clean(value: Any) -> Any:

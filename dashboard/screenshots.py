@@ -3,7 +3,8 @@
 Starts `batchpilot serve` on the default model with a trace (127.0.0.1, a free port),
 puts a short load on it (the `mixed` scenario, 40 requests, with a live config change
 and its rollback in the middle), starts `batchpilot dashboard --url`, and photographs
-each page in headless Chromium (Debian's, driven by Playwright) into docs/screenshots/.
+each page in headless Chromium (Debian's, driven by Playwright) into docs/screenshots/;
+the What-if page after pressing Compare, the viewport grown to its prediction's height.
 Everything it starts is stopped at the end.
 
     python -m dashboard.screenshots [--out docs/screenshots] [--requests 40]
@@ -24,7 +25,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = {"overview": "", "scheduler": "scheduler", "requests": "requests",
-         "control": "control", "checklist": "checklist"}
+         "control": "control", "whatif": "whatif", "checklist": "checklist"}
+VIEWPORT = {"width": 1500, "height": 1100}
+CLICK = {"whatif": "Compare"}  # pages photographed after pressing a button (a prediction)
+DONE = ("!document.querySelector('[data-testid=stSkeleton]')"
+        " && !document.querySelector('[data-testid=stStatusWidget]')")
 READY = "batchpilot: ready"
 
 
@@ -71,6 +76,19 @@ def load(url: str, requests: int) -> None:
         raise SystemExit("the load test failed")
 
 
+def fit_height(page) -> None:
+    """Grow the viewport until the page's content fits (it reflows as it grows)."""
+    height = VIEWPORT["height"]
+    for _ in range(4):
+        needed = 200 + int(page.evaluate(
+            "document.querySelector('[data-testid=stMainBlockContainer]').scrollHeight"))
+        if needed <= height:
+            return
+        height = needed
+        page.set_viewport_size({"width": VIEWPORT["width"], "height": height})
+        page.wait_for_timeout(1000)
+
+
 def photograph(dashboard_url: str, out: Path) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -80,17 +98,21 @@ def photograph(dashboard_url: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page = browser.new_page(viewport=VIEWPORT)
         for name, path in PAGES.items():
             page.goto(f"{dashboard_url}/{path}")
             page.wait_for_selector("[data-testid=stMainBlockContainer] h1", timeout=60_000)
-            page.wait_for_function(  # the script has finished and every chart is drawn
-                "!document.querySelector('[data-testid=stSkeleton]')"
-                " && !document.querySelector('[data-testid=stStatusWidget]')",
-                timeout=60_000)
+            # the script has finished and every chart is drawn
+            page.wait_for_function(DONE, timeout=60_000)
+            if name in CLICK:
+                page.get_by_role("button", name=CLICK[name]).click()
+                page.wait_for_timeout(500)
+                page.wait_for_function(DONE, timeout=300_000)
+                fit_height(page)  # Streamlit scrolls inside its main block
             page.wait_for_timeout(1500)
             page.screenshot(path=str(out / f"{name}.png"), full_page=True)
             print(f"  {out / (name + '.png')}", flush=True)
+            page.set_viewport_size(VIEWPORT)
         browser.close()
 
 

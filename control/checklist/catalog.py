@@ -7,6 +7,7 @@ from control.checklist import (  # noqa: F401  (imported for their @register)
     checks_loadtest,
     checks_ops,
     checks_runtime,
+    checks_whatif,
 )
 from control.checklist.registry import CHECKS
 

@@ -15,7 +15,7 @@ from engine.config_yaml import STATIC_KEYS
 # Defaults the server fits to the model when the YAML does not set them (engine/llm.py):
 # their value cannot be known from the YAML alone.
 FITTED_LIVE = ("max_num_seqs", "prefill_chunk_size", "long_context_threshold")
-NOT_CHANGES = ("drain", "resume")  # config_changes rows that are not config versions
+NOT_CHANGES = ("drain", "resume", "whatif")  # config_changes rows that are not versions
 
 
 def config_from_trace(facts: dict[str, Any], changes: list[dict[str, Any]]

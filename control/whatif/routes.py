@@ -11,6 +11,8 @@ at a time, `spawn`ed on first use), so a long prediction holds neither the event
 the GIL the engine thread needs. The recorded config is the server's own: its static
 config, and the live config of the version in force at the window's start while the
 control API's history still holds it (else the current one, said in the notes).
+Each proposal that changes something is recorded in the trace's `config_changes` as a
+`whatif` row (control/whatif/audit.py): the audit shows what was predicted before a change.
 Errors: 400 naming the field (a bad body, time, setting: the control API's validation and
 wording), 404 tracing off, 503 still loading; a read token when tokens are configured.
 """
@@ -33,6 +35,7 @@ from control.api.errors import APIError
 from control.loadtest.records import SLO
 from control.serve.state import ServerState, get_state
 from control.trace.timeparse import parse_time
+from control.whatif.audit import record_predictions
 from control.whatif.configs import propose, recorded_config
 from control.whatif.run import predict
 from control.whatif.window import Window, read_window
@@ -131,7 +134,7 @@ def _base(state: ServerState, window: Window) -> tuple[EngineConfig, list[str]]:
 @router.post("/v1/whatif")
 async def whatif(request: Request, body: dict[str, Any]) -> Any:
     state = get_state(request)
-    authorize(request, state.control_tokens, "read")
+    actor = authorize(request, state.control_tokens, "read")
     props, slo, since, until = parse_body(body)
     if state.trace is None:
         raise APIError(404, "tracing is off: start the server with --trace-db PATH",
@@ -149,9 +152,11 @@ async def whatif(request: Request, body: dict[str, Any]) -> Any:
                 body.get("compare") or {}) else "set") from None
     job = functools.partial(predict, window, base, props, exact=True, slo=slo, notes=notes)
     try:
-        return await asyncio.get_running_loop().run_in_executor(_predictor(), job)
+        result = await asyncio.get_running_loop().run_in_executor(_predictor(), job)
     except BrokenProcessPool as exc:
         global _pool
         with _pool_lock:
             _pool = None  # start a fresh one next time
         raise APIError(500, "the what-if process died; try again", code="whatif_failed") from exc
+    record_predictions(state.trace, state.engine.live_config.version, actor, result)
+    return result

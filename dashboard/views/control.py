@@ -1,21 +1,26 @@
 """Control: the live budgets, watermarks and lanes in a form that calls the control API
-(If-Match on the version shown, so a concurrent change is refused, not overwritten),
-profiles, the history with diffs, rollback, and drain/resume. Validation messages are
-shown as the API words them. Over a trace file: the recorded changes, read-only."""
+(If-Match on the version shown, so a concurrent change is refused, not overwritten), with
+Predict beside Apply (the form's change replayed over the trace's last window by the
+server's POST /v1/whatif, side by side with what was recorded; nothing applied), profiles,
+the history with diffs, rollback, and drain/resume. Validation messages are shown as the
+API words them. Over a trace file: the recorded changes, read-only (the What-if page
+predicts from a file)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from control.cli.ctl import CtlError
-from dashboard import charts
+from dashboard import charts, whatif_panel
 from dashboard.context import Ctx, ask, context, window
 from dashboard.control_form import (
     BUDGETS,
     LANE_FIELDS,
+    PREDICT_WINDOWS_S,
     WATERMARKS,
     clean,
     lanes_from_rows,
@@ -47,51 +52,78 @@ def show_result(data: dict[str, Any] | None, dry_run: bool) -> None:
     (st.info if dry_run else st.success)("  \n".join([verdict, *lines]))
 
 
+def form_fields(config: dict[str, Any]) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The form's inputs, filled with `config`: (edited settings, the lanes table)."""
+    cols = st.columns(3)
+    edited: dict[str, Any] = {}
+    for i, key in enumerate(BUDGETS):
+        edited[key] = int(cols[i % 3].number_input(key, value=int(config[key]), step=1,
+                                                   key=f"bp_{key}"))
+    cols = st.columns(3)
+    for i, key in enumerate(WATERMARKS):
+        edited[key] = float(cols[i].number_input(key, value=float(config[key]),
+                                                 min_value=0.0, max_value=1.0,
+                                                 step=0.01, format="%.2f",
+                                                 key=f"bp_{key}"))
+    edited["chunked_prefill"] = cols[2].checkbox("chunked_prefill",
+                                                 config["chunked_prefill"],
+                                                 key="bp_chunked_prefill")
+    cols = st.columns(2)
+    edited["schedule_policy"] = cols[0].selectbox(
+        "schedule_policy", SCHEDULE_POLICIES,
+        SCHEDULE_POLICIES.index(config["schedule_policy"]), key="bp_schedule_policy")
+    edited["batching"] = cols[1].selectbox(
+        "batching", BATCHING_MODES, BATCHING_MODES.index(config["batching"]),
+        key="bp_batching")
+    st.markdown("Lanes")
+    table = pd.DataFrame.from_dict(config["lanes"], orient="index")[list(LANE_FIELDS)]
+    return edited, st.data_editor(table, key="bp_lanes", num_rows="fixed")
+
+
 def edit_form(data: dict[str, Any]) -> None:
     config = data["config"]
     with st.form("bp_config_form"):
         st.markdown(f"**Version {data['version']}** · admission **{data['admission']}**")
-        cols = st.columns(3)
-        edited: dict[str, Any] = {}
-        for i, key in enumerate(BUDGETS):
-            edited[key] = int(cols[i % 3].number_input(key, value=int(config[key]), step=1,
-                                                       key=f"bp_{key}"))
-        cols = st.columns(3)
-        for i, key in enumerate(WATERMARKS):
-            edited[key] = float(cols[i].number_input(key, value=float(config[key]),
-                                                     min_value=0.0, max_value=1.0,
-                                                     step=0.01, format="%.2f",
-                                                     key=f"bp_{key}"))
-        edited["chunked_prefill"] = cols[2].checkbox("chunked_prefill",
-                                                     config["chunked_prefill"],
-                                                     key="bp_chunked_prefill")
-        cols = st.columns(2)
-        edited["schedule_policy"] = cols[0].selectbox(
-            "schedule_policy", SCHEDULE_POLICIES,
-            SCHEDULE_POLICIES.index(config["schedule_policy"]), key="bp_schedule_policy")
-        edited["batching"] = cols[1].selectbox(
-            "batching", BATCHING_MODES, BATCHING_MODES.index(config["batching"]),
-            key="bp_batching")
-        st.markdown("Lanes")
-        table = pd.DataFrame.from_dict(config["lanes"], orient="index")[list(LANE_FIELDS)]
-        rows = st.data_editor(table, key="bp_lanes", num_rows="fixed")
-        reason = st.text_input("Reason (goes to the audit log)", key="bp_reason")
-        left, right = st.columns(2)
-        check = left.form_submit_button("Validate (dry run)")
-        apply = right.form_submit_button("Apply", type="primary")
-    if not (check or apply):
+        edited, rows = form_fields(config)
+        left, right = st.columns([3, 1])
+        reason = left.text_input("Reason (goes to the audit log)", key="bp_reason")
+        span = right.selectbox("Predict over the last", list(PREDICT_WINDOWS_S), index=1,
+                               key="bp_predict_window")
+        a, b, c = st.columns(3)
+        check = a.form_submit_button("Validate (dry run)", key="bp_validate")
+        guess = b.form_submit_button("Predict", icon=":material/query_stats:",
+                                     key="bp_predict")
+        apply = c.form_submit_button("Apply", type="primary", key="bp_apply")
+    if not (check or guess or apply):
         return
     edited["lanes"] = lanes_from_rows(
         {name: {f: clean(v) for f, v in row.items()} for name, row in
          rows.to_dict(orient="index").items()}, config["lanes"])
     patch = merge_patch(config, edited)
     if not patch:
-        st.info("Nothing changed in the form.")
-        return
-    result = call(ctx, "PATCH", "/control/config",
-                  {"changes": patch, "reason": reason, "lane_moves": {}},
-                  dry_run=check, if_match=data["version"])
-    show_result(result, dry_run=check)
+        st.info("Nothing changed in the form." + (" Change a setting to predict what it"
+                                                   " would do." if guess else ""))
+    elif guess:
+        predict_patch(patch, PREDICT_WINDOWS_S[span])
+    else:
+        result = call(ctx, "PATCH", "/control/config",
+                      {"changes": patch, "reason": reason, "lane_moves": {}},
+                      dry_run=check, if_match=data["version"])
+        show_result(result, dry_run=check)
+
+
+def predict_patch(patch: dict[str, Any], span_s: float) -> None:
+    """The form's change replayed over the last `span_s` of the trace, next to what was
+    recorded and the config as it is (the server predicts; nothing is applied)."""
+    st.subheader("Prediction")
+    st.caption(f"The requests of the last {span_s / 60:g} min replayed under the config as"
+               " it is and with the form's change. Nothing was applied: read the ratios and"
+               " warnings, then Apply. Ratios: as-is / recorded is the prediction's own"
+               " error, proposed / as-is the change.")
+    now = time.time()
+    result = whatif_panel.predict(ctx, now - span_s, now, {"proposed": patch})
+    if result is not None:
+        whatif_panel.show(result)
 
 
 def profiles_and_history(data: dict[str, Any]) -> None:
@@ -140,7 +172,7 @@ else:
     st.info("A trace file is read-only: these are the config changes it recorded. Open a"
             " running server (`batchpilot dashboard --url URL`) to change settings.")
 changes = charts.changes_frame(ask(ctx, "config_changes", since=since, until=until))
-st.subheader("Config changes recorded in the trace")
+st.subheader("Config changes (and what-if predictions) recorded in the trace")
 if changes.empty:
     st.caption("None in this window.")
 else:

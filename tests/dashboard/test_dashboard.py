@@ -17,7 +17,7 @@ from control.serve.settings import ServeSettings
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 PAGES = ["views/overview.py", "views/scheduler.py", "views/requests.py", "views/control.py",
-         "views/checklist.py"]
+         "views/checklist.py", "views/whatif.py"]
 TIMEOUT_S = 60
 
 
@@ -60,7 +60,7 @@ def trace_db(tmp_path_factory) -> str:
 def test_every_page_renders_a_recorded_trace(trace_db, page):
     at = open_page(page, bp_db=trace_db)
     assert not problems(at), problems(at)
-    if page not in ("views/control.py", "views/checklist.py"):
+    if page not in ("views/control.py", "views/checklist.py", "views/whatif.py"):
         assert charts_of(at) >= 1
     assert "trace file" in texts(at)
 
@@ -133,7 +133,7 @@ def test_control_form_applies_validates_and_rolls_back(live_url):
     at = open_page(PAGES[3], bp_url=live_url)
     at.number_input(key="bp_max_num_seqs").set_value(3)
     at.text_input(key="bp_reason").input("dashboard test")
-    at.button[1].click().run()  # Apply
+    at.button(key="bp_apply").click().run()
     assert not at.exception
     after = config(live_url)
     assert after["version"] == before["version"] + 1
@@ -142,7 +142,7 @@ def test_control_form_applies_validates_and_rolls_back(live_url):
 
     at = open_page(PAGES[3], bp_url=live_url)  # a high watermark above the reject one
     at.number_input(key="bp_kv_cache_high_watermark").set_value(0.99)
-    at.button[1].click().run()
+    at.button(key="bp_apply").click().run()
     assert "the server answered 400" in at.error[0].value
     assert "kv_cache_high_watermark" in at.error[0].value
     assert config(live_url)["version"] == after["version"]

@@ -92,7 +92,8 @@ def test_tuning_guide_commands_print_what_it_says(incident, env, capsys, monkeyp
     """The guide's sweep runs as written but for its size: 3 requests per config, and the
     tiny model's tokenizer named (the test server serves it as "tiny")."""
     steps = runbook_steps(TUNING)
-    assert len(steps) == 3 and all(s.expect for s in steps)
+    assert len(steps) == 4 and all(s.expect for s in steps)
+    assert [s.command.split()[1] for s in steps] == ["loadtest", "whatif", "ctl", "trace"]
     for step in steps:
         if "batchpilot loadtest" in step.command:
             step = Step(step.runbook, step.line, step.command.replace(

@@ -72,7 +72,12 @@ def good() -> Evidence:
                  {"version": 2, "time": 1100.0, "actor": "ops", "source": "api"},
                  {"version": 3, "time": 1200.0, "actor": "ops", "source": "rollback:1",
                   "reason": "drill"}],
-        config_changes=[], metrics_text=metrics_text(), trace_available=True,
+        config_changes=[  # version 2 was predicted (POST /v1/whatif) before it was made
+            {"time": 1050.0, "version": 1, "source": "whatif", "actor": "ops",
+             "change": '{"max_num_seqs": [32, 64]}', "note": "what-if 'proposed'"},
+            {"time": 1100.0, "version": 2, "source": "api", "actor": "ops",
+             "change": '{"max_num_seqs": [32, 64]}', "note": "tuning"}],
+        metrics_text=metrics_text(), trace_available=True,
         trace_from="the trace of http://x",
         trace_facts={"run": {"run_id": "r1"}, "last_step": {"step_id": 500}, "cancelled": 4,
                      "idle_after_cancel": {"step_id": 480, "kv_blocks_used": 0,
@@ -159,8 +164,8 @@ FAILURES = {
             batchpilot_kv_blocks_used=3))], "/metrics now (nothing running or waiting):"
         " kv_blocks_used 3"),
     "no rollback in the history": ("rollback", [("history.2.source", "api")],
-                                   "no rollback in the audit log (3 entries, sources: api,"
-                                   " startup)"),
+                                   "no rollback in the audit log (5 entries, sources: api,"
+                                   " startup, whatif)"),
     "tracing off": ("tracing", [("trace_available", False), ("missing", {
         "trace": "the server answered 404: tracing is off: start the server with --trace-db"})],
         "tracing is off"),
@@ -341,7 +346,7 @@ def test_markdown_and_text_reports():
     results = evaluate(SPEC, ev)
     md = to_markdown(results, source="http://x")
     assert md.startswith("# Go-live checklist\n\nEvidence from http://x.")
-    assert "**14 pass, 1 fail, 1 need evidence (16 items): NOT ready: items fail**" in md
+    assert "**15 pass, 1 fail, 1 need evidence (17 items): NOT ready: items fail**" in md
     assert md.count("| | Item | Status | Evidence |") == len(SPEC.sections)
     assert "## Capacity and configuration" in md and "## Rollout and rollback" in md
     assert "| ❌ | **Chunked prefill decided** (`chunked_prefill`)<br>Either" in md
@@ -349,7 +354,7 @@ def test_markdown_and_text_reports():
     text = to_text(results, ascii_only=True)
     assert "  x FAIL           chunked_prefill" in text
     assert "  ? needs-evidence metrics " in text
-    assert text.splitlines()[-1].startswith("14 pass, 1 fail, 1 need evidence")
+    assert text.splitlines()[-1].startswith("15 pass, 1 fail, 1 need evidence")
 
 
 # ---- the CLI over a recorded trace ----------------------------------------------------------

@@ -36,10 +36,12 @@ def workload(n: int, rate_per_s: float, seed: int) -> list[tuple[float, int, int
 
 
 def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
-           seed: int = 0, cancel_every: int = 0) -> tuple[float, float, float]:
+           seed: int = 0, cancel_every: int = 0, start: float = START
+           ) -> tuple[float, float, float]:
     """Run the workload through a simulated engine into a trace at `path` (writer
-    stopped). `cancel_every`: every k-th request is aborted 0.3 s after it arrives."""
-    clock = FakeClock(START)
+    stopped). `cancel_every`: every k-th request is aborted 0.3 s after it arrives;
+    `start`: the epoch second the clock starts at (a live window: a recent one)."""
+    clock = FakeClock(start)
     executor = SimulatedExecutor(clock=clock, step_cost_s=LAW[0], prefill_token_cost_s=LAW[1],
                                  decode_token_cost_s=LAW[2], shadow_kv=False)
     engine = Engine(EngineConfig(STATIC, live), executor, clock=clock)
@@ -52,17 +54,17 @@ def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
     i = 0
     while i < len(jobs) or engine.has_unfinished_requests():
         if not engine.has_unfinished_requests():
-            clock.now = max(clock.now, START + jobs[i][0])
-        while i < len(jobs) and START + jobs[i][0] <= clock.now:
+            clock.now = max(clock.now, start + jobs[i][0])
+        while i < len(jobs) and start + jobs[i][0] <= clock.now:
             arrival, prompt_len, out_len, tenant = jobs[i]
             prompt = [rng.randrange(3, 30000) for _ in range(prompt_len)]
             if tenant == "rag":
                 prompt = shared + prompt
             engine.add_request(f"r{i}", prompt, SamplingParams(
                 max_tokens=out_len, temperature=0.0, ignore_eos=True), tenant=tenant,
-                arrival_time=START + arrival)
+                arrival_time=start + arrival)
             if cancel_every and i % cancel_every == cancel_every - 1:
-                cancels.append((START + arrival + 0.3, f"r{i}"))
+                cancels.append((start + arrival + 0.3, f"r{i}"))
             i += 1
         for when, rid in [c for c in cancels if c[0] <= clock.now]:
             engine.abort(rid)

@@ -1,0 +1,47 @@
+"""Predictions made by the server, kept in its audit trail: each proposal of a `POST
+/v1/whatif` becomes a `config_changes` row with source `whatif`, so a later config change
+can be matched to the prediction that preceded it (the go-live checklist's
+`change_predicted` item) and a postmortem sees what was predicted before a change.
+
+    record_predictions(state.trace, live.version, actor, result)
+
+A row's `change` is the proposal's diff from the recorded config ({key: [old, new]}, as a
+real change's); its `version` is the config in force when it was asked (nothing changes);
+its `note` the window and the headline ratios. A proposal that changes nothing is not
+recorded. NOTE: readers that replay `config_changes` as config versions must skip this
+source, as they skip `drain` and `resume` (control/checklist/trace_config.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+WHATIF_SOURCE = "whatif"
+HEADLINE = ("ttft_p99_s", "tpot_p99_s", "e2e_p99_s")  # the ratios a note carries
+
+
+def prediction_note(name: str, result: dict[str, Any]) -> str:
+    """'what-if proposed over 60 requests (...): ttft_p99_s 1.32x, ...; 1 warning(s)'."""
+    window = result["window"]
+    ratios = {row["metric"]: row["ratios"].get(name) for row in result["rows"]
+              if row["metric"] in HEADLINE}
+    shown = ", ".join(f"{metric} {'-' if r is None else f'{r:.2f}x'}"
+                      for metric, r in ratios.items())
+    return (f"what-if {name!r} over {window['requests']} requests"
+            f" ({window['since']:.0f}..{window['until']:.0f}), vs predicted: {shown};"
+            f" {len(result['warnings'])} warning(s)")
+
+
+def record_predictions(writer: Any, version: int, actor: str, result: dict[str, Any],
+                       now: float | None = None) -> int:
+    """One audit row per proposal that changes something; -> how many were queued (a full
+    trace queue drops them, counted as the writer counts every dropped row)."""
+    queued = 0
+    for name, config in result["configs"].items():
+        if not config["diff"]:
+            continue
+        queued += bool(writer.submit_config_change(
+            time.time() if now is None else now, version, WHATIF_SOURCE, actor,
+            config["diff"], prediction_note(name, result)))
+    return queued

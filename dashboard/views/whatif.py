@@ -1,0 +1,70 @@
+"""What-if: several named configs predicted over the sidebar's window, side by side with
+what the trace recorded: a table with ratios, p50/p99 of TTFT, TPOT and E2E per config,
+and every warning (extrapolation, few steps, a loose fit). Live, the server predicts
+(POST /v1/whatif, recorded in its audit); over a trace file, this process replays it.
+Nothing is applied: the Control page (or `batchpilot ctl set`) does that."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from control.cli.ctl import CtlError
+from control.loadtest.records import SLO
+from control.whatif.cli import WhatifError
+from dashboard import whatif_panel
+from dashboard.context import Ctx, context, window
+
+ctx = context()
+since, until = window(ctx)
+st.title("What-if")
+st.caption("Each row is a config: settings as `batchpilot ctl set` takes them, comma-separated"
+           " (`max_num_seqs=64, prefill_chunk_size=256`, `lanes.batch.weight=2`). The"
+           " requests of the sidebar's window are replayed under the recorded config"
+           " (**predicted as-is**: its distance from **recorded** is the prediction's own"
+           " error) and under each row; `NAME / as-is` is the change a row makes. Nothing is"
+           " applied.")
+
+
+def current_config(ctx: Ctx) -> dict[str, Any] | None:
+    if not ctx.live or ctx.control is None:
+        return None
+    try:
+        return ctx.control.call("GET", "/control/config")["config"]
+    except CtlError:
+        return None  # the prediction's own call says what is wrong
+
+
+def slo_inputs() -> SLO | None:
+    st.markdown("SLOs for goodput (seconds; 0 = none)")
+    cols = st.columns(3)
+    values = {key: cols[i].number_input(key, min_value=0.0, value=0.0, step=0.05,
+                                        format="%.3f", key=f"bp_whatif_{key}")
+              for i, key in enumerate(("ttft_s", "tpot_s", "e2e_s"))}
+    chosen = {k: float(v) for k, v in values.items() if v > 0}
+    return SLO(**chosen) if chosen else None
+
+
+with st.form("bp_whatif_form"):
+    rows = st.data_editor(whatif_panel.default_rows(current_config(ctx)), num_rows="dynamic",
+                          hide_index=True, key="bp_whatif_configs", width="stretch",
+                          column_config={"name": st.column_config.TextColumn(width="small"),
+                                         "settings": st.column_config.TextColumn(
+                                             width="large")})
+    slo = slo_inputs()
+    compare = st.form_submit_button("Compare", type="primary", icon=":material/query_stats:",
+                                    key="bp_whatif_compare")
+
+if compare:
+    try:
+        configs = whatif_panel.parse_rows(rows.to_dict(orient="records"))
+    except WhatifError as exc:
+        st.error(f"Invalid config: {exc}")
+        st.stop()
+    result = whatif_panel.predict(ctx, since, until, configs, slo)
+    if result is not None:
+        whatif_panel.show(result)
+else:
+    st.info("Set the configs to compare and press **Compare**: the replay takes a few"
+            " seconds per config for an hour of traffic.")

@@ -1,0 +1,71 @@
+"""A prediction the server makes (POST /v1/whatif) is kept in its trace's audit
+(`config_changes`, source `whatif`): the diff it predicted, who asked, the headline ratios;
+the go-live checklist matches a later change to it. A refused prediction leaves no row."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_whatif_api import LIVE, _app, _post
+from whatif_sim_trace import START, record
+
+from control.checklist import Evidence, evaluate, load_spec
+from control.trace.writer import TraceSettings, TraceWriter
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("audit") / "trace.duckdb")
+    record(path, LIVE, n=40)
+    writer = TraceWriter(TraceSettings(path), "run2", "sim").start()
+    yield _app(writer), writer
+    writer.stop()
+
+
+def audit_rows(writer: TraceWriter) -> list[dict]:
+    assert writer.sync(10)
+    con = writer.cursor()
+    try:
+        rows = con.execute("SELECT time, version, source, actor, change, note FROM"
+                           " config_changes ORDER BY time").fetchall()
+    finally:
+        con.close()
+    return [dict(zip(("time", "version", "source", "actor", "change", "note"), r,
+                     strict=True)) for r in rows]
+
+
+def test_each_proposal_that_changes_something_is_recorded(served):
+    app, writer = served
+    before = len(audit_rows(writer))
+    resp = _post(app, {"since": START, "set": {"max_num_seqs": 2},
+                       "compare": {"same": {"max_num_seqs": 8}}})  # 8: the recorded value
+    assert resp.status_code == 200, resp.text
+    rows = audit_rows(writer)[before:]
+    assert len(rows) == 1, rows  # "same" changes nothing: no row
+    entry = rows[0]
+    assert entry["source"] == "whatif" and entry["actor"] == "local"
+    assert entry["version"] == LIVE.version
+    assert json.loads(entry["change"]) == {"max_num_seqs": [8, 2]}
+    assert "what-if 'proposed' over 40 requests" in entry["note"]
+    ratio = next(r for r in resp.json()["rows"] if r["metric"] == "ttft_p99_s")
+    assert f"ttft_p99_s {ratio['ratios']['proposed']:.2f}x" in entry["note"]
+
+    # the checklist: a change to those values after it was predicted; one to others is not
+    spec = load_spec()
+    applied = {"time": entry["time"] + 60, "version": 2, "source": "api", "actor": "ops",
+               "change": json.dumps({"max_num_seqs": [8, 2]}), "note": ""}
+    got = next(r for r in evaluate(spec, Evidence(config_changes=[*rows, applied]))
+               if r.id == "change_predicted")
+    assert got.status == "pass", got.evidence
+    other = {**applied, "change": json.dumps({"max_num_seqs": [8, 3]})}
+    got = next(r for r in evaluate(spec, Evidence(config_changes=[*rows, other]))
+               if r.id == "change_predicted")
+    assert got.status == "fail", got.evidence
+
+
+def test_a_refused_prediction_records_nothing(served):
+    app, writer = served
+    before = len(audit_rows(writer))
+    assert _post(app, {"set": {"max_num_seqs": 0}}).status_code == 400
+    assert len(audit_rows(writer)) == before

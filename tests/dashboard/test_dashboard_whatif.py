@@ -1,0 +1,160 @@
+"""The dashboard's what-if (Streamlit AppTest): the Control page's Predict replays the
+form's change over the last window through the server's POST /v1/whatif and shows the
+recorded / as-is / proposed table with ratios and the warnings, applying nothing; the
+What-if page compares named configs live and over a trace file; every failure (tracing
+off, an empty window, an invalid value, an unreachable server) is one message."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from fixtures.serving import LiveServer, make_engine
+from test_dashboard import open_page, texts
+from whatif_server import REQUESTS, sim, whatif_server
+
+from control.serve.settings import ServeSettings
+from control.whatif.cli import WhatifError
+from dashboard import whatif_panel
+from engine.config import LiveConfig
+
+CONTROL, WHATIF = "views/control.py", "views/whatif.py"
+TABLE_COLUMNS = ["recorded", "predicted as-is", "proposed", "as-is / recorded",
+                 "proposed / as-is"]
+
+
+@pytest.fixture(scope="module")
+def url(tiny_loaded, tmp_path_factory):
+    with whatif_server(tiny_loaded, tmp_path_factory.mktemp("whatif-ui")) as url:
+        yield url
+
+
+def version(url: str) -> int:
+    return httpx.get(url + "/control/config").json()["version"]
+
+
+def prediction(at):
+    """The prediction's table (the Control page also shows the lanes and the history)."""
+    return next(t.value for t in at.table if "recorded" in t.value.columns)
+
+
+def predict_on_control(url: str, **numbers: int):
+    at = open_page(CONTROL, bp_url=url)
+    for key, value in numbers.items():
+        at.number_input(key=f"bp_{key}").set_value(value)
+    at.button(key="bp_predict").click().run(timeout=120)
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_predict_shows_recorded_as_is_and_proposed_and_applies_nothing(url):
+    before = version(url)
+    # steps of up to 1024 tokens: four times the largest the trace holds
+    at = predict_on_control(url, max_num_batched_tokens=1024, prefill_chunk_size=512)
+    assert "Prediction" in texts(at) and not at.error, [e.value for e in at.error]
+    table = prediction(at)
+    assert list(table.columns) == TABLE_COLUMNS
+    assert table.loc["requests", "recorded"] == str(REQUESTS)
+    assert table.loc["requests", "proposed"] == str(REQUESTS)
+    assert table.loc["ttft_p50_s", "as-is / recorded"].endswith("x")
+    assert table.loc["rejected", "proposed / as-is"] == whatif_panel.NONE  # 0 / 0
+    assert "goodput_rps" not in table.index  # no SLO given: no goodput
+    warnings = [w.value for w in at.warning]
+    assert any("larger than any step the fit has seen" in w and "prefill_tokens" in w
+               for w in warnings), warnings
+    assert "`max_num_batched_tokens` 256 → 1024" in texts(at)
+    assert version(url) == before  # a prediction applies nothing
+    # ... and the server kept it in its audit, which the page lists
+    rows = httpx.get(url + "/v1/trace/config_changes").json()
+    assert any(r["source"] == "whatif" and '"prefill_chunk_size": [128, 512]' in r["change"]
+               for r in rows), rows
+
+
+def test_predict_with_an_invalid_value_names_the_field(url):
+    at = predict_on_control(url, max_num_seqs=0)
+    assert "Invalid `set`" in at.error[0].value
+    assert "max_num_seqs=0 must be in 1..8192" in at.error[0].value
+    assert not at.table
+
+
+def test_predict_with_nothing_changed_says_so(url):
+    at = predict_on_control(url)
+    assert "Nothing changed in the form. Change a setting to predict" in texts(at)
+
+
+def compare(at):
+    at.button(key="bp_whatif_compare").click().run(timeout=180)
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_whatif_page_compares_named_configs_with_charts(url):
+    at = compare(open_page(WHATIF, bp_url=url))
+    assert not at.error, [e.value for e in at.error]
+    table = prediction(at)
+    assert {"fewer_seqs", "smaller_chunk", "fewer_seqs / as-is"} <= set(table.columns)
+    assert float(table.loc["tpot_p99_s", "fewer_seqs"]) > 0
+    charts = at.get("vega_lite_chart")
+    assert len(charts) == 1 and all(f"{name} (s)" in charts[0].proto.spec
+                                    for name in ("TTFT", "TPOT", "E2E"))
+
+
+def test_whatif_page_on_an_empty_window_says_widen_it(url):
+    at = open_page(WHATIF, bp_url=url)
+    at.sidebar.selectbox(key="bp_window").set_value("5 min").run()
+    at = compare(at)
+    assert at.error[0].value == whatif_panel.EMPTY_WINDOW
+
+
+def test_whatif_page_over_a_trace_file_predicts_here(tmp_path):
+    path = str(tmp_path / "trace.duckdb")
+    sim.record(path, LiveConfig(max_num_seqs=8, max_num_batched_tokens=256,
+                                prefill_chunk_size=128), n=40)
+    at = compare(open_page(WHATIF, bp_db=path))
+    assert not at.error, [e.value for e in at.error]
+    assert prediction(at).loc["requests", "recorded"] == "40"
+    assert any("built-in defaults" in c.value for c in at.caption)
+
+
+def test_whatif_page_unreachable_server_is_one_message():
+    at = compare(open_page(WHATIF, bp_url="http://127.0.0.1:9"))
+    assert "Cannot reach the server for a prediction" in at.error[0].value
+
+
+def test_tracing_off_is_said_plainly(tiny_loaded):
+    engine, _, settings = make_engine(tiny_loaded, settings=ServeSettings(model="tiny"))
+    try:
+        with LiveServer(engine, settings) as url:
+            at = predict_on_control(url, max_num_seqs=3)
+            assert "Tracing is off on this server" in at.error[0].value
+            assert "--trace-db" in at.error[0].value
+    finally:
+        engine.stop()
+
+
+@pytest.mark.parametrize(("status", "body", "needle"), [
+    (None, {}, "Cannot reach the server"),
+    (404, {"error": {"code": "trace_off"}}, "Tracing is off"),
+    (404, {"error": {"code": "not_found"}}, "no what-if endpoint"),
+    (400, {"error": {"param": "since"}}, "No request that ended arrived"),
+    (400, {"error": {"param": "compare.x"}}, "Invalid `compare.x`: boom"),
+    (403, {}, "refused the token (403)"),
+    (503, {}, "still loading"),
+])
+def test_each_failure_is_worded_for_the_operator(status, body, needle):
+    message = "no request arrived in the window" if body.get("error", {}).get(
+        "param") == "since" else "boom"
+    assert needle in whatif_panel.problem(status, message, body)
+
+
+def test_rows_parse_like_the_cli_and_name_a_bad_row():
+    rows = [{"name": "a", "settings": "max_num_seqs=4, lanes.batch.weight=2"},
+            {"name": "", "settings": ""}]
+    assert whatif_panel.parse_rows(rows) == {
+        "a": {"max_num_seqs": 4, "lanes": {"batch": {"weight": 2}}}}
+    with pytest.raises(WhatifError, match="row 'b' needs both"):
+        whatif_panel.parse_rows([{"name": "b", "settings": None}])
+    with pytest.raises(WhatifError, match="not KEY=VALUE"):
+        whatif_panel.parse_rows([{"name": "c", "settings": "max_num_seqs"}])
+    body = whatif_panel.request_body(1.0, 2.0, {"proposed": {"x": 1}, "b": {"y": 2}}, None)
+    assert body == {"since": 1.0, "until": 2.0, "set": {"x": 1}, "compare": {"b": {"y": 2}}}
+

@@ -1,0 +1,137 @@
+"""The dashboard's what-if as a person sees it: headless Chromium (Playwright, as `make
+screenshots` drives it) on `batchpilot dashboard --url` over a live server whose trace
+holds a recent workload. On the Control page a change typed into the form and Predict show
+the prediction table (recorded, predicted as-is, proposed, with ratios) and the
+extrapolation warning; on the What-if page Compare shows the table and the latency chart
+(TTFT, TPOT, E2E panels). Screenshots of both go to $WHATIF_SHOTS (default
+/tmp/whatif-ui) for a person to look at. Skipped without Chromium or Playwright, like
+tests/dashboard/test_dashboard_browser.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from test_dashboard_browser import CHROMIUM, free_port, sync_api
+from whatif_server import whatif_server
+
+from control.cli.ctl import TOKEN_ENV
+from control.cli.dashboard import streamlit_command
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (`make system-deps`"
+                                " installs Debian's)")
+SHOTS = Path(os.environ.get("WHATIF_SHOTS", "/tmp/whatif-ui"))
+DONE = ("!document.querySelector('[data-testid=stStatusWidget]')"
+        " && !document.querySelector('[data-testid=stSkeleton]')")
+TABLE = "[data-testid=stTable]"
+
+
+@contextmanager
+def dashboard(server_url: str, cwd: Path) -> Iterator[str]:
+    """`batchpilot dashboard --url` (its exact streamlit command line); yields its URL."""
+    port = free_port()
+    args = argparse.Namespace(url=server_url, trace_db=None, host="127.0.0.1", port=port,
+                              token_env=TOKEN_ENV)
+    log = cwd / f"streamlit-{port}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(streamlit_command(args), cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            try:
+                with urllib.request.urlopen(url + "/_stcore/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def browser_page(tiny_loaded, tmp_path_factory):
+    """(dashboard URL, a Chromium page) over the live server."""
+    tmp = tmp_path_factory.mktemp("whatif-browser")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with (whatif_server(tiny_loaded, tmp) as server, dashboard(server, tmp) as url,
+          sync_api.sync_playwright() as p):
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield url, browser.new_page(viewport={"width": 1500, "height": 1100})
+        finally:
+            browser.close()
+
+
+def open_page(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("[data-testid=stMainBlockContainer] h1", timeout=60_000)
+    page.wait_for_function(DONE, timeout=60_000)
+
+
+def screenshot(page, name: str) -> None:
+    """The whole page: Streamlit scrolls inside its main block, so a tall viewport."""
+    height = 0
+    for _ in range(4):  # grow until the content fits (it reflows as the viewport grows)
+        needed = int(page.evaluate(
+            "document.querySelector('[data-testid=stMainBlockContainer]').scrollHeight")) + 200
+        if needed <= height:
+            break
+        height = max(1100, needed)
+        page.set_viewport_size({"width": 1500, "height": height})
+        page.wait_for_timeout(1000)  # charts redraw at the new size
+    page.screenshot(path=str(SHOTS / name), full_page=True)
+    page.set_viewport_size({"width": 1500, "height": 1100})
+
+
+def click_and_wait(page, name: str) -> None:
+    page.get_by_role("button", name=name).click()
+    page.wait_for_timeout(500)  # the rerun starts
+    page.wait_for_function(DONE, timeout=180_000)
+    page.wait_for_timeout(1000)  # charts draw
+
+
+def test_control_page_predicts_the_forms_change(browser_page):
+    url, page = browser_page
+    open_page(page, f"{url}/control")
+    page.get_by_label("max_num_batched_tokens").fill("1024")
+    page.get_by_label("prefill_chunk_size").fill("512")
+    click_and_wait(page, "Predict")
+    screenshot(page, "control_predict.png")
+    table = page.locator(TABLE).first
+    assert table.is_visible()
+    header = table.locator("thead").inner_text()
+    for column in ("recorded", "predicted as-is", "proposed", "as-is / recorded",
+                   "proposed / as-is"):
+        assert column in header, header
+    assert "ttft_p99_s" in table.inner_text()
+    warning = page.locator("[data-testid=stAlertContentWarning]").first
+    assert warning.is_visible() and "larger than any step the fit has seen" in \
+        warning.inner_text()
+    assert page.locator("[data-testid=stException]").count() == 0
+
+
+def test_whatif_page_compares_configs_with_charts(browser_page):
+    url, page = browser_page
+    open_page(page, f"{url}/whatif")
+    click_and_wait(page, "Compare")
+    screenshot(page, "whatif.png")
+    header = page.locator(TABLE).first.locator("thead").inner_text()
+    assert "fewer_seqs / as-is" in header and "smaller_chunk" in header, header
+    charts = page.locator("[data-testid=stVegaLiteChart]")  # TTFT, TPOT, E2E side by side
+    assert charts.count() == 1 and charts.first.is_visible()
+    assert charts.first.bounding_box()["width"] > 900
+    assert page.locator("[data-testid=stException]").count() == 0
+    assert page.locator("[data-testid=stAlertContentError]").count() == 0
