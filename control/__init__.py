@@ -13,4 +13,8 @@ thread (`serve/state.py`), crosses to the engine thread as a `Submission`
     trace/      DuckDB trace: the "trace-writer" thread, and the read API (event loop)
     cli/        the `batchpilot` command: its own process, talks to a server over HTTP
     loadtest/, checklist/   client-side tools: their own processes
+    whatif/     predictions from the trace: the CLI's process, or the server's one
+                prediction process (POST /v1/whatif never runs on the event loop)
+    fleet/      `batchpilot fleet`: replicas of the serving app on Ray Serve behind one
+                ingress that routes by prefix/tenant affinity and load
 """

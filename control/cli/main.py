@@ -1,6 +1,7 @@
 """`batchpilot` command line. Subcommands: `serve`, `trace` (control/trace/cli.py), `ctl`
 (control/cli/ctl.py), `loadtest` (control/loadtest/cli.py), `dashboard`
-(control/cli/dashboard.py), `checklist` (control/checklist/).
+(control/cli/dashboard.py), `checklist` (control/checklist/), `fleet`
+(control/fleet/cli.py).
 
     batchpilot serve --model smollm2-135m --config serving.yaml --host 127.0.0.1 --port 8000
     batchpilot trace --url http://127.0.0.1:8000 slow --since -15m
@@ -19,6 +20,7 @@ import sys
 from control.checklist.cli import add_checklist_parser
 from control.cli.ctl import add_ctl_parser
 from control.cli.dashboard import add_dashboard_parser
+from control.fleet.cli import add_fleet_parser
 from control.loadtest.cli import add_loadtest_parser
 from control.serve.settings import DEFAULT_MODEL, ServeSettings
 from control.trace.cli import add_trace_parser
@@ -91,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dashboard_parser(sub)
     add_checklist_parser(sub)
     add_whatif_parser(sub)
+    add_fleet_parser(sub)
     return parser
 
 

@@ -30,6 +30,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "kernel_compile": ["--strict"],
     "cpu_roofline": [],
     "latency_reconcile": [],
+    "fleet_routing": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}

@@ -1,0 +1,150 @@
+"""The fleet as a Ray Serve application, and its life from `batchpilot fleet`.
+
+    deployments: replica-0 .. replica-<N-1>   EngineReplica, one actor each (1 GPU each
+                                              where CUDA is available, else `replica_cpus`)
+                 ingress                      FleetIngress, the HTTP app (route_prefix "/")
+
+One deployment per replica, not one deployment of N: the router picks a replica by id
+(affinity needs a stable target) and each keeps its id across restarts, so its stats, logs
+and (later) metric labels and trace file stay its own. Serve restarts a replica whose actor
+dies or whose `check_health` raises.
+
+Start: without an address, a local Ray (`ray.init(num_cpus=...)`); with one, the cluster.
+Stop (SIGTERM, Ctrl+C): the ingress refuses new requests, replicas get `shutdown_grace_s`
+for what they run, the rest end with finish_reason "cancelled", then Serve shuts down.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from control.fleet.ingress import FleetIngress
+from control.fleet.replica import EngineReplica
+from control.fleet.router import RoutingPolicy
+from control.serve.settings import ServeSettings
+
+log = logging.getLogger("batchpilot.fleet")
+APP_NAME = "batchpilot-fleet"
+MAX_ONGOING = 4096  # Serve's per-replica cap; the engine's own admission is the real limit
+READY_LINE = "batchpilot fleet: ready"
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    serve: ServeSettings  # what every replica runs (model, --config, limits)
+    replicas: int = 2
+    address: str | None = None  # None: start a local Ray
+    num_cpus: float | None = None  # local Ray's CPUs (None: all of the machine's)
+    replica_cpus: float = 1.0  # CPUs Ray reserves per replica without a GPU
+    ingress_cpus: float = 0.5
+    trace_dir: str | None = None  # each replica writes DIR/replica-<id>.duckdb
+    policy: RoutingPolicy = RoutingPolicy()
+
+    def validate(self) -> FleetSettings:
+        if self.replicas < 1:
+            raise ValueError(f"replicas={self.replicas} must be >= 1")
+        if self.replica_cpus <= 0 or self.ingress_cpus <= 0:
+            raise ValueError(f"replica_cpus={self.replica_cpus} and ingress_cpus="
+                             f"{self.ingress_cpus} must be > 0")
+        self.policy.validate()
+        self.serve.validate()
+        return self
+
+    def replica_settings(self, replica_id: int) -> ServeSettings:
+        if self.trace_dir is None:
+            return self.serve.replace(trace_db=None)  # one DuckDB file cannot take N writers
+        return self.serve.replace(trace_db=f"{self.trace_dir}/replica-{replica_id}.duckdb")
+
+
+class _ServeReplica(EngineReplica):
+    async def __init__(self, settings: ServeSettings, replica_id: int):  # type: ignore[misc]
+        super().__init__(settings, replica_id)  # Ray actors may construct asynchronously
+        await self.start()
+
+    async def __del__(self) -> None:  # Serve calls it when it stops the replica
+        await self.shutdown()
+
+
+def _actor_options(settings: FleetSettings) -> dict[str, Any]:
+    import torch
+
+    if torch.cuda.is_available():
+        return {"num_cpus": 1, "num_gpus": 1}
+    return {"num_cpus": settings.replica_cpus}
+
+
+def build_application(settings: FleetSettings) -> Any:
+    """The bound Serve application (nothing starts until `serve.run`)."""
+    from ray import serve
+
+    replica_options = _actor_options(settings)
+    handles = []
+    for i in range(settings.replicas):
+        deployment = serve.deployment(
+            _ServeReplica, name=f"replica-{i}", num_replicas=1,
+            max_ongoing_requests=MAX_ONGOING, ray_actor_options=replica_options,
+            health_check_period_s=2.0, health_check_timeout_s=30.0,
+            graceful_shutdown_timeout_s=settings.serve.shutdown_grace_s + 5.0)
+        handles.append(deployment.bind(settings.replica_settings(i), i))
+    ingress = serve.deployment(
+        serve.ingress()(FleetIngress), name="ingress", num_replicas=1,
+        max_ongoing_requests=MAX_ONGOING,
+        ray_actor_options={"num_cpus": settings.ingress_cpus})
+    return ingress.bind(handles, settings.policy)
+
+
+def start(settings: FleetSettings) -> Any:
+    """Start (or join) Ray and Serve, deploy the fleet; -> the ingress handle once every
+    replica has loaded its model."""
+    import ray
+    from ray import serve
+
+    settings.validate()
+    if not ray.is_initialized():
+        if settings.address:
+            ray.init(address=settings.address, log_to_driver=False)
+        else:
+            ray.init(num_cpus=settings.num_cpus, include_dashboard=False,
+                     log_to_driver=False)
+    serve.start(http_options={"host": settings.serve.host, "port": settings.serve.port})
+    return serve.run(build_application(settings), name=APP_NAME, route_prefix="/")
+
+
+def stop(ingress: Any, grace_s: float) -> int:
+    """Drain (new requests 503, in-flight ones get grace_s), then shut Serve down; ->
+    requests that had to be aborted."""
+    from ray import serve
+
+    aborted = 0
+    try:
+        aborted = ingress.drain.remote(grace_s).result(timeout_s=grace_s + 30.0)
+    except Exception as exc:  # a replica may be down: shut down anyway
+        log.warning("drain did not finish: %r", exc)
+    serve.shutdown()
+    return aborted
+
+
+def run(settings: FleetSettings) -> int:
+    """`batchpilot fleet`: serve until SIGTERM / Ctrl+C, then drain and stop."""
+    import ray
+
+    ingress = start(settings)
+    url = settings.serve.url
+    print(f"{READY_LINE}: {settings.replicas} replicas of {settings.serve.model_name}"
+          f" at {url}\n  probes: {url}/healthz {url}/readyz   metrics: {url}/metrics\n"
+          f"  stop: Ctrl+C or SIGTERM (drains first)", flush=True)
+    stop_event = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop_event.set())
+    stop_event.wait()
+    log.info("draining the fleet (grace %.1fs)", settings.serve.shutdown_grace_s)
+    aborted = stop(ingress, settings.serve.shutdown_grace_s)
+    if aborted:
+        log.warning("ended %d requests at shutdown", aborted)
+    if not settings.address:
+        ray.shutdown()
+    return 0

@@ -1,0 +1,92 @@
+"""`batchpilot fleet`: N engine replicas behind one OpenAI-compatible URL, on Ray Serve.
+
+    batchpilot fleet --replicas 2 --config serving.yaml                 # local Ray
+    batchpilot fleet --replicas 8 --config serving.yaml --address auto  # join a cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from control.fleet.router import MODES, RoutingPolicy
+from control.serve.settings import DEFAULT_MODEL, ServeSettings
+
+
+def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
+    fleet = sub.add_parser(
+        "fleet", help="serve N engine replicas behind one URL (Ray Serve)",
+        description="Start (or join) Ray, run N replicas of the engine (one GPU each where"
+        " there are GPUs) and one ingress serving the OpenAI API, /healthz, /readyz and"
+        " /metrics; requests go to the replica likely to hold their prompt prefix unless it"
+        " is much busier than the others (docs/fleet.md). Needs the `fleet` extra:"
+        " pip install 'batchpilot[fleet]'.")
+    fleet.add_argument("--replicas", type=int, default=2, help="default %(default)s")
+    fleet.add_argument("--model", default=DEFAULT_MODEL, help="default %(default)s")
+    fleet.add_argument("--config", dest="config_path", metavar="YAML",
+                       help="serving config every replica runs (default: embedded)")
+    fleet.add_argument("--address", help="Ray cluster to join (e.g. auto, ray://HOST:10001);"
+                       " default: start a local Ray")
+    fleet.add_argument("--num-cpus", type=float, help="local Ray's CPUs (default: all)")
+    fleet.add_argument("--replica-cpus", type=float, default=1.0,
+                       help="CPUs reserved per replica when there is no GPU (default"
+                       " %(default)s; fractions share cores)")
+    fleet.add_argument("--host", default="127.0.0.1", help="default %(default)s")
+    fleet.add_argument("--port", type=int, default=8000, help="default %(default)s")
+    fleet.add_argument("--routing", choices=MODES, default="affinity",
+                       help="affinity (default), or the baselines pow2 and random")
+    fleet.add_argument("--max-imbalance", type=int, default=RoutingPolicy.max_imbalance,
+                       help="requests the prefix's replica may carry over the least loaded"
+                       " before a request goes elsewhere (default %(default)s)")
+    fleet.add_argument("--trace-dir", metavar="DIR",
+                       help="each replica writes DIR/replica-<id>.duckdb (default: no trace)")
+    fleet.add_argument("--control-tokens", metavar="FILE",
+                       help="control API tokens, as for `batchpilot serve`")
+    fleet.add_argument("--no-control-api", action="store_true",
+                       help="replicas serve without the /control API")
+    fleet.add_argument("--shutdown-grace-s", type=float, default=30.0,
+                       help="on SIGTERM, how long in-flight requests may run (default"
+                       " %(default)s)")
+    fleet.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"])
+    fleet.set_defaults(func=run_fleet)
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    from control.admin.auth import check_exposure, load_tokens
+    from control.serve.bootstrap import read_serving_config
+    from control.serve.settings import LOOPBACK_HOSTS
+    from engine.models import resolve_model_source
+
+    serve = ServeSettings(model=args.model, config_path=args.config_path, host=args.host,
+                          port=args.port, control_tokens_path=args.control_tokens,
+                          control_api=not args.no_control_api,
+                          shutdown_grace_s=args.shutdown_grace_s, log_level=args.log_level)
+    try:
+        import ray  # noqa: F401  (the optional extra)
+    except ImportError:
+        print("batchpilot fleet: error: Ray Serve is not installed; pip install"
+              " 'batchpilot[fleet]' (or 'ray[serve]>=2.40')", file=sys.stderr)
+        return 2
+    from control.fleet.app import FleetSettings, run
+
+    settings = FleetSettings(serve, replicas=args.replicas, address=args.address,
+                             num_cpus=args.num_cpus, replica_cpus=args.replica_cpus,
+                             trace_dir=args.trace_dir, policy=RoutingPolicy(
+                                 mode=args.routing, max_imbalance=args.max_imbalance))
+    try:  # fail before starting Ray or loading anything
+        settings.validate()
+        read_serving_config(settings.serve.config_path)
+        resolve_model_source(settings.serve.model)
+        # every replica serves /control: the same rule as `batchpilot serve` (tokens, or
+        # an ingress bound to loopback)
+        if serve.control_api:
+            check_exposure(serve.host, load_tokens(serve.control_tokens_path),
+                           LOOPBACK_HOSTS)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"batchpilot fleet: error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(settings)

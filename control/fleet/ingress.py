@@ -1,0 +1,214 @@
+"""The fleet's front door: one HTTP app in front of N engine replicas (Ray Serve handles).
+
+    POST /v1/completions, /v1/chat/completions   routed (control/fleet/router.py), relayed
+    GET  /v1/models, /health, /version, ...      any healthy replica
+    GET  /healthz                                this ingress answers
+    GET  /readyz                                 200 while one replica is ready; each one's stats
+    GET  /metrics                                every replica's, labelled replica="<id>"
+    anything else (/control, /v1/trace, ...)     the replica named by X-Batchpilot-Replica
+                                                 (default: the first healthy one)
+
+Every answer from a replica carries `X-Batchpilot-Replica`. The class needs no Ray import:
+`handles` are anything with `.options(stream=True).http.remote(...)` and `.stats.remote()`
+and `.drain.remote(grace_s)` (Serve's DeploymentHandles, or local stand-ins in the bench).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from control.api.errors import APIError, install_error_handlers
+from control.fleet.forward import NotAccepted, open_call, relay, upstream_headers
+from control.fleet.loads import POLL_S, LoadTable, poll_forever
+from control.fleet.metrics_merge import merge_metrics
+from control.fleet.router import (
+    Decision,
+    NoReplicaAvailable,
+    RoutingPolicy,
+    affinity_key,
+    choose,
+    prompt_prefix,
+)
+
+log = logging.getLogger("batchpilot.fleet")
+GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
+REPLICA_HEADER = "x-batchpilot-replica"
+
+
+class FleetIngress:
+    def __init__(self, handles: list[Any], policy: RoutingPolicy, poll_s: float = POLL_S,
+                 seed: int | None = None):
+        self.handles = list(handles)
+        self.policy = policy.validate()
+        self.poll_s = poll_s
+        self.table = LoadTable(len(self.handles))
+        self.rng = random.Random(seed)
+        self.draining = False
+        self.decisions: dict[str, int] = {}  # reason -> count, for /readyz and the bench
+        self._polls: list[asyncio.Task] = []
+
+    def start_polls(self) -> None:
+        """On the event loop that serves the app: one poll loop per replica."""
+        self._polls = [asyncio.ensure_future(poll_forever(
+            self.table, i, lambda h=h: _await(h.stats.remote()), self.poll_s))
+            for i, h in enumerate(self.handles)]
+
+    async def __serve_build_asgi_app__(self) -> FastAPI:  # Serve: on the replica's loop
+        self.start_polls()
+        return build_app(self)
+
+    # ---- routing and forwarding -------------------------------------------------------
+    def route(self, body: dict[str, Any], headers: Any) -> Decision:
+        tenant = headers.get("x-tenant") or body.get("user") or "default"
+        salt = body.get("cache_salt")
+        key = affinity_key(prompt_prefix(body, self.policy), str(tenant),
+                           salt if isinstance(salt, str) else None, self.policy)
+        try:
+            decision = choose(key, self.table.snapshot(), self.policy, self.rng)
+        except NoReplicaAvailable as exc:
+            raise APIError(503, str(exc), code="no_replica", headers={"Retry-After": "1"}) \
+                from None
+        self.decisions[decision.reason] = self.decisions.get(decision.reason, 0) + 1
+        return decision
+
+    async def forward(self, request: Request, body: bytes, replica_id: int,
+                      retry: bool = True) -> Response:
+        """Relay to `replica_id`; one that never accepts it is marked down and, when
+        `retry`, the request goes to another replica (nothing of it ran)."""
+        handle = self.handles[replica_id]
+        gen = handle.options(stream=True).http.remote(
+            request.method, request.url.path, request.scope.get("query_string", b""),
+            upstream_headers(request.scope["headers"]), body)
+        self.table.started(replica_id)
+        try:
+            start = await open_call(gen, replica_id)
+        except NotAccepted as exc:
+            self.table.done(replica_id)
+            self.table.failed(replica_id, str(exc))
+            if not retry:
+                raise APIError(503, f"replica {replica_id} is not available ({exc})",
+                               code="replica_unavailable", headers={"Retry-After": "1"}) \
+                    from None
+            return await self.forward(request, body, self.any_replica(), retry=False)
+        except BaseException as exc:
+            self.table.done(replica_id)
+            if isinstance(exc, APIError):
+                self.table.failed(replica_id, exc.message)
+            raise
+        return relay(gen, start, replica_id, request.url.path,
+                     on_close=lambda: self.table.done(replica_id),
+                     on_failure=lambda exc: self.table.failed(replica_id, repr(exc)))
+
+    def any_replica(self) -> int:
+        return self.route({}, {}).replica_id
+
+    def named_replica(self, request: Request) -> int:
+        named = request.headers.get(REPLICA_HEADER)
+        if named is None:
+            return self.any_replica()
+        if not named.isdigit() or int(named) >= len(self.handles):
+            raise APIError(400, f"X-Batchpilot-Replica={named!r} must be a replica id in"
+                           f" 0..{len(self.handles) - 1}", code="invalid_value",
+                           param="X-Batchpilot-Replica")
+        return int(named)
+
+    async def fan_out(self, method: str, path: str, body: bytes = b"",
+                      headers: list[tuple[bytes, bytes]] | None = None,
+                      ) -> list[tuple[int, int, bytes]]:
+        """Send one request to every replica -> [(replica id, status, body)]; a replica that
+        fails reads as status 0. (For /metrics now; a fleet config change later.)"""
+        async def one(i: int) -> tuple[int, int, bytes]:
+            try:
+                return (i, *await _collect(self.handles[i], method, path, body, headers))
+            except Exception as exc:  # down or restarting
+                return i, 0, repr(exc).encode()
+
+        return list(await asyncio.gather(*(one(i) for i in range(len(self.handles)))))
+
+    async def drain(self, grace_s: float) -> int:
+        """Refuse new requests (503), drain every replica; -> requests that were aborted."""
+        self.draining = True
+        results = await asyncio.gather(*(_await(h.drain.remote(grace_s))
+                                         for h in self.handles), return_exceptions=True)
+        return sum(r for r in results if isinstance(r, int))
+
+    def readiness(self) -> dict[str, Any]:
+        views = self.table.views
+        return {"status": "ready" if self.ready() else "not_ready",
+                "draining": self.draining, "routing": self.policy.mode,
+                "decisions": dict(self.decisions),
+                "replicas": [{"replica_id": v.replica_id, "healthy": v.healthy,
+                              "inflight": v.inflight, "failures": v.failures, **v.polled}
+                             for v in views]}
+
+    def ready(self) -> bool:
+        return not self.draining and any(v.healthy for v in self.table.views)
+
+    async def stop_polls(self) -> None:
+        for task in self._polls:
+            task.cancel()
+        await asyncio.gather(*self._polls, return_exceptions=True)
+
+
+async def _await(ref: Any) -> Any:
+    return await ref
+
+
+async def _collect(handle: Any, method: str, path: str, body: bytes,
+                   headers: list[tuple[bytes, bytes]] | None) -> tuple[int, bytes]:
+    status, chunks = 0, []
+    async for message in handle.options(stream=True).http.remote(
+            method, path, b"", headers or [], body):
+        status = message.get("status", status)
+        chunks.append(message.get("body", b""))
+    return status, b"".join(chunks)
+
+
+def build_app(fleet: FleetIngress) -> FastAPI:
+    app = FastAPI(title="batchpilot fleet", summary="one OpenAI API over N engine replicas")
+    install_error_handlers(app)
+
+    @app.post("/v1/completions")
+    @app.post("/v1/chat/completions")
+    async def generate(request: Request) -> Response:
+        body = await request.body()
+        if fleet.draining:
+            raise APIError(503, "the fleet is draining (shutting down)", code="draining",
+                           headers={"Retry-After": "1"})
+        try:
+            parsed = json.loads(body or b"{}")
+        except ValueError:
+            parsed = {}  # the replica answers the 400 in the server's words
+        parsed = parsed if isinstance(parsed, dict) else {}
+        decision = fleet.route(parsed, request.headers)
+        return await fleet.forward(request, body, decision.replica_id)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        ok = fleet.ready()
+        return JSONResponse(fleet.readiness(), status_code=200 if ok else 503,
+                            headers=None if ok else {"Retry-After": "5"})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        answers = await fleet.fan_out("GET", "/metrics")
+        texts = [(i, body.decode()) for i, status, body in answers if status == 200]
+        return Response(merge_metrics(texts), media_type="text/plain; version=0.0.4")
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    async def other(path: str, request: Request) -> Response:
+        body = await request.body()
+        return await fleet.forward(request, body, fleet.named_replica(request), retry=False)
+
+    return app

@@ -1,0 +1,86 @@
+"""The ingress's view of each replica's load: stats polled every `poll_s`, plus the
+requests this ingress has in flight to it (counted at once, so a burst between two polls
+does not all land on one replica).
+
+A replica is healthy while its last poll answered in time and said ready, and no call to it
+has failed since. A failed call marks it down at once (a killed replica stops getting new
+requests before the next poll); a poll that answers ready brings it back (Serve restarted it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from control.fleet.router import ReplicaLoad
+
+log = logging.getLogger("batchpilot.fleet")
+
+POLL_S = 0.2  # between two polls of one replica
+POLL_TIMEOUT_S = 1.0  # a poll slower than this marks the replica down
+
+
+@dataclass
+class ReplicaView:
+    replica_id: int
+    healthy: bool = False  # until its first poll answers
+    inflight: int = 0
+    polled: dict[str, Any] = field(default_factory=dict)
+    polled_at: float | None = None  # time.monotonic() of the last answer
+    failures: int = 0  # calls that failed (replica died under them), ever
+
+    def load(self) -> ReplicaLoad:
+        p = self.polled
+        return ReplicaLoad(self.replica_id, self.healthy, int(p.get("waiting", 0)),
+                           int(p.get("running", 0)), self.inflight,
+                           float(p.get("kv_usage", 0.0)))
+
+
+class LoadTable:
+    def __init__(self, num_replicas: int):
+        self.views = [ReplicaView(i) for i in range(num_replicas)]
+
+    def snapshot(self) -> list[ReplicaLoad]:
+        return [view.load() for view in self.views]
+
+    def started(self, replica_id: int) -> None:
+        self.views[replica_id].inflight += 1
+
+    def done(self, replica_id: int) -> None:
+        self.views[replica_id].inflight -= 1
+
+    def failed(self, replica_id: int, why: str) -> None:
+        view = self.views[replica_id]
+        view.failures += 1
+        if view.healthy:
+            log.warning("replica %d marked down: %s", replica_id, why)
+        view.healthy = False
+
+    def polled(self, replica_id: int, stats: dict[str, Any] | None) -> None:
+        view = self.views[replica_id]
+        if stats is None:
+            view.healthy = False
+            return
+        if not view.healthy and stats.get("ready"):
+            log.info("replica %d is up (pid %s)", replica_id, stats.get("pid"))
+        view.polled, view.polled_at = stats, time.monotonic()
+        view.healthy = bool(stats.get("ready"))
+
+
+async def poll_forever(table: LoadTable, replica_id: int,
+                       fetch: Callable[[], Awaitable[dict[str, Any]]],
+                       poll_s: float = POLL_S, timeout_s: float = POLL_TIMEOUT_S) -> None:
+    """One replica's poll loop, until cancelled; `fetch()` returns its stats dict."""
+    while True:
+        try:
+            stats = await asyncio.wait_for(fetch(), timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # down, restarting, or too slow: not routed to until it answers
+            stats = None
+        table.polled(replica_id, stats)
+        await asyncio.sleep(poll_s)

@@ -1,0 +1,97 @@
+"""One engine replica of the fleet: the app `batchpilot serve` runs (control/api/app.py:
+the AsyncEngine and its loop thread, the OpenAI routes, probes, metrics, /control, the
+trace), served in-process to the ingress instead of over a socket.
+
+Ray Serve makes each replica an actor (one per deployment `replica-<id>`, one GPU each where
+there are GPUs) and restarts it when it dies or `check_health` raises. The class needs no Ray
+import, so tests and the routing bench drive it directly.
+
+    ingress --handle.http(method, path, ...)--> EngineReplica.http --ASGI--> create_app(...)
+            <-- {"status", "headers"}, {"body"}, ... (streamed; cancel = client disconnect)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from control.api.app import create_app
+from control.fleet.asgi_call import call_asgi
+from control.serve.settings import ServeSettings
+
+DRAIN_POLL_S = 0.05
+ABORT_FLUSH_S = 5.0  # after aborting the rest, time for their final chunks to go out
+
+
+class EngineReplica:
+    """`replica_id` names it in stats, logs and (later) metric labels; it is stable across
+    restarts (the deployment's, not the actor's)."""
+
+    def __init__(self, settings: ServeSettings, replica_id: int):
+        self.replica_id = replica_id
+        self.app = create_app(settings)
+        self.state = self.app.state.serving
+        self._lifespan: Any = None
+        self.started_at = time.time()
+
+    async def start(self) -> EngineReplica:
+        """Start the engine loop (and the trace writer); return once the model is loaded
+        (raises RuntimeError when it failed to load)."""
+        self._lifespan = self.app.router.lifespan_context(self.app)
+        await self._lifespan.__aenter__()
+        await self.state.engine.wait_loaded()
+        return self
+
+    async def http(self, method: str, path: str, query: bytes,
+                   headers: list[tuple[bytes, bytes]], body: bytes,
+                   ) -> AsyncIterator[dict[str, Any]]:
+        """One HTTP request, streamed back message by message (control/fleet/asgi_call.py),
+        after `{"accepted": replica_id}`: the ingress may retry a request elsewhere only
+        while this first message has not come (nothing of it has run)."""
+        yield {"accepted": self.replica_id}
+        async for message in call_asgi(self.app, method, path, query, headers, body):
+            yield message
+
+    def stats(self) -> dict[str, Any]:
+        """What the router polls (~every 200 ms): cheap, read from the loop's last step."""
+        engine = self.state.engine
+        stats = engine.stats
+        return {"replica_id": self.replica_id, "pid": os.getpid(),
+                "ready": engine.health() is None, "reason": engine.health(),
+                "waiting": stats.waiting, "running": stats.running,
+                "kv_usage": stats.kv_usage, "kv_blocks_used": stats.kv_blocks_used,
+                "inflight": self.state.inflight, "steps": stats.steps,
+                "started_at": self.started_at}
+
+    def check_health(self) -> None:
+        """Serve calls this periodically; raising makes it replace the replica. Only a dead
+        or wedged engine loop counts (not draining, not paused admission)."""
+        problem = self.state.engine.serving_problem()
+        if problem is not None:
+            raise RuntimeError(f"replica {self.replica_id}: {problem}")
+
+    async def drain(self, grace_s: float) -> int:
+        """Refuse new requests (503), give in-flight ones `grace_s`, abort the rest (their
+        streams end with finish_reason "cancelled"). Returns how many were aborted."""
+        engine = self.state.engine
+        engine.start_draining()
+        await self._wait_idle(grace_s)
+        left = self.state.inflight
+        if left:
+            engine.abort_all("shutdown")
+            await self._wait_idle(ABORT_FLUSH_S)
+        return left
+
+    async def _wait_idle(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.state.inflight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(DRAIN_POLL_S)
+
+    async def shutdown(self) -> None:
+        """Stop the engine thread, flush the trace (Serve: from the replica's __del__)."""
+        lifespan, self._lifespan = getattr(self, "_lifespan", None), None
+        if lifespan is not None:
+            await lifespan.__aexit__(None, None, None)

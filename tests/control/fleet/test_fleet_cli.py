@@ -1,0 +1,28 @@
+"""`batchpilot fleet` refuses bad settings before it starts Ray or loads a model."""
+
+from __future__ import annotations
+
+import pytest
+
+from control.cli.main import main
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--replicas", "0"], "replicas=0 must be >= 1"),
+    (["--replica-cpus", "0"], "replica_cpus=0.0 and ingress_cpus=0.5 must be > 0"),
+    (["--port", "70000"], "port=70000 must be in 0..65535"),
+    (["--host", "0.0.0.0"], "0.0.0.0"),  # /control open beyond loopback without tokens
+])
+def test_fleet_rejects_bad_settings_with_an_actionable_message(args, message, capsys,
+                                                              tiny_llama_dir):
+    pytest.importorskip("ray")
+    assert main(["fleet", "--model", str(tiny_llama_dir), *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_fleet_is_a_subcommand_with_its_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["fleet", "--help"])
+    out = capsys.readouterr().out
+    for option in ("--replicas", "--address", "--config", "--routing", "--max-imbalance"):
+        assert option in out

@@ -1,0 +1,123 @@
+"""The ingress over stand-in replicas (no Ray, no engine): a replica that dies mid-stream,
+one that never accepts, and the merged /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from control.fleet.ingress import FleetIngress, build_app
+from control.fleet.metrics_merge import merge_metrics
+from control.fleet.router import RoutingPolicy
+
+CHUNK = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
+         "choices": [{"index": 0, "text": "a", "logprobs": None, "finish_reason": None}]}
+
+
+class FakeCall:
+    def __init__(self, messages: list, fail_after: bool):
+        self.messages, self.fail_after, self.cancelled = list(messages), fail_after, False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        await asyncio.sleep(0)
+        if self.messages:
+            return self.messages.pop(0)
+        if self.fail_after:
+            raise RuntimeError("ActorDiedError: the actor died unexpectedly")
+        raise StopAsyncIteration
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class FakeReplica:
+    """Streams two chunks then dies (`dies`), or never answers at all (`silent`)."""
+
+    def __init__(self, replica_id: int, behaviour: str):
+        self.replica_id, self.behaviour, self.calls = replica_id, behaviour, []
+
+    def options(self, **_):
+        return self
+
+    @property
+    def http(self):
+        replica = self
+
+        class Method:
+            @staticmethod
+            def remote(*args):
+                if replica.behaviour == "silent":
+                    call = FakeCall([], fail_after=True)  # fails before accepting
+                else:
+                    sse = [("content-type", "text/event-stream")]
+                    data = b"data: " + json.dumps(CHUNK).encode() + b"\n\n"
+                    call = FakeCall([{"accepted": replica.replica_id},
+                                     {"status": 200, "headers": sse},
+                                     {"body": data}, {"body": data}],
+                                    fail_after=replica.behaviour == "dies")
+                replica.calls.append(call)
+                return call
+        return Method
+
+
+def _fleet(behaviours: list[str]) -> tuple[FleetIngress, list[FakeReplica]]:
+    replicas = [FakeReplica(i, b) for i, b in enumerate(behaviours)]
+    fleet = FleetIngress(replicas, RoutingPolicy(mode="random"), seed=0)
+    for i in range(len(replicas)):
+        fleet.table.polled(i, {"ready": True})
+    return fleet, replicas
+
+
+async def _post(fleet: FleetIngress) -> httpx.Response:
+    transport = httpx.ASGITransport(app=build_app(fleet))
+    async with httpx.AsyncClient(transport=transport, base_url="http://fleet") as client:
+        return await client.post("/v1/completions", json={"prompt": "x", "stream": True})
+
+
+def test_a_stream_cut_by_a_dying_replica_ends_with_an_error_chunk():
+    fleet, _ = _fleet(["dies"])
+    resp = asyncio.run(_post(fleet))
+    assert resp.status_code == 200 and resp.headers["x-batchpilot-replica"] == "0"
+    events = [line[6:] for line in resp.text.splitlines() if line.startswith("data: ")]
+    assert len(events) == 4 and events[-1] == "[DONE]"
+    last = json.loads(events[-2])
+    assert last["id"] == "cmpl-1" and last["choices"][0]["finish_reason"] == "error"
+    assert last["error"]["code"] == "replica_failed" and last["error"]["type"] == "server_error"
+    view = fleet.table.views[0]
+    assert not view.healthy and view.failures == 1 and view.inflight == 0
+
+
+def test_a_replica_that_never_accepts_is_skipped_for_another():
+    fleet, replicas = _fleet(["silent", "ok"])
+    fleet.policy = RoutingPolicy(mode="pow2")
+    fleet.table.polled(1, {"ready": True, "running": 5})  # so the silent one is tried first
+    codes = [asyncio.run(_post(fleet)).status_code for _ in range(4)]
+    assert codes == [200] * 4
+    assert len(replicas[0].calls) == 1 and len(replicas[1].calls) == 4  # retried, then down
+    assert not fleet.table.views[0].healthy
+    assert [v.inflight for v in fleet.table.views] == [0, 0]
+
+
+def test_no_healthy_replica_is_a_503_in_the_servers_error_shape():
+    fleet, _ = _fleet(["ok"])
+    fleet.table.failed(0, "gone")
+    resp = asyncio.run(_post(fleet))
+    assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
+    assert resp.json()["error"]["code"] == "no_replica"
+
+
+def test_merged_metrics_label_each_replica_in_one_family():
+    text = ("# HELP batchpilot_steps_total Steps.\n# TYPE batchpilot_steps_total counter\n"
+            'batchpilot_steps_total{model="m"} %d\n')
+    merged = merge_metrics([(0, text % 5), (1, text % 7)]).decode()
+    assert merged.count("# TYPE batchpilot_steps_total counter") == 1
+    [family] = list(text_string_to_metric_families(merged))
+    values = {s.labels["replica"]: s.value for s in family.samples
+              if s.name == "batchpilot_steps_total"}
+    assert values == {"0": 5.0, "1": 7.0}

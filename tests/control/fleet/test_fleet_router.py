@@ -1,0 +1,132 @@
+"""The fleet router's decisions over hand-built load snapshots (no Ray, no engine)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from control.fleet.loads import LoadTable
+from control.fleet.router import (
+    NoReplicaAvailable,
+    ReplicaLoad,
+    RoutingPolicy,
+    affinity_key,
+    choose,
+    preferred,
+    prompt_prefix,
+)
+
+POLICY = RoutingPolicy(max_imbalance=4, max_kv_imbalance=0.25)
+SYSTEM = "You are a support agent for ACME routers. Answer briefly and cite the manual. " * 4
+
+
+def idle(n: int) -> list[ReplicaLoad]:
+    return [ReplicaLoad(i) for i in range(n)]
+
+
+def key_of(text: str, tenant: str = "t") -> bytes:
+    return affinity_key(prompt_prefix({"prompt": text}, POLICY), tenant, None, POLICY)
+
+
+def test_a_key_always_goes_to_its_replica_and_keys_spread_evenly():
+    rng = random.Random(0)
+    picks = Counter()
+    for i in range(2000):
+        key = key_of(f"document {i}: ")
+        first = choose(key, idle(4), POLICY, rng)
+        assert first.reason == "affinity"
+        assert choose(key, idle(4), POLICY, rng).replica_id == first.replica_id
+        picks[first.replica_id] += 1
+    assert sorted(picks) == [0, 1, 2, 3]
+    assert all(350 <= n <= 650 for n in picks.values()), picks  # 500 each, +-30%
+
+
+def test_a_replica_that_leaves_moves_only_its_own_keys():
+    keys = [key_of(f"prompt {i}") for i in range(500)]
+    before = {k: preferred(k, idle(4)).replica_id for k in keys}
+    loads = [ReplicaLoad(i, healthy=i != 2) for i in range(4)]
+    rng = random.Random(0)
+    after = {k: choose(k, loads, POLICY, rng).replica_id for k in keys}
+    moved = [k for k in keys if before[k] != after[k]]
+    assert moved and all(before[k] == 2 for k in moved)
+    assert all(after[k] != 2 for k in keys)
+
+
+def test_shared_system_prompt_shares_a_replica_and_tenants_may_split():
+    def chat(user: str, tenant: str) -> bytes:
+        body = {"messages": [{"role": "system", "content": SYSTEM},
+                             {"role": "user", "content": user}]}
+        return affinity_key(prompt_prefix(body, POLICY), tenant, None, POLICY)
+
+    assert chat("reset my router", "a") == chat("what is DHCP?", "a")  # past prefix_chars
+    assert chat("x", "a") != chat("x", "b")
+    untenanted = RoutingPolicy(key_by_tenant=False)
+    body = {"prompt": SYSTEM}
+    assert (affinity_key(prompt_prefix(body, untenanted), "a", None, untenanted)
+            == affinity_key(prompt_prefix(body, untenanted), "b", None, untenanted))
+    ids = prompt_prefix({"prompt": list(range(100))}, POLICY)
+    assert ids == "ids:" + ",".join(map(str, range(64)))
+    assert prompt_prefix({"max_tokens": 3}, POLICY) is None
+
+
+def test_affinity_holds_within_the_imbalance_and_yields_past_it():
+    key = key_of(SYSTEM)
+    home = preferred(key, idle(2)).replica_id
+    other = 1 - home
+    rng = random.Random(0)
+
+    def loads(home_running: int, home_kv: float = 0.0) -> list[ReplicaLoad]:
+        return [ReplicaLoad(home, running=home_running, kv_usage=home_kv),
+                ReplicaLoad(other, running=1)]
+
+    assert choose(key, loads(5), POLICY, rng) == choose(key, loads(1), POLICY, rng)
+    assert choose(key, loads(5), POLICY, rng).replica_id == home  # 5 - 1 <= 4
+    over = choose(key, loads(6), POLICY, rng)  # 6 - 1 > 4: the other, by load
+    assert (over.replica_id, over.reason) == (other, "balance")
+    kv = choose(key, loads(1, home_kv=0.3), POLICY, rng)  # KV 0.3 over 0.0 > 0.25
+    assert (kv.replica_id, kv.reason) == (other, "balance")
+    # the ingress's own in-flight count counts before the poll catches up
+    burst = [ReplicaLoad(home, inflight=9), ReplicaLoad(other)]
+    assert choose(key, burst, POLICY, rng).replica_id == other
+
+
+def test_without_a_key_power_of_two_picks_the_less_loaded():
+    rng = random.Random(1)
+    loads = [ReplicaLoad(0, running=9), ReplicaLoad(1, waiting=2), ReplicaLoad(2, running=7)]
+    picks = Counter(choose(None, loads, POLICY, rng).replica_id for _ in range(300))
+    assert picks[0] == 0  # the busiest never wins a pair
+    assert picks[1] > picks[2] > 0  # 1 wins every pair it is in; 2 only against 0
+
+
+def test_health_random_mode_and_policy_checks():
+    rng = random.Random(0)
+    with pytest.raises(NoReplicaAvailable):
+        choose(b"k", [ReplicaLoad(0, healthy=False)], POLICY, rng)
+    only = choose(b"k", [ReplicaLoad(0, healthy=False), ReplicaLoad(1)], POLICY, rng)
+    assert (only.replica_id, only.reason) == (1, "only")
+    rand = RoutingPolicy(mode="random")
+    picks = Counter(choose(b"k", idle(2), rand, rng).replica_id for _ in range(200))
+    assert min(picks.values()) > 60  # one key, both replicas
+    with pytest.raises(ValueError, match="mode='sticky' must be one of"):
+        RoutingPolicy(mode="sticky").validate()
+    with pytest.raises(ValueError, match="max_kv_imbalance=2"):
+        RoutingPolicy(max_kv_imbalance=2).validate()
+
+
+def test_load_table_marks_a_failed_replica_down_until_it_polls_ready():
+    table = LoadTable(2)
+    assert [r.healthy for r in table.snapshot()] == [False, False]  # before any poll
+    table.polled(0, {"ready": True, "running": 3, "waiting": 1, "kv_usage": 0.5})
+    table.polled(1, {"ready": True})
+    table.started(0)
+    assert table.snapshot()[0] == ReplicaLoad(0, True, 1, 3, 1, 0.5)
+    table.failed(0, "actor died")
+    assert not table.snapshot()[0].healthy
+    table.polled(0, None)  # still down
+    assert not table.snapshot()[0].healthy
+    table.polled(0, {"ready": True})  # Serve brought it back
+    assert table.snapshot()[0].healthy and table.views[0].failures == 1
+    table.polled(1, {"ready": False, "reason": "draining"})
+    assert not table.snapshot()[1].healthy
