@@ -7,15 +7,24 @@ else shares its batch, and whatever order the rows come in.
 
 Sampling uses the exponential race: argmax(p / E) with E ~ Exp(1) i.i.d. picks index i
 with probability p_i, so one noise vector per row replaces a multinomial call.
+
+One step samples in batch: greedy rows in one argmax; all other rows go through
+temperature, top-k, top-p, softmax and the race together, their per-row parameters held as
+tensors in a `SamplingTensors` built once per step. A new per-row filter (a penalty, a bias,
+min_p) is one more field there and one more batched function in `filter_logits`. The only
+loop over rows draws the noise: torch generators fill one tensor each, and a row's noise must
+come from its own request's generator.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import torch
 
 from engine.request import Request, SamplingParams
+from kernels.workspace import workspace
 
 _seed_source = random.SystemRandom()
 
@@ -31,41 +40,98 @@ def request_generator(req: Request, device: torch.device) -> torch.Generator:
     return gen
 
 
-def filter_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Temperature, then top-k, then top-p on one row of logits `[V]` (float32)."""
-    logits = logits / params.temperature
-    vocab = logits.shape[-1]
-    if 0 < params.top_k < vocab:
-        kth = torch.topk(logits, params.top_k).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # drop a token when the tokens before it already cover top_p; keep at least one
-        drop = (torch.cumsum(probs, dim=-1) - probs) >= params.top_p
-        drop[0] = False
-        logits = logits.masked_fill(torch.zeros_like(drop).scatter_(0, order, drop),
-                                    float("-inf"))
-    return logits
+@dataclass(frozen=True)
+class SamplingTensors:
+    """Per-row parameters of the non-greedy rows of one step, R rows, as tensors.
+
+    temperature: float32 [R, 1], > 0; top_k: int64 [R], in 1..V where it filters, V where it
+    is off (0 or >= vocab); top_p: float32 [R], +inf where it is off (1.0). max_top_k is the
+    largest k that filters (0: no row filters by top-k); any_top_p: some row filters by top-p.
+    """
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    max_top_k: int
+    any_top_p: bool
+
+    @classmethod
+    def from_params(cls, params: list[SamplingParams], vocab: int,
+                    device: torch.device) -> SamplingTensors:
+        top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
+        top_p = [p.top_p if p.top_p < 1.0 else float("inf") for p in params]
+        return cls(
+            temperature=torch.tensor([[p.temperature] for p in params], dtype=torch.float32,
+                                     device=device),
+            top_k=torch.tensor(top_k, dtype=torch.int64, device=device),
+            top_p=torch.tensor(top_p, dtype=torch.float32, device=device),
+            max_top_k=max((k for k in top_k if k < vocab), default=0),
+            any_top_p=any(p < 1.0 for p in top_p),
+        )
+
+
+def filter_logits(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+    """Temperature, then top-k, then top-p on rows of logits [R, V] (float32) -> [R, V],
+    filtered tokens at -inf, in the "sampler.logits" workspace (`logits` is not changed)."""
+    scaled = workspace("sampler.logits", tuple(logits.shape), torch.float32, logits.device)
+    torch.div(logits, params.temperature, out=scaled)
+    if params.max_top_k:
+        _top_k(scaled, params.top_k, params.max_top_k)
+    if params.any_top_p:
+        _top_p(scaled, params.top_p)
+    return scaled
+
+
+def _top_k(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> None:
+    """In place: keep each row's tokens at or above its k-th largest logit (ties at the
+    k-th stay). Rows with k = V keep everything."""
+    largest = torch.topk(logits, max_top_k, dim=-1).values  # (R, max_k), descending
+    kth = largest.gather(1, (top_k.clamp(max=max_top_k) - 1)[:, None])  # (R, 1)
+    kth = torch.where(top_k[:, None] < logits.shape[-1], kth, float("-inf"))
+    logits.masked_fill_(logits < kth, float("-inf"))
+
+
+def _top_p(logits: torch.Tensor, top_p: torch.Tensor) -> None:
+    """In place: drop a token when the more likely tokens before it already cover the row's
+    top_p; the most likely token always stays. Rows with top_p = +inf keep everything."""
+    shape, device = tuple(logits.shape), logits.device
+    sorted_logits = workspace("sampler.sorted", shape, torch.float32, device)
+    order = workspace("sampler.order", shape, torch.int64, device)
+    # stable: tied logits keep vocabulary order, so the cut is the same in any batch
+    torch.sort(logits, dim=-1, descending=True, stable=True, out=(sorted_logits, order))
+    probs = torch.softmax(sorted_logits, dim=-1)
+    before = torch.cumsum(probs, dim=-1, out=sorted_logits).sub_(probs)  # mass before each
+    drop = before >= top_p[:, None]  # (R, V), sorted order
+    drop[:, 0] = False
+    logits.masked_fill_(torch.zeros_like(drop).scatter_(1, order, drop), float("-inf"))
+
+
+def draw_noise(requests: list[Request], vocab: int, device: torch.device) -> torch.Tensor:
+    """Exp(1) noise [R, V] (the "sampler.noise" workspace): row i from requests[i]'s own
+    generator, one vocab-sized draw."""
+    noise = workspace("sampler.noise", (len(requests), vocab), torch.float32, device)
+    for row, req in zip(noise, requests, strict=True):  # NOTE: one generator per tensor
+        row.exponential_(generator=request_generator(req, device))
+    return noise
 
 
 def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
     """One token per row of `logits` `[R, V]` (float32) for `requests` (same order)."""
     assert logits.shape[0] == len(requests)
     greedy = [i for i, r in enumerate(requests) if r.sampling_params.temperature == 0.0]
-    tokens = [0] * len(requests)
-    if greedy:
-        picked = torch.argmax(logits[greedy], dim=-1).tolist()
-        for i, token in zip(greedy, picked, strict=True):
-            tokens[i] = token
     if len(greedy) == len(requests):
-        return tokens
-    for i, req in enumerate(requests):
-        params = req.sampling_params
-        if params.temperature == 0.0:
-            continue
-        probs = torch.softmax(filter_logits(logits[i], params), dim=-1)
-        noise = torch.empty_like(probs).exponential_(generator=request_generator(
-            req, logits.device))
-        tokens[i] = int(torch.argmax(probs / noise))
-    return tokens
+        return torch.argmax(logits, dim=-1).tolist()
+    tokens = torch.empty(len(requests), dtype=torch.int64, device=logits.device)
+    if greedy:
+        rows = torch.tensor(greedy, device=logits.device)
+        tokens[rows] = torch.argmax(logits.index_select(0, rows), dim=-1)
+    sampled = [i for i, r in enumerate(requests) if r.sampling_params.temperature != 0.0]
+    rows = torch.tensor(sampled, device=logits.device)
+    sampled_requests = [requests[i] for i in sampled]
+    params = SamplingTensors.from_params([r.sampling_params for r in sampled_requests],
+                                         logits.shape[-1], logits.device)
+    picked = logits if not greedy else logits.index_select(0, rows)
+    probs = torch.softmax(filter_logits(picked, params), dim=-1)
+    noise = draw_noise(sampled_requests, logits.shape[-1], logits.device)
+    tokens[rows] = torch.argmax(torch.div(probs, noise, out=noise), dim=-1)  # the race
+    return tokens.tolist()

@@ -4,11 +4,13 @@ Backends share the signatures of `kernels.reference`. The choice comes from an e
 or the environment variable BATCHPILOT_ATTENTION, read when a backend is requested (an
 Attention layer requests one when it is built):
 
-    reference  torch reference (any device)
+    reference  torch reference (any device): the oracle the other backends are tested against
+    cpu        batched torch path for CPU tensors (kernels/cpu_attention.py): all of a step's
+               decodes in one gather and two matmuls per layer
     triton     Triton kernels (kernels/triton_*.py): CUDA tensors, or CPU tensors under
                TRITON_INTERPRET=1 (tests); anything else raises BackendUnavailableError
-    auto       the default: per call, Triton for CUDA tensors when triton imports, the
-               reference otherwise (on a machine without CUDA it is the reference itself)
+    auto       the default: per call, Triton for CUDA tensors (the reference when triton does
+               not import), "cpu" for CPU tensors (on a machine without CUDA it is "cpu" itself)
 
 The name is fixed when the layer is built, so an A/B run forces either side by name; the
 device is looked at per call under "auto", so a model built on CPU and moved to a GPU (or
@@ -26,11 +28,11 @@ from typing import NamedTuple
 
 import torch
 
-from kernels import reference
+from kernels import cpu_attention, reference
 from kernels.reference import reference_attention
 
 ATTENTION_ENV_VAR = "BATCHPILOT_ATTENTION"
-ATTENTION_BACKENDS = ("reference", "triton", "auto")
+ATTENTION_BACKENDS = ("reference", "cpu", "triton", "auto")
 
 
 class AttentionBackend(NamedTuple):
@@ -47,6 +49,7 @@ class BackendUnavailableError(RuntimeError):
 
 
 _REFERENCE = AttentionBackend("reference", reference.write_kv, reference.paged_attention)
+_CPU = AttentionBackend("cpu", reference.write_kv, cpu_attention.paged_attention)
 _FALLBACK_HINT = f"set {ATTENTION_ENV_VAR}=reference (or auto) to use the torch reference"
 
 
@@ -71,20 +74,22 @@ def _require_triton() -> AttentionBackend:
 
 
 def _auto_backend() -> AttentionBackend:
-    """Per-call choice by device: Triton for CUDA tensors, the reference for the rest."""
+    """Per-call choice by device: Triton for CUDA tensors, "cpu" for CPU tensors."""
     try:
-        triton_backend = _triton_backend()
+        cuda_backend = _REFERENCE  # triton absent: the reference serves CUDA tensors
+        if importlib.util.find_spec("triton") is not None:
+            cuda_backend = _triton_backend()
     except ImportError as exc:  # triton missing or broken: the reference still serves
-        warnings.warn(f"triton unavailable ({exc}); attention uses the torch reference",
+        warnings.warn(f"triton unavailable ({exc}); CUDA attention uses the torch reference",
                       stacklevel=3)
-        return _REFERENCE
+        cuda_backend = _REFERENCE
 
     def write_kv(k_cache, v_cache, k, v, slot_mapping) -> None:
-        chosen = triton_backend if k_cache.is_cuda else _REFERENCE
+        chosen = cuda_backend if k_cache.is_cuda else _CPU
         chosen.write_kv(k_cache, v_cache, k, v, slot_mapping)
 
     def paged_attention(q, *args, **kwargs) -> torch.Tensor:
-        chosen = triton_backend if q.is_cuda else _REFERENCE
+        chosen = cuda_backend if q.is_cuda else _CPU
         return chosen.paged_attention(q, *args, **kwargs)
 
     return AttentionBackend("auto", write_kv, paged_attention)
@@ -103,10 +108,12 @@ def get_attention_backend(name: str | None = None) -> AttentionBackend:
         )
     if choice == "reference":
         return _REFERENCE
+    if choice == "cpu":
+        return _CPU
     if choice == "triton":
         return _require_triton()
-    if not torch.cuda.is_available() or importlib.util.find_spec("triton") is None:
-        return _REFERENCE  # "auto" where no tensor can be on CUDA, or triton is absent
+    if not torch.cuda.is_available():
+        return _CPU  # "auto" where no tensor can be on CUDA
     return _auto_backend()
 
 

@@ -12,8 +12,11 @@ the cache, so the queries sit at absolute positions context_len - q_len ... cont
 and attention is causal over absolute positions (a decode is q_len == 1; a prefill chunk
 sees its cached prefix plus itself).
 
+Serving on CPU uses kernels/cpu_attention.py (backend "cpu"): split-K chunks, no loop per
+length group or KV head; this file stays the oracle it is tested against.
+
 Design (measured): the step's decodes (one query each) go through one padded batched
-computation; every other sequence gets one SDPA call over its gathered blocks. Per-sequence
+computation per length group; every other sequence gets one SDPA call over its blocks. Per-sequence
 SDPA calls for 64 decodes at context 64 took 441 ms over SmolLM2's 30 layers against
 190-260 ms batched (2 threads); padding prefill chunks too was 2.5-23x slower on mixed
 batches, since every row would pay for the longest query and the longest context.

@@ -1,0 +1,214 @@
+"""Paged attention for CPU tensors: every decode of a step in one batched gather and matmul.
+
+Same signature and result as `kernels.reference.paged_attention` (the oracle; tests compare
+the two), without its Python loop per length group and per KV head.
+
+Decodes (one query per sequence, the last position, so it sees its whole context) are cut
+into KV chunks of at most `chunk_blocks` blocks, split-K style (as vLLM's paged attention
+v2 and flash-decoding do):
+
+    sequence s owns ceil(ctx_s / block_size) blocks -> ceil(owned_s / chunk_blocks) chunks
+    chunk c (of sequence seq[c]) covers key positions [c0, c0 + chunk_blocks * block_size)
+
+All chunks of all decodes go through one gather (index_select of whole blocks, into a reused
+workspace: each chunk's keys are one contiguous [C, kvh * d] matrix) and two batched matmuls
+over the chunks: scores (N, nh, C) and weighted values. GQA (g = nh / kvh query heads per KV
+head) uses a block-diagonal query, so K/V are neither repeated nor moved (see the NOTE in
+decode_attention). Each chunk keeps its own softmax max and sum; the chunks of one sequence
+are merged by log-sum-exp (scatter_reduce amax + index_add). Padding is bounded by one chunk
+per sequence instead of the batch's longest context: decodes at 100 and 1000 tokens read
+~1100 tokens plus under two chunks of padding, not 2000. When every sequence fits in one
+chunk the merge is skipped.
+
+Prefill chunks keep one SDPA call per sequence (torch's CPU flash kernel), as the reference
+does: a step holds few of them, each a real matrix product, and padding them into one batch
+measured 2.5-23x slower on mixed batches (kernels/reference.py docstring); a step of prefill
+chunks only measured the same time as the reference (it is the same code).
+
+Everything computes in float32 (q, K and V are cast after the gather, so a bf16 cache is read
+at half the bytes) and the result is returned in q.dtype.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from kernels.reference import causal_mask, gather_kv
+from kernels.workspace import workspace
+
+# Blocks per KV chunk of a decode. Measured on SmolLM2 shapes (9 heads, 3 KV heads, d 64,
+# block 16, 2 threads), docs/architecture.md "Attention backends": 8 blocks = 128 tokens.
+CHUNK_BLOCKS = 8
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+    max_query_len: int | None = None,
+    max_context_len: int | None = None,
+) -> torch.Tensor:
+    """Causal attention of a flattened mixed batch over the paged KV cache (CPU tensors).
+
+    Shapes as in kernels.reference.paged_attention: q [T, nh, d]; caches [num_blocks,
+    block_size, kvh, d]; block_tables int32 [S, max_blocks]; context_lens int32 [S];
+    query_start_loc int32 [S + 1]. Returns [T, nh, d] in q.dtype, computed in float32.
+    """
+    del max_query_len, max_context_len  # host copies below carry the same information
+    num_tokens, num_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
+    if q.device.type != "cpu" or k_cache.device.type != "cpu":
+        raise ValueError(f"attention backend 'cpu' takes CPU tensors, got q on {q.device} and "
+                         f"the cache on {k_cache.device}; use BATCHPILOT_ATTENTION=auto")
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(f"{num_heads=} must be a multiple of {num_kv_heads=}")
+    starts = query_start_loc.tolist()
+    ctx_lens = context_lens.tolist()
+    if starts[-1] != num_tokens:
+        raise ValueError(f"query_start_loc[-1]={starts[-1]} must equal q.shape[0]={num_tokens}")
+    out = torch.empty(num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
+    decodes, rows = [], []
+    for s, context_len in enumerate(ctx_lens):
+        lo, hi = starts[s], starts[s + 1]
+        q_len = hi - lo
+        if q_len == 0:
+            continue
+        if not 0 < q_len <= context_len:
+            raise ValueError(f"sequence {s}: {q_len=} must be in 1..{context_len=}")
+        if q_len == 1:
+            decodes.append(s)
+            rows.append(lo)
+        else:
+            out[lo:hi] = _prefill_attention(q[lo:hi], k_cache, v_cache, block_tables[s],
+                                            context_len, scale)
+    if decodes:
+        seqs = torch.tensor(decodes, device=q.device)
+        row_index = torch.tensor(rows, device=q.device)
+        out[row_index] = decode_attention(
+            q.index_select(0, row_index), k_cache, v_cache, block_tables.index_select(0, seqs),
+            context_lens.index_select(0, seqs), scale)
+    return out.to(q.dtype)
+
+
+def _prefill_attention(q, k_cache, v_cache, table_row, context_len: int, scale: float):
+    """One prefill chunk q [q_len, nh, d] over its cached prefix and itself -> float32."""
+    num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
+    k = gather_kv(k_cache, table_row, context_len).float().transpose(0, 1)[None]  # (1,kvh,C,d)
+    v = gather_kv(v_cache, table_row, context_len).float().transpose(0, 1)[None]
+    mask = causal_mask(q.shape[0], context_len, q.device)
+    o = F.scaled_dot_product_attention(
+        q.float().transpose(0, 1)[None], k, v, attn_mask=mask, scale=scale,
+        enable_gqa=num_heads != num_kv_heads)  # (1, nh, q_len, d)
+    return o[0].transpose(0, 1)
+
+
+def chunk_layout(context_lens: torch.Tensor, block_tables: torch.Tensor, block_size: int,
+                 chunk_blocks: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cut each sequence's blocks into chunks of `chunk_blocks` (fewer when the longest
+    sequence owns fewer). Returns (seq_of_chunk int64 [N], block ids int64 [N * P], hidden
+    bool [N, P * block_size]: key slots past the sequence's context, to mask out). Padding
+    slots read block 0 (any valid block) and are hidden.
+
+    NOTE: host index math in numpy: torch's CPU ops split even tiny jobs across threads and
+    can stall for milliseconds each on a busy machine, and this runs once per layer."""
+    ctx = context_lens.numpy().astype(np.int64)  # (S,)
+    table = block_tables.numpy()
+    owned = (ctx + block_size - 1) // block_size  # (S,) blocks each sequence owns
+    width = max(1, min(chunk_blocks, int(owned.max())))  # P: blocks per chunk
+    num_chunks = (owned + width - 1) // width  # (S,)
+    seq_of_chunk = np.repeat(np.arange(len(ctx)), num_chunks)  # (N,)
+    first_chunk = np.cumsum(num_chunks) - num_chunks  # (S,)
+    chunk_in_seq = np.arange(len(seq_of_chunk)) - first_chunk[seq_of_chunk]  # (N,)
+    block_pos = chunk_in_seq[:, None] * width + np.arange(width)  # (N, P) within the seq
+    in_use = block_pos < owned[seq_of_chunk, None]
+    ids = table[seq_of_chunk[:, None], np.minimum(block_pos, table.shape[1] - 1)]
+    blocks = np.where(in_use, ids, 0).astype(np.int64).reshape(-1)  # (N * P,)
+    key_pos = block_pos[:, :, None] * block_size + np.arange(block_size)  # (N, P, bs)
+    hidden = key_pos.reshape(len(seq_of_chunk), -1) >= ctx[seq_of_chunk, None]  # (N, P*bs)
+    return torch.from_numpy(seq_of_chunk), torch.from_numpy(blocks), torch.from_numpy(hidden)
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    chunk_blocks: int | None = None,
+) -> torch.Tensor:
+    """One query per sequence, all sequences at once: q [S, nh, d] -> float32 [S, nh, d].
+
+    Each query is its sequence's last position and sees the whole context (no causal mask,
+    only the padding past context_lens[s] is hidden). chunk_blocks: blocks per KV chunk
+    (default CHUNK_BLOCKS). Padding slots are masked out of the scores but multiply their
+    values by an exact 0, so the cache must hold finite numbers everywhere (allocate_kv_caches
+    zeroes it; the reference's batched decode has the same contract)."""
+    num_seqs, num_heads, head_dim = q.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    seq_of_chunk, blocks, hidden = chunk_layout(context_lens, block_tables, block_size,
+                                                chunk_blocks or CHUNK_BLOCKS)
+    num_chunks, width = hidden.shape  # N chunks of C = P * block_size key slots
+    kv_width = num_kv_heads * head_dim
+    # Whole blocks in cache order: each chunk's keys are one contiguous [C, kvh * d] matrix.
+    keys = _gather_float(k_cache, blocks, "attention.keys").view(num_chunks, width, kv_width)
+    values = _gather_float(v_cache, blocks, "attention.values").view(num_chunks, width, kv_width)
+    # NOTE: GQA by a block-diagonal query instead of moving heads in front of the keys (a
+    # copy of the whole context, which cost more than the math): row h * g + i of q_bd holds
+    # query head h * g + i in columns of KV head h and zeros elsewhere, so one bmm over the
+    # (C, kvh * d) keys yields every head's scores. It does kvh x the multiply-adds (3x for
+    # SmolLM2), cheap next to the gather; the zeros add exact zeros for finite keys.
+    q_bd = q.new_zeros(num_seqs, num_kv_heads, group, num_kv_heads, head_dim,
+                       dtype=torch.float32)
+    q_bd.diagonal(dim1=1, dim2=3).copy_(
+        (q.float() * scale).view(num_seqs, num_kv_heads, group, head_dim).permute(0, 2, 3, 1))
+    q_c = q_bd.view(num_seqs, num_heads, kv_width).index_select(0, seq_of_chunk)  # (N, nh, kvh*d)
+    scores = torch.bmm(q_c, keys.transpose(1, 2))  # (N, nh, C)
+    scores.masked_fill_(hidden[:, None, :], float("-inf"))
+    # Every chunk holds at least one visible key (its first block is owned), so m is finite.
+    m = scores.amax(dim=-1, keepdim=True)  # (N, nh, 1)
+    probs = scores.sub_(m).exp_()
+    denom = probs.sum(dim=-1)  # (N, nh)
+    # (N, nh, kvh*d): head h * g + i's output is its KV head h's column block (the diagonal)
+    mixed = torch.bmm(probs, values).view(num_chunks, num_kv_heads, group, num_kv_heads,
+                                          head_dim)
+    partial = mixed.diagonal(dim1=1, dim2=3).permute(0, 3, 1, 2)  # (N, kvh, g, d)
+    partial = partial.reshape(num_chunks, num_heads, head_dim)  # unnormalised
+    if num_chunks == num_seqs:  # one chunk per sequence: a plain softmax, nothing to merge
+        return partial / denom[..., None]
+    return _merge_chunks(partial, denom, m[..., 0], seq_of_chunk, num_seqs)
+
+
+def _gather_float(cache: torch.Tensor, blocks: torch.Tensor, name: str) -> torch.Tensor:
+    """cache[blocks] as float32 [len(blocks), block_size, kvh, d] in a reused workspace (a
+    lower-precision cache is gathered at its own width, then widened)."""
+    shape = (len(blocks), *cache.shape[1:])
+    if cache.dtype == torch.float32:
+        return torch.index_select(cache, 0, blocks, out=workspace(name, shape, torch.float32))
+    narrow = torch.index_select(cache, 0, blocks, out=workspace(name, shape, cache.dtype))
+    return workspace(name, shape, torch.float32).copy_(narrow)
+
+
+def _merge_chunks(partial, denom, chunk_max, seq_of_chunk, num_seqs: int) -> torch.Tensor:
+    """Log-sum-exp merge of per-chunk softmax parts -> float32 [S, nh, d].
+
+    partial: (N, nh, d) = sum_j exp(s_j - m_c) v_j over chunk c's keys j; denom: (N, nh) =
+    sum_j exp(s_j - m_c); chunk_max: (N, nh) = m_c. With M the sequence's max over its
+    chunks: out = sum_c exp(m_c - M) partial_c / sum_c exp(m_c - M) denom_c."""
+    _, num_heads, head_dim = partial.shape
+    index = seq_of_chunk[:, None].expand_as(chunk_max)
+    seq_max = chunk_max.new_full((num_seqs, num_heads), float("-inf"))
+    seq_max.scatter_reduce_(0, index, chunk_max, reduce="amax")
+    weight = (chunk_max - seq_max.index_select(0, seq_of_chunk)).exp_()  # (N, nh)
+    num = partial.new_zeros(num_seqs, num_heads, head_dim)
+    num.index_add_(0, seq_of_chunk, partial * weight[..., None])
+    den = denom.new_zeros(num_seqs, num_heads)
+    den.index_add_(0, seq_of_chunk, denom * weight)
+    return num / den[..., None]
