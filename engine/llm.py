@@ -7,6 +7,8 @@
 
 Keyword overrides are engine config fields (static or live), e.g. `max_num_seqs`,
 `prefill_chunk_size`, `num_kv_blocks`, `max_model_len`; unknown names are refused.
+`dtype` ("auto", the default, "float32" or "bfloat16"; engine/models/cpu_dtype.py) applies
+when LLM loads the model; a LoadedModel keeps the dtype it was loaded with.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.models import LoadedModel, load_model
+from engine.models.cpu_dtype import parse_dtype
 from engine.output_processor import OutputProcessor, RequestOutput
 from engine.records import AdmissionDecision
 from engine.request import RequestStatus, SamplingParams
@@ -47,19 +50,20 @@ class PromptRejected(ValueError):
 
 class LLM:
     def __init__(self, model: str | LoadedModel = "smollm2-135m", *, device: str | None = None,
-                 dtype: torch.dtype | None = None, **overrides: Any):
+                 dtype: str | torch.dtype | None = None, **overrides: Any):
         """`model`: an alias, a checkpoint directory, a .gguf file, or a LoadedModel."""
         unknown = sorted(set(overrides) - _STATIC - _LIVE)
         if unknown:
             raise ValueError(f"unknown LLM option(s) {unknown}; engine options are: "
                              f"{sorted(_STATIC | _LIVE)}")
         if isinstance(model, LoadedModel):
+            if dtype is not None:
+                raise ValueError(f"{dtype=} applies only when LLM loads the model: pass it to"
+                                 " load_model(), or pass LLM the model's name or path")
             self.loaded = model
         else:
             device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-            if dtype is None:
-                dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-            self.loaded = load_model(model, dtype=dtype, device=device)
+            self.loaded = load_model(model, dtype=parse_dtype(dtype), device=device)
         self.tokenizer = self.loaded.tokenizer
         config = fit_engine_config(self.loaded, overrides)
         runner = ModelRunner(self.loaded, config.static.num_kv_blocks, config.static.block_size)

@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", help="the model id clients send and"
                        " /v1/models shows (default: the --model's last path part)")
     serve.add_argument("--device", help="cpu or cuda[:N] (default: cuda when available)")
+    serve.add_argument("--dtype", default="auto", metavar="{auto,float32,bfloat16}",
+                       help="weight dtype (default auto: bfloat16 on CUDA; on a CPU with"
+                       " AMX or AVX-512-BF16, float32 plus bf16 projections for batched"
+                       " steps; else float32)")
     serve.add_argument("--shutdown-grace-s", type=float, default=30.0,
                        help="on SIGTERM, how long in-flight requests may run before they are"
                        " cancelled (default %(default)s)")
@@ -112,7 +116,7 @@ def _serve(args: argparse.Namespace) -> int:
         metrics_tenants=args.metrics_tenants, metrics_compat=args.metrics_compat,
         control_api=not args.no_control_api,
         control_tokens_path=args.control_tokens, watch_config=not args.no_watch_config,
-        device=args.device, shutdown_grace_s=args.shutdown_grace_s,
+        device=args.device, dtype=args.dtype, shutdown_grace_s=args.shutdown_grace_s,
         max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level)
     try:  # fail before binding a port or loading anything
         settings.validate()

@@ -38,6 +38,7 @@ class EngineParts:
     static: StaticConfig
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     step_fit: StepFit | None = None  # budgets fitted to the device at start-up, if any
+    weights: str = ""  # the dtype the weights run in and why, for the ready line
 
     @property
     def max_prompt_capacity(self) -> int:
@@ -82,12 +83,11 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     serving = read_serving_config(settings.config_path)
     if loaded is None:
         device = settings.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         if device == "cpu" and "OMP_NUM_THREADS" not in os.environ:
             # torch's intra-op threads spin: leave a core to the event loop, or on a small
             # machine every step waits for the HTTP side and the HTTP side for the step
             torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-        loaded = load_model(settings.model, dtype=dtype, device=device)
+        loaded = load_model(settings.model, dtype=settings.dtype, device=device)
     overrides = {**serving.explicit, **settings.engine_overrides}
     config = fit_engine_config(loaded, overrides, base=serving.live)
     runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
@@ -98,5 +98,7 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     except Exception:  # fall back to sharing; encode and decode do not mutate it
         frontend = loaded.tokenizer
     vocab = int(getattr(loaded.hf_config, "vocab_size", 0) or len(loaded.tokenizer))
+    plan = loaded.dtype_plan
+    weights = plan.describe() if plan is not None else str(loaded.dtype).removeprefix("torch.")
     return EngineParts(engine, OutputProcessor(loaded.tokenizer), frontend, vocab,
-                       config.static, serving.profiles, step_fit)
+                       config.static, serving.profiles, step_fit, f"weights: {weights}")

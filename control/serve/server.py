@@ -107,8 +107,9 @@ class DrainingServer(uvicorn.Server):
         if self.announce:
             parts = self.state.engine.parts
             fit = getattr(parts, "step_fit", None)
+            notes = [getattr(parts, "weights", ""), fit.summary() if fit is not None else ""]
             print(banner(self.bound_url, self.state.settings.model_name,
-                         fit.summary() if fit is not None else None), flush=True)
+                         "\n  ".join(n for n in notes if n) or None), flush=True)
 
     def _bound_url(self) -> str:
         settings = self.state.settings
@@ -133,8 +134,8 @@ KEEP_ALIVE_S = 65
 
 
 def banner(url: str, model: str, budgets: str | None = None) -> str:
-    """The ready line and how to try it; `budgets`: the line saying which step budgets were
-    fitted to the device (engine/step_fit.py), when any were."""
+    """The ready line and how to try it; `budgets`: the lines saying what the weights run
+    in and which step budgets were fitted to the device (engine/step_fit.py), if any."""
     body = json.dumps({"model": model, "max_tokens": 32,
                        "messages": [{"role": "user", "content": "What is a KV cache?"}]})
     return (f"{READY_LINE}: serving {model} at {url}\n"

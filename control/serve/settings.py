@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from control.trace.retention import Retention
+from engine.dtype_choice import parse_dtype_choice
 
 DEFAULT_MODEL = "smollm2-135m"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -35,6 +36,7 @@ class ServeSettings:
     control_tokens_path: str | None = None  # "name scope secret" lines; see control/admin/auth.py
     watch_config: bool = True  # reload the --config YAML when it changes (and on SIGHUP)
     device: str | None = None  # None: cuda when available, else cpu
+    dtype: str = "auto"  # auto | float32 | bfloat16 (engine/models/cpu_dtype.py)
     shutdown_grace_s: float = 30.0  # SIGTERM: in-flight requests get this long to finish
     max_request_timeout_s: float = 600.0  # cap (and default) for X-Request-Timeout-Ms
     stall_after_s: float = 60.0  # /readyz fails when a step has run longer than this
@@ -52,6 +54,7 @@ class ServeSettings:
                  ">= 1")
         _require(len(self.metrics_tenants) <= 100, "metrics_tenants",
                  len(self.metrics_tenants), "at most 100 names (each is a label value)")
+        parse_dtype_choice(self.dtype)  # ValueError naming the choices
         _require(self.metrics_compat in (None, "vllm"), "metrics_compat", self.metrics_compat,
                  "'vllm' or unset")
         self.trace_retention.validate()

@@ -1,14 +1,23 @@
 """The Llama family on the paged KV cache: Llama, SmolLM2 (a Llama), Qwen2, Mistral.
 
-Module names equal transformers' (model.embed_tokens, model.layers.N.self_attn.q_proj, ...,
-lm_head), so a transformers state dict loads as is. The family differs only in biases:
+Module names equal transformers' (model.embed_tokens, model.layers.N.self_attn..., lm_head)
+except two fused projections per layer, `self_attn.qkv_proj` (q, k, v rows stacked) and
+`mlp.gate_up_proj` (gate, up): load hooks fuse transformers' q/k/v_proj and gate/up_proj
+on load and state_dict() splits them back (projections.py), so a transformers state dict
+loads as is and a saved one is a transformers checkpoint. The family differs only in biases:
 
     Llama    q/k/v/o bias = config.attention_bias, MLP bias = config.mlp_bias
     Qwen2    q/k/v bias, o without
     Mistral  no bias (its sliding window is not applied: LoadedModel.max_model_len caps
              contexts at the window, where full attention is exact)
 
-Shapes: T flattened tokens of the step, nh / kvh query / KV heads, d head_dim, D hidden.
+Shapes: T flattened tokens of the step, nh / kvh query / KV heads, d head_dim, D hidden,
+I intermediate.
+
+Precision per step (CPU "auto", engine/models/cpu_dtype.py): with `bf16_min_rows` set, a
+step of at least that many tokens runs its projections (and SwiGLU's silu(gate) * up) on
+bf16 copies of the weights (compute_logits: that many rows); the residual stream, norms,
+RoPE, attention and the KV cache stay float32.
 """
 
 from __future__ import annotations
@@ -20,7 +29,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.models.attention import Attention, AttentionMetadata, KVCache
-from engine.models.rope import RotaryEmbedding, apply_rotary
+from engine.models.projections import Projection, fuse_parts_on_load
+from engine.models.rope import RotaryEmbedding
 
 
 class RMSNorm(nn.Module):
@@ -32,22 +42,27 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # one fused kernel, bit-equal to the lines below in fp32
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
 
 
 class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)), gate and up as one [2 * I, D] projection."""
 
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.intermediate_size = intermediate_size
+        self.gate_up_proj = Projection(hidden_size, 2 * intermediate_size, bias=bias)
+        self.down_proj = Projection(intermediate_size, hidden_size, bias=bias)
+        fuse_parts_on_load(self, "gate_up_proj", ("gate_proj", "up_proj"),
+                           (intermediate_size, intermediate_size))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x: torch.Tensor, bf16: bool = False) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x, bf16).split(self.intermediate_size, dim=-1)  # [T, I]
+        return self.down_proj(F.silu(gate) * up, bf16)
 
 
 class SelfAttention(nn.Module):
@@ -59,25 +74,28 @@ class SelfAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = head_dim_of(config)
-        self.q_proj = nn.Linear(hidden, self.num_heads * self.head_dim, bias=qkv_bias)
-        self.k_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=qkv_bias)
-        self.v_proj = nn.Linear(hidden, self.num_kv_heads * self.head_dim, bias=qkv_bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, hidden, bias=o_bias)
+        q_size = self.num_heads * self.head_dim
+        kv_size = self.num_kv_heads * self.head_dim
+        self.qkv_proj = Projection(hidden, q_size + 2 * kv_size, bias=qkv_bias)
+        self.o_proj = Projection(q_size, hidden, bias=o_bias)
+        fuse_parts_on_load(self, "qkv_proj", ("q_proj", "k_proj", "v_proj"),
+                           (q_size, kv_size, kv_size))
         self.attn = Attention(self.num_heads, self.num_kv_heads, self.head_dim,
                               scale=self.head_dim**-0.5)
 
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-        kv_cache: KVCache, meta: AttentionMetadata,
+        kv_cache: KVCache, meta: AttentionMetadata, bf16: bool = False,
     ) -> torch.Tensor:
-        num_tokens = x.shape[0]
-        q = self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim)  # [T, nh, d]
-        k = self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, kvh, d]
-        v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
-        cos, sin = rope
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        num_tokens, nh, kvh = x.shape[0], self.num_heads, self.num_kv_heads
+        qkv = self.qkv_proj(x, bf16).view(num_tokens, nh + 2 * kvh, self.head_dim)
+        # q and k rotate as one [T, nh + kvh, d] tensor (half the elementwise ops); q and
+        # k are then strided views of it, v a strided view of qkv (bf16 on a bf16 step:
+        # the rotation's fp32 tables promote q and k, the cache write casts v).
+        qk = rotate(qkv[:, : nh + kvh], *rope)
+        q, k, v = qk[:, :nh], qk[:, nh:], qkv[:, nh + kvh:]
         out = self.attn(q, k, v, kv_cache, meta)  # [T, nh, d]
-        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
+        return self.o_proj(out.reshape(num_tokens, nh * self.head_dim), bf16)
 
 
 class DecoderLayer(nn.Module):
@@ -90,10 +108,10 @@ class DecoderLayer(nn.Module):
 
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-        kv_cache: KVCache, meta: AttentionMetadata,
+        kv_cache: KVCache, meta: AttentionMetadata, bf16: bool = False,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta, bf16)
+        return x + self.mlp(self.post_attention_layernorm(x), bf16)
 
 
 class LlamaModel(nn.Module):
@@ -118,7 +136,10 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         qkv_bias, o_bias, mlp_bias = self.biases(config)
         self.model = LlamaModel(config, qkv_bias, o_bias, mlp_bias)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Projection(config.hidden_size, config.vocab_size, bias=False)
+        # Steps of at least this many tokens (logits: rows) use the bf16 weight copies;
+        # None: never. Set by keep_bf16_copies().
+        self.bf16_min_rows: int | None = None
         self.tie_weights()
 
     def tie_weights(self) -> None:
@@ -126,6 +147,21 @@ class LlamaForCausalLM(nn.Module):
         after load_state_dict(assign=True) or to_empty(): both replace parameters one by one."""
         if getattr(self.config, "tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def keep_bf16_copies(self, min_rows: int | None) -> None:
+        """Keep a bf16 copy of every projection's weight (and lm_head's) for steps of at
+        least `min_rows` tokens; None drops them. Costs 2 bytes per projection parameter
+        (SmolLM2-135M: ~270 MB next to ~540 MB of fp32 weights). Call after loading."""
+        if min_rows is not None and min_rows < 1:
+            raise ValueError(f"{min_rows=} must be >= 1 (or None: no bf16 copies)")
+        for module in self.modules():
+            if isinstance(module, Projection):
+                module.keep_bf16_copy(min_rows is not None)
+        self.bf16_min_rows = min_rows
+
+    def uses_bf16(self, rows: int) -> bool:
+        """Whether a step (or a logits call) of `rows` rows runs on the bf16 copies."""
+        return self.bf16_min_rows is not None and rows >= self.bf16_min_rows
 
     @staticmethod
     def biases(config: Any) -> tuple[bool, bool, bool]:
@@ -156,14 +192,15 @@ class LlamaForCausalLM(nn.Module):
         if len(kv_caches) != self.num_layers:
             raise ValueError(f"got {len(kv_caches)} KV caches for {self.num_layers} layers")
         x = self.model.embed_tokens(input_ids)  # [T, D]
-        rope = self.model.rotary_emb(positions, x.dtype)  # cos, sin: [T, d]
+        rope = rope_for_rotate(*self.model.rotary_emb(positions, x.dtype))
+        bf16 = self.uses_bf16(x.shape[0])
         for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(x, rope, kv_cache, meta)
+            x = layer(x, rope, kv_cache, meta, bf16)
         return self.model.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [R, D] (the rows to sample from) -> float32 logits [R, vocab]."""
-        return self.lm_head(hidden).float()
+        return self.lm_head(hidden, self.uses_bf16(hidden.shape[0])).float()
 
 
 class Qwen2ForCausalLM(LlamaForCausalLM):
@@ -176,6 +213,20 @@ class MistralForCausalLM(LlamaForCausalLM):
     @staticmethod
     def biases(config: Any) -> tuple[bool, bool, bool]:
         return False, False, False
+
+
+def rope_for_rotate(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [T, d] -> (cos, sin with its first half negated), each [T, 1, d]: made
+    once per step so that each layer's rotation is four ops (see rotate)."""
+    half = sin.shape[-1] // 2
+    return cos[:, None, :], torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)[:, None, :]
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x: [T, heads, d] -> apply_rotary(x, cos, sin), bit for bit: rotate_half(x) * sin
+    equals roll(x, d / 2) * signed_sin exactly (a sign moves between two factors), and the
+    roll replaces two slices, a negation and a cat."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 def head_dim_of(config: Any) -> int:

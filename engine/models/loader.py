@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from engine.models import gguf_cache
+from engine.models.cpu_dtype import DtypePlan, resolve_dtype
 from engine.models.llama import LlamaForCausalLM
 from engine.models.registry import architecture_of, get_model_class
 from engine.models.sources import resolve_model_source
@@ -42,7 +43,9 @@ class LoadedModel:
     max_model_len: longest context served exactly (max_position_embeddings, capped at the
     sliding window for configs that use one, since attention here is full-context);
     eos_token_ids: every id that ends generation (config, generation config, tokenizer);
-    reference: the transformers model (eager attention) when load_model(keep_reference=True).
+    reference: the transformers model (eager attention) when load_model(keep_reference=True);
+    dtype_plan: what the dtype choice resolved to (dtype equals dtype_plan.dtype, the KV
+    cache's and the weights' as loaded; see cpu_dtype.py for bf16 projection copies).
     """
 
     model: LlamaForCausalLM
@@ -56,19 +59,22 @@ class LoadedModel:
     eos_token_ids: tuple[int, ...]
     load_seconds: float
     reference: nn.Module | None = None
+    dtype_plan: DtypePlan | None = None  # None: built without a plan, plain `dtype`
 
 
 def load_model(
     source: str | os.PathLike[str],
-    dtype: torch.dtype = torch.float32,
+    dtype: str | torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
     *,
     keep_reference: bool = False,
 ) -> LoadedModel:
     """Load an alias, checkpoint directory or .gguf file (see resolve_model_source).
 
-    keep_reference=True also returns the transformers model for parity checks; for a GGUF
-    source it costs nothing extra, since the weights come from that model anyway.
+    dtype: "auto" | "float32" | "bfloat16" or a torch dtype (cpu_dtype.py; the engine's
+    entry points pass "auto", this function defaults to float32, exact against
+    transformers). keep_reference=True also returns the transformers model (in the plan's
+    dtype) for parity checks; for a GGUF source it costs nothing extra.
     """
     from transformers import AutoConfig, AutoTokenizer  # heavy import, deferred
 
@@ -77,6 +83,8 @@ def load_model(
     converted = gguf_cache.lookup(path) if path.is_file() else None
     path = converted or path
     device = torch.device(device)
+    plan = resolve_dtype(dtype, device)  # fail on a bad value before the slow part
+    dtype = plan.dtype
     hf_kwargs: dict[str, Any] = {"local_files_only": True}
     if path.is_file():  # .gguf
         directory, hf_kwargs["gguf_file"] = path.parent, path.name
@@ -93,6 +101,7 @@ def load_model(
         hf_model = _load_hf_model(directory, config, dtype, hf_kwargs)
     state = hf_model.state_dict() if is_gguf else read_safetensors(directory)
     model = build_model(model_class, config, state, dtype, device)
+    model.keep_bf16_copies(plan.bf16_min_rows)
     reference = hf_model.to(device) if keep_reference else None
     loaded = LoadedModel(
         model=model,
@@ -106,6 +115,7 @@ def load_model(
         eos_token_ids=eos_token_ids_of(config, tokenizer, directory),
         load_seconds=time.perf_counter() - started,
         reference=reference,
+        dtype_plan=plan,
     )
     if is_gguf and dtype == torch.float32:  # next time: safetensors, ~20x faster
         gguf_cache.store(original, lambda out: save_checkpoint(loaded, out))
@@ -129,7 +139,8 @@ def build_model(
     device: torch.device,
 ) -> LlamaForCausalLM:
     """Build on the meta device (no random init), then adopt `state`'s tensors, converted
-    to dtype/device (no copy when they already match: a GGUF model's weights are shared).
+    to dtype/device (no copy when they already match: a GGUF model's weights are shared,
+    except q/k/v and gate/up, which the model's load hooks concatenate into fused weights).
 
     Tied checkpoints may omit lm_head.weight. Missing or unexpected weights raise ValueError.
     """
@@ -162,7 +173,9 @@ def save_checkpoint(loaded: LoadedModel, out_dir: str | os.PathLike[str]) -> Pat
     config.architectures = [loaded.architecture]
     config.save_pretrained(out)
     loaded.tokenizer.save_pretrained(out)
-    state = {name: t.contiguous() for name, t in loaded.model.state_dict().items()}
+    # state_dict() gives q/k/v and gate/up as views of the fused weights; safetensors
+    # refuses tensors sharing storage, so each is written from its own copy.
+    state = {name: t.clone() for name, t in loaded.model.state_dict().items()}
     if getattr(config, "tie_word_embeddings", False):
         del state["lm_head.weight"]  # restored from embed_tokens when loading
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})

@@ -1,0 +1,104 @@
+"""Which dtype the weights run in: the `dtype` option ("auto" | "float32" | "bfloat16").
+
+    float32   fp32 weights, activations and KV cache (what the parity tests use)
+    bfloat16  bf16 weights, activations and KV cache (the default on CUDA)
+    auto      CUDA: bfloat16. CPU with AMX or AVX-512-BF16: fp32 weights plus a bf16 copy
+              of every projection, used by steps of BF16_MIN_ROWS tokens or more (logits:
+              rows); fp32 everything else. Other CPUs: float32.
+
+Measured on 2 vCPUs of a Xeon with AMX (torch 2.13, 2 threads, SmolLM2-135M's 30 layers of
+projections, distinct weights per layer so nothing stays in cache; medians of 9 A/B pairs):
+
+    rows per step      1     2     3     4     8     16    32    64
+    fp32 ms          16.5  17.6  18.9  28.6  34.4  42.0  49.5  74.5
+    bf16 ms          18.5  18.5  18.9  18.9  19.7  19.4  21.9  27.0
+
+fp32 streams weights faster below 3 rows (oneDNN's bf16 GEMV reads ~12 GB/s against fp32's
+~26 GB/s); from 4 rows the fp32 GEMM path is slower and AMX wins 1.5-2.8x (lm_head alike:
+equal at 1-3 rows, 2-2.8x from 4). So single-stream decode keeps fp32 and batched steps
+take bf16, at the cost of holding both copies (2 bytes more per projection parameter).
+
+The KV cache and the activations between projections stay fp32 under auto (projections.py
+says where bf16 results are promoted back): the torch reference attention computes in fp32,
+and with a bf16 cache the gathered context's conversion made decode attention 0.3-0.5x as
+fast at 64-128 sequences (1.5x faster at 16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.dtype_choice import DTYPE_CHOICES, parse_dtype_choice
+
+__all__ = ["BF16_MIN_ROWS", "DTYPE_CHOICES", "DtypePlan", "parse_dtype", "resolve_dtype"]
+BF16_MIN_ROWS = 4  # measured crossover, see the table above
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 matmuls
+_CPUINFO = Path("/proc/cpuinfo")
+
+
+@dataclass(frozen=True)
+class DtypePlan:
+    """What a dtype choice resolved to on one device.
+
+    dtype: weights as loaded, activations and KV cache; bf16_min_rows: steps of at least
+    this many tokens run their projections on bf16 copies (None: no copies); reason: why,
+    in words for the ready line and logs."""
+
+    choice: str
+    dtype: torch.dtype
+    bf16_min_rows: int | None
+    reason: str
+
+    def describe(self) -> str:
+        name = str(self.dtype).removeprefix("torch.")
+        if self.bf16_min_rows is None:
+            return f"{name} ({self.reason})"
+        return (f"{name}, bf16 projections for steps of >= {self.bf16_min_rows} tokens "
+                f"({self.reason})")
+
+
+def parse_dtype(value: str | torch.dtype | None) -> str | torch.dtype:
+    """A dtype choice from a string or None ("auto"); a floating torch.dtype is kept as
+    an explicit choice (float16 too). ValueError otherwise."""
+    if isinstance(value, torch.dtype):
+        if not value.is_floating_point:
+            raise ValueError(f"dtype={value} must be a floating dtype or one of "
+                             f"{', '.join(DTYPE_CHOICES)}")
+        return value
+    return parse_dtype_choice(value)
+
+
+def cpu_bf16_flags() -> tuple[str, ...]:
+    """The BF16_CPU_FLAGS this CPU reports in /proc/cpuinfo (none where it cannot be read:
+    no native bf16 assumed, so auto stays fp32)."""
+    try:
+        text = _CPUINFO.read_text()
+    except OSError:
+        return ()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            return tuple(flag for flag in BF16_CPU_FLAGS if flag in flags)
+    return ()
+
+
+def resolve_dtype(value: str | torch.dtype | None, device: torch.device | str) -> DtypePlan:
+    """The plan for a dtype choice on `device` (see the module docstring)."""
+    choice = parse_dtype(value)
+    device = torch.device(device)
+    if isinstance(choice, torch.dtype) or choice != "auto":
+        dtype = choice if isinstance(choice, torch.dtype) else getattr(torch, choice)
+        name = str(dtype).removeprefix("torch.")
+        return DtypePlan(name, dtype, None, f"asked for {name}")
+    if device.type != "cpu":
+        return DtypePlan(choice, torch.bfloat16, None, f"auto on {device.type}")
+    flags = cpu_bf16_flags()
+    if not flags:
+        return DtypePlan(choice, torch.float32, None,
+                         "auto: this CPU has no amx_bf16 or avx512_bf16")
+    return DtypePlan(choice, torch.float32, BF16_MIN_ROWS,
+                     f"auto: CPU has {'+'.join(flags)}, torch "
+                     f"{torch.backends.cpu.get_cpu_capability()}")

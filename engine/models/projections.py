@@ -1,0 +1,75 @@
+"""Linear projections of the Llama family: fused on load, with an optional bf16 twin.
+
+Fusion. A layer runs one `qkv_proj` (q, k, v rows stacked: [(nh + 2 * kvh) * d, D]) and
+one `gate_up_proj` ([2 * I, D]) instead of five matmuls. Checkpoints keep transformers'
+names: `fuse_parts_on_load` concatenates q/k/v (gate/up) when a state dict is loaded and
+splits them back in `state_dict()`, so transformers state dicts load as is and saved
+checkpoints stay readable by transformers. Row order is the concatenation order, so the
+fused output split at the part sizes equals the separate projections exactly.
+
+bf16 twin (CPU). With AMX or AVX-512-BF16, oneDNN runs a bf16 matmul of 4 or more rows
+1.5-2.8x faster than fp32 on SmolLM2's shapes, while at 1-2 rows fp32 weight streaming
+is ~10% faster (measured, see docs/architecture.md "Weight dtype on CPU"). A Projection
+may keep a bf16 copy of its weight next to the fp32 one; `forward(x, bf16=True)` casts
+an fp32 activation in and multiplies on the copy (fp32 accumulation inside oneDNN). The
+result stays bf16 (a bias is added in fp32, which makes it fp32): the next fp32 operand
+promotes it without a cast op of its own (the residual add, RoPE's fp32 tables, the KV
+cache write), and bf16 -> fp32 is exact, so this equals casting back first. Only SwiGLU's
+silu(gate) * up runs in bf16, feeding down_proj. Per layer that is 3 casts, not 8: on a
+busy 2-core machine every extra parallel op costs a thread hand-off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Projection(nn.Linear):
+    """nn.Linear whose weight may have a bf16 copy (`weight_bf16`, not in the state dict)."""
+
+    weight_bf16: torch.Tensor | None
+
+    def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        self.register_buffer("weight_bf16", None, persistent=False)
+
+    def keep_bf16_copy(self, keep: bool) -> None:
+        """Make (or drop) the bf16 copy of the current weight; call after loading."""
+        self.weight_bf16 = self.weight.detach().to(torch.bfloat16) if keep else None
+
+    def forward(self, x: torch.Tensor, bf16: bool = False) -> torch.Tensor:
+        """x: [T, in] -> [T, out]. bf16=False, or no bf16 copy: on the weight as it is, in
+        x.dtype. bf16=True: on the bf16 copy; bf16 out, or fp32 with a bias (see above)."""
+        if not bf16 or self.weight_bf16 is None:
+            return F.linear(x, self.weight, self.bias)
+        out = F.linear(x.to(torch.bfloat16), self.weight_bf16)
+        return out if self.bias is None else out + self.bias
+
+
+def fuse_parts_on_load(module: nn.Module, fused: str, parts: Sequence[str],
+                       sizes: Sequence[int]) -> None:
+    """Let `module` load `<part>.weight` / `<part>.bias` of each of `parts` (transformers'
+    names, each with `sizes[i]` output rows) into `<fused>` and give them back from
+    state_dict(). A state dict holding only some of the parts is left as it is, so
+    load_state_dict reports the missing and unexpected names."""
+
+    def fuse(_module, state_dict, prefix, *_args) -> None:
+        for kind in ("weight", "bias"):
+            names = [f"{prefix}{part}.{kind}" for part in parts]
+            if all(name in state_dict for name in names):
+                state_dict[f"{prefix}{fused}.{kind}"] = torch.cat(
+                    [state_dict.pop(name) for name in names], dim=0)
+
+    def split(_module, state_dict, prefix, _local_metadata) -> None:
+        for kind in ("weight", "bias"):
+            tensor = state_dict.pop(f"{prefix}{fused}.{kind}", None)
+            if tensor is not None:  # views of the fused rows: no copy
+                for part, piece in zip(parts, tensor.split(list(sizes), dim=0), strict=True):
+                    state_dict[f"{prefix}{part}.{kind}"] = piece
+
+    module.register_load_state_dict_pre_hook(fuse)
+    module.register_state_dict_post_hook(split)
