@@ -14,7 +14,7 @@ import threading
 
 import torch
 
-_local = threading.local()  # .buffers: {(name, dtype, device): flat tensor}
+_local = threading.local()  # .buffers: {(name, dtype, device, inference): flat tensor}
 
 
 def workspace(name: str, shape: tuple[int, ...], dtype: torch.dtype,
@@ -24,7 +24,9 @@ def workspace(name: str, shape: tuple[int, ...], dtype: torch.dtype,
     The caller must be done with what the previous call under the same name returned: the
     two share memory. Results handed back to callers must never be such a view."""
     buffers = _local.__dict__.setdefault("buffers", {})
-    key = (name, dtype, torch.device(device))
+    # NOTE: a buffer made under torch.inference_mode is an inference tensor, which may not
+    # be written outside it (and the engine runs under it, a test or a caller may not)
+    key = (name, dtype, torch.device(device), torch.is_inference_mode_enabled())
     numel = math.prod(shape)
     buf = buffers.get(key)
     if buf is None or buf.numel() < numel:

@@ -147,3 +147,15 @@ def test_backend_names(monkeypatch):
     paged = make_paged([(40, 1), (9, 3)], 4, 2, 2, 8, torch.float32, 1)
     torch.testing.assert_close(auto.paged_attention(*paged, 0.5),
                                cpu_attention.paged_attention(*paged, 0.5), atol=0, rtol=0)
+
+
+def test_workspace_serves_calls_inside_and_outside_inference_mode():
+    from kernels.workspace import workspace
+
+    with torch.inference_mode():
+        inside = workspace("t", (4, 4), torch.float32)
+        inside.fill_(1.0)
+    outside = workspace("t", (4, 4), torch.float32)
+    outside.fill_(2.0)  # an inference tensor here would raise
+    with torch.inference_mode():
+        assert workspace("t", (4, 4), torch.float32).sum() == 16.0

@@ -28,7 +28,7 @@ def test_stream_and_body_deliveries_are_observed(tiny_loaded):
 
     async def scenario() -> tuple[int, str]:
         async with asgi_client(engine, settings) as client:
-            request = {"prompt": "The scheduler", "max_tokens": 8, "ignore_eos": True}
+            request = {"prompt": "The scheduler", "max_tokens": 16, "ignore_eos": True}
             async with client.stream("POST", "/v1/completions",
                                      json={**request, "stream": True}) as resp:
                 assert resp.status_code == 200
@@ -40,10 +40,10 @@ def test_stream_and_body_deliveries_are_observed(tiny_loaded):
 
     chunks, text = asyncio.run(scenario())
     name = "batchpilot_response_delivery_seconds"
-    assert chunks >= 1
-    # one observation per content chunk sent (a token that decodes to no text sends none)
-    assert _count(text, name, kind="first_token") == 1
-    assert _count(text, name, kind="token") == chunks - 1
+    # one observation per content chunk sent (the tiny random model's tokens may decode to
+    # no text: such a token sends no chunk)
+    assert _count(text, name, kind="first_token") == min(chunks, 1)
+    assert _count(text, name, kind="token") == max(chunks - 1, 0)
     assert _count(text, name, kind="response") == 1
 
 
