@@ -14,12 +14,16 @@ CPU, side by side in one run:
                          only 200/429/503, idle step cost after / before
     lane_preemption      interactive TTFT p99 under a batch flood, preempt_to_start on vs
                          off (simulated engine), and what it costs the batch work
-    fleet_routing        prefix/tenant affinity vs random routing over two in-process
-                         replicas (no Ray): prefix hit rate, client TTFT p50/p99
     latency_reconcile    client vs server TTFT and queue delay behind a long prefill and
                          on a long-prompt replay (`--against REF`: before / after)
     cpu_roofline         measured fp32/bf16 GEMM and weight-streaming ceilings beside the
                          engine's step split (projections, attention, sampling, other)
+    whatif_speed         `batchpilot whatif` over a synthetic day and an hour of it: read,
+                         fit, replays, each timed (goals: 60 s and 5 s)
+    whatif_accuracy      what-if predictions vs live load-test runs on the bundled model:
+                         self and cross-config error per metric, and the sign of each change
+    fleet_routing        prefix/tenant affinity vs random routing over two in-process
+                         replicas (no Ray): prefix hit rate, client TTFT p50/p99
 GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the CPU check):
     kernel_check         Triton kernels against the torch reference at real sizes
     kernel_speed         decode bandwidth and prefill TFLOP/s, against torch SDPA

@@ -59,6 +59,9 @@ def add_whatif_parser(sub: Any) -> None:
     for name in ("ttft", "tpot", "e2e"):
         p.add_argument(f"--slo-{name}", type=float, metavar="S",
                        help=f"{name.upper()} SLO (seconds) for goodput")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="with --db: replay the configs in N processes side by side (each"
+                   " replay is one core's work: worth it with idle cores only)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the percentiles")
     p.add_argument("--token-env", default=TOKEN_ENV, metavar="NAME",
@@ -111,7 +114,7 @@ def _from_file(args: argparse.Namespace, props: dict, slo: SLO | None) -> dict:
             con.close()
         base, notes = base_config(window, args.config)
         return predict(window, base, props, slo=slo, notes=notes,
-                       progress=len(window.requests) >= PROGRESS_FROM)
+                       progress=len(window.requests) >= PROGRESS_FROM, workers=args.jobs)
     except (ValueError, FileNotFoundError) as exc:
         raise WhatifError(str(exc), 2) from None
 
@@ -140,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         props = proposals(args.set, args.compare)
         slo = slo_of(args)
+        if args.jobs < 1:
+            raise WhatifError(f"--jobs={args.jobs} must be >= 1 (processes)", 2)
         result = _from_file(args, props, slo) if args.db else _from_url(args, props, slo)
     except WhatifError as exc:
         print(f"batchpilot whatif: error: {exc}", file=sys.stderr)

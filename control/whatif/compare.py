@@ -16,7 +16,9 @@ predicted (the change the proposal makes, with the replay's bias divided out).
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from control.loadtest.records import SLO
@@ -99,11 +101,26 @@ def _self_warnings(summaries: dict[str, dict]) -> list[str]:
     return out
 
 
+def replays(window: Window, model: StepTimeModel, configs: dict[str, EngineConfig],
+            progress: bool = False, workers: int = 1) -> dict[str, Prediction]:
+    """One replay per config, in order; with `workers` > 1 in spawned processes (the same
+    predictions: a replay is deterministic), the progress bar of the first one only."""
+    if workers <= 1 or len(configs) <= 1:
+        return {name: replay(window, c, model, name, progress) for name, c in configs.items()}
+    # NOTE: spawn, not fork: the caller may hold threads (a DuckDB connection, the server)
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(workers, len(configs)), mp_context=ctx) as pool:
+        jobs = {name: pool.submit(replay, window, c, model, name, progress and i == 0)
+                for i, (name, c) in enumerate(configs.items())}
+        return {name: job.result() for name, job in jobs.items()}
+
+
 def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
             proposals: dict[str, dict[str, Any]], slo: SLO | None = None,
-            notes: list[str] | None = None, progress: bool = False) -> dict[str, Any]:
+            notes: list[str] | None = None, progress: bool = False, workers: int = 1,
+            ) -> dict[str, Any]:
     """Raises ValueError naming the proposal and field when a patch is invalid (before any
-    replay runs)."""
+    replay runs). `workers` > 1: the replays run side by side in that many processes."""
     if RECORDED in proposals or PREDICTED in proposals:
         raise ValueError(f"a proposal may not be named {RECORDED!r} or {PREDICTED!r}")
     configs = {}
@@ -112,9 +129,7 @@ def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
             configs[name] = propose(recorded, patch)
         except ValueError as exc:
             raise ValueError(f"{name}: {exc}") from None
-    predictions = {PREDICTED: replay(window, recorded, model, PREDICTED, progress)}
-    for name, config in configs.items():
-        predictions[name] = replay(window, config, model, name, progress)
+    predictions = replays(window, model, {PREDICTED: recorded, **configs}, progress, workers)
     summaries = {RECORDED: recorded_summary(window, slo)}
     for name, p in predictions.items():
         summaries[name] = predicted_summary(p, window.duration_s, slo)

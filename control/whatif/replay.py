@@ -24,18 +24,22 @@ What the trace cannot know is assumed, the same way for every config (docs/whati
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import heapq
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
 from control.whatif.calibrate import StepTimeModel
+from control.whatif.lean import LeanExecutor, ReplayEngine, ReplayStep
 from control.whatif.window import RecordedRequest, Window
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.records import RequestRecord, SchedulerOutput
+from engine.records import RequestRecord
 from engine.request import SamplingParams
 from engine.sim.executor import FakeClock
 
@@ -44,27 +48,6 @@ IDLE_TICK_S = 0.001  # a step that could run nothing: let time (and timeouts) mo
 # NOTE: recorded times and the replay's clock sums differ in the last bits: an event due
 # within this of now is due (else a cancel recorded between two steps lands one late)
 DUE_SLACK_S = 1e-6
-
-
-@dataclass
-class ModelledExecutor:
-    """Advances the clock by the fitted time of each step; samples token 7 (every replayed
-    request ignores EOS). Records the largest step and how many lay beyond the fit."""
-
-    model: StepTimeModel
-    clock: FakeClock
-    steps: int = 0
-    beyond_seen: int = 0
-    largest: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0, 0.0)
-
-    def execute(self, out: SchedulerOutput) -> list[int]:
-        context = sum(r.num_computed_tokens + 1 for r in out.decodes)
-        row = (1.0, out.num_prefill_tokens, out.num_decode_tokens, context, out.num_seqs)
-        self.steps += 1
-        self.beyond_seen += self.model.beyond_seen(row)
-        self.largest = tuple(max(a, b) for a, b in zip(self.largest, row, strict=True))
-        self.clock.advance(self.model.step_s(*row[1:]))
-        return [7] * len(out.sample_requests())
 
 
 @dataclass
@@ -112,13 +95,70 @@ def _prompt(i: int, r: RecordedRequest, tenants: dict[str, int]) -> list[int]:
             + list(range(base + shared, base + r.num_prompt_tokens)))
 
 
+class _Preempted(Exception):
+    """A replay without prefix caching preempted: the recompute could hit its own blocks."""
+
+
 def replay(window: Window, config: EngineConfig, model: StepTimeModel, label: str = "",
-           progress: bool = False) -> Prediction:
-    """Deterministic: the same window, config and model give the same prediction."""
+           progress: bool = False, *, lean: bool = True) -> Prediction:
+    """Deterministic: the same window, config and model give the same prediction.
+    `lean=False` steps through `Engine.step` (telemetry and all): the same result, slower.
+    """
     started = time.perf_counter()
-    clock = FakeClock(window.since)
-    executor = ModelledExecutor(model, clock)
+    # NOTE: a replay makes ~10^2 short-lived objects a step and no garbage cycles; the cyclic
+    # collector's passes over the window's 10^5 live objects are pure cost (about a tenth of
+    # a day's replay), so it pauses while one runs
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _replay(window, config, model, label, progress, lean, started)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _replay(window: Window, config: EngineConfig, model: StepTimeModel, label: str,
+            progress: bool, lean: bool, started: float) -> Prediction:
+    if config.static.enable_prefix_caching and not any(
+            r.num_cached_tokens for r in window.requests):
+        # NOTE: replayed prompts are unique unless the trace shows hits, so the prefix cache
+        # can only serve a preempted request its own blocks back; without a preemption a
+        # replay is the same with the cache off, and skips hashing every block (a third
+        # of a replay's time). At the first preemption it starts over with the cache on.
+        static = dataclasses.replace(config.static, enable_prefix_caching=False)
+        try:
+            return _run(window, EngineConfig(static, config.live), model, label, progress,
+                        lean, started, stop_on_preempt=True)
+        except _Preempted:
+            pass
+    return _run(window, config, model, label, progress, lean, started)
+
+
+def _engine(config: EngineConfig, executor: LeanExecutor, clock: FakeClock, lean: bool,
+            ) -> tuple[Engine, Callable[[], ReplayStep]]:
+    """The engine, and its step as the replay reads it (light, or through Engine.step)."""
+    if lean:
+        light = ReplayEngine(config, executor, clock=clock)
+        return light, light.replay_step
     engine = Engine(config, executor, clock=clock)
+
+    def full_step() -> ReplayStep:
+        out = engine.step()
+        rec = out.record
+        if rec is None:
+            return ReplayStep(False, 0, 0, 0, out.finished)
+        return ReplayStep(True, rec.tokens_used, len(rec.stats.preempted),
+                          rec.kv_blocks_used, out.finished)
+
+    return engine, full_step
+
+
+def _run(window: Window, config: EngineConfig, model: StepTimeModel, label: str,
+         progress: bool, lean: bool, started: float, stop_on_preempt: bool = False,
+         ) -> Prediction:
+    clock = FakeClock(window.since)
+    executor = LeanExecutor(model, clock)
+    engine, step = _engine(config, executor, clock, lean)
     reqs = window.requests
     lengths = output_lengths(reqs, config.static.max_model_len)
     entries = sorted((r.arrival_time + r.tokenize_s, i) for i, r in enumerate(reqs))
@@ -127,14 +167,16 @@ def replay(window: Window, config: EngineConfig, model: StepTimeModel, label: st
     heapq.heapify(cancels)
     lanes, tenants = set(config.live.lane_names), {}
     records: list[RequestRecord] = []
-    kv_peak = preempted = 0
-    nxt = 0
+    kv_peak = preempted = nxt = 0
+    gap_s = model.gap_s
     bar = tqdm(total=len(reqs), desc=f"whatif {label}".strip(), unit="req",
                disable=not progress)
-    while nxt < len(entries) or engine.has_unfinished_requests():
-        if not engine.has_unfinished_requests():
+    busy = engine.has_unfinished_requests
+    while nxt < len(entries) or busy():
+        if not busy():
             clock.now = max(clock.now, entries[nxt][0])
-        while nxt < len(entries) and entries[nxt][0] <= clock.now + DUE_SLACK_S:
+        due = clock.now + DUE_SLACK_S
+        while nxt < len(entries) and entries[nxt][0] <= due:
             i = entries[nxt][1]
             r = reqs[i]
             engine.add_request(
@@ -143,15 +185,18 @@ def replay(window: Window, config: EngineConfig, model: StepTimeModel, label: st
                 tenant=r.tenant, lane=r.lane if r.lane in lanes else None,
                 priority=r.priority, deadline=r.deadline, arrival_time=r.arrival_time)
             nxt += 1
-        while cancels and cancels[0][0] <= clock.now + DUE_SLACK_S:
+        while cancels and cancels[0][0] <= due:
             engine.abort(f"w{heapq.heappop(cancels)[1]}")
-        out = engine.step()
-        if out.record is not None:
-            kv_peak = max(kv_peak, out.record.kv_blocks_used)
-            preempted += len(out.record.stats.preempted)
-            clock.advance(model.gap_s if out.record.tokens_used else IDLE_TICK_S)
-        records.extend(out.finished)
-        bar.update(len(out.finished))
+        done = step()
+        if done.ran:
+            kv_peak = max(kv_peak, done.kv_used)
+            if done.preempted and stop_on_preempt:
+                bar.close()
+                raise _Preempted
+            preempted += done.preempted
+            clock.now += gap_s if done.tokens else IDLE_TICK_S
+        records.extend(done.finished)
+        bar.update(len(done.finished))
     bar.close()
     order = {f"w{i}": i for i in range(len(reqs))}
     records.sort(key=lambda rec: order[rec.request_id])

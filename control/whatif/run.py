@@ -21,10 +21,11 @@ from engine.config import EngineConfig
 
 def predict(window: Window, base: EngineConfig, proposals: dict[str, dict[str, Any]], *,
             exact: bool = False, slo: SLO | None = None, notes: list[str] | None = None,
-            progress: bool = False) -> dict[str, Any]:
+            progress: bool = False, workers: int = 1) -> dict[str, Any]:
     """`base`: the server's config at the window's version (`exact`), else a YAML's or the
-    defaults, overlaid with what the trace records (control/whatif/configs.py)."""
+    defaults, overlaid with what the trace records (control/whatif/configs.py); `workers`:
+    processes to replay the configs side by side (compare.replays)."""
     model = calibrate(window.samples)
     recorded, config_notes = recorded_config(window, base, exact)
     return compare(window, model, recorded, proposals, slo,
-                   list(notes or ()) + config_notes, progress)
+                   list(notes or ()) + config_notes, progress, workers)

@@ -31,6 +31,8 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "cpu_roofline": [],
     "latency_reconcile": [],
     "fleet_routing": [],
+    "whatif_speed": [],
+    "whatif_accuracy": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}

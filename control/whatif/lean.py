@@ -1,0 +1,98 @@
+"""The replay's light path through the real Engine: the same admission, expiry, schedule,
+update and finish (the Engine's and Scheduler's own methods), without the per-step
+telemetry a replay never reads (StepRecord, StepOutput, wall-clock timings, deltas).
+
+    engine = ReplayEngine(config, LeanExecutor(model, clock), clock=clock)
+    step = engine.replay_step()   # -> ReplayStep (ran=False: no request was left)
+
+A replay through `Engine.step` and one through `ReplayEngine.replay_step` give the same
+records, steps, KV peak and preemptions (tests/control/whatif/test_whatif_speed.py holds
+them equal on a trace with preemptions, cancels, timeouts and rejections).
+NOTE: `replay_step` mirrors `Engine.step` (engine/engine.py) minus telemetry and the
+contained-failure path: the modelled executor never raises, so an exception here is a
+scheduler bug and propagates instead of ending the batch with ERROR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import attrgetter
+
+from control.whatif.calibrate import StepTimeModel
+from engine.engine import Engine
+from engine.records import RequestRecord, SchedulerOutput
+from engine.sim.executor import FakeClock
+
+_computed = attrgetter("num_computed_tokens")
+SAMPLED_TOKEN = 7  # every replayed request ignores EOS, so any id will do
+
+
+class LeanExecutor:
+    """Advances the clock by the fitted time of each step (FEATURES order: fixed, prefill
+    tokens, decode tokens, decode context, sequences). Keeps the largest value of each
+    feature and counts the steps beyond the fit's range (StepTimeModel.beyond_seen)."""
+
+    def __init__(self, model: StepTimeModel, clock: FakeClock):
+        self.coef = model.coef
+        self.clock = clock
+        self.limit = [1.05 * v for v in model.seen_max]  # beyond_seen's 5% slack
+        self.largest = [1.0, 0.0, 0.0, 0.0, 0.0]
+        self.steps = 0
+        self.beyond_seen = 0
+
+    def execute(self, out: SchedulerOutput) -> list[int]:
+        decodes = out.decodes
+        # each decode attends to its computed tokens and the one it adds
+        context = sum(map(_computed, decodes)) + len(decodes)
+        prefill, decode, seqs = out.num_prefill_tokens, out.num_decode_tokens, out.num_seqs
+        big, limit = self.largest, self.limit
+        big[1], big[2] = max(big[1], prefill), max(big[2], decode)
+        big[3], big[4] = max(big[3], context), max(big[4], seqs)
+        if (prefill > limit[1] or decode > limit[2] or context > limit[3]
+                or seqs > limit[4]):
+            self.beyond_seen += 1
+        self.steps += 1
+        c = self.coef
+        self.clock.now += c[0] + c[1] * prefill + c[2] * decode + c[3] * context + c[4] * seqs
+        return [SAMPLED_TOKEN] * (len(decodes) + sum(1 for ch in out.prefills if ch.sample))
+
+
+@dataclass
+class ReplayStep:
+    ran: bool  # a step ran (False: no request was left, only the ended ones to report)
+    tokens: int  # tokens the step ran (0: nothing could run, time must move on)
+    preempted: int  # requests the step preempted
+    kv_used: int  # KV blocks held after the step
+    finished: list[RequestRecord]  # ended in or since the last step (aborts, timeouts)
+
+
+class ReplayEngine(Engine):
+    """An Engine whose replay_step skips the telemetry (see the module docstring)."""
+
+    def replay_step(self) -> ReplayStep:
+        start = self.clock()
+        self._expire(start)
+        # rejections, aborts and timeouts since the last step (most steps have none)
+        ended = self._take_pending() if self._pending_admissions or self._pending_finished \
+            else []
+        if not self.requests:
+            return ReplayStep(False, 0, 0, 0, ended)
+        sched = self.scheduler
+        out, stats = sched.schedule(start)
+        sampled = self.executor.execute(out) if not out.is_empty else []
+        end = self.clock()
+        _, finished = sched.update(out, sampled, end)
+        for req in finished:
+            del self.requests[req.request_id]
+        self.throughput.observe(out.num_tokens, end - start)  # admission reads it
+        self._last_wait_reasons = stats.waiting_reason_by_lane
+        ended.extend(RequestRecord.from_request(r) for r in finished)
+        return ReplayStep(True, out.num_tokens, len(stats.preempted),
+                          self.block_manager.num_used, ended)
+
+    def _take_pending(self) -> list[RequestRecord]:
+        """Records of requests ended between steps; the deltas and admission decisions no
+        replay reads are dropped (every ended request has a delta only if it finished)."""
+        ended = [RequestRecord.from_request(r) for r in self._pending_finished]
+        self._pending_finished, self._pending_deltas, self._pending_admissions = [], [], []
+        return ended
