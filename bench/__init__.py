@@ -6,7 +6,9 @@ CPU, side by side in one run:
     scheduler_overhead   engine µs per step; continuous vs static batching in steps
                          (`--against REF`: per-step cost beside another commit, A B A B)
     trace_overhead       engine steps/s with observability off, metrics, metrics + trace
-    offline_throughput   LLM.generate vs transformers generate on SmolLM2-135M, tokens/s
+    offline_throughput   LLM.generate (dtype auto, float32) vs transformers generate in
+                         static batches and its continuous batching, SmolLM2-135M, tokens/s
+                         (`--against REF`: also that commit's engine)
     loadtest_goals       continuous/static goodput, chunked/unchunked p99 ITL over HTTP
     tuning_sweep         playbooks/tuning.md's sweeps: max_num_seqs, token budget
     dashboard_load       dashboard page load time over a day of traces
@@ -31,7 +33,8 @@ GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the C
     gpu_engine           engine vs transformers generate, tokens/s, random-weight models
     kernel_compile       compiles the kernels for sm_90 on any machine: registers, spills
 Helpers (no main): step_cost (scheduler_overhead's driver), paged_inputs, random_models,
-roofline_steps (cpu_roofline's step and its profile).
+roofline_steps (cpu_roofline's step and its profile), hf_baselines (offline_throughput's
+transformers sides and its --against driver).
 
 Nothing here is imported by the engine; the GPU modules import only torch, triton,
 transformers (and what they bring) and this repository.

@@ -1,14 +1,27 @@
-"""Offline throughput on CPU: our engine vs transformers `generate` with static batches.
+"""Offline throughput on CPU: our engine (dtype auto and float32) vs transformers `generate`
+in static batches and transformers' own continuous batching, side by side in one process.
 
 Workload: the first 64 requests of the Azure LLM 2023 conversation trace, prompt lengths
 / 8 and output lengths / 4 (at least 4 each); prompts are real text cut to the wanted
-token count; outputs forced to the trace's length (ignore_eos, greedy). transformers runs
-static batches of 16 (left-padded; a batch runs until its longest request ends). Only the
-tokens each request asked for count. Runs alternate A B A B; totals over all runs.
+token count; outputs forced to the trace's length (ignore_eos, greedy). Only the tokens
+each request asked for count. Sides (bench/hf_baselines.py has the non-engine ones):
 
-Last line: one JSON object with each side's useful output tokens/s and the ratio.
+    auto       LLM on load_model(dtype="auto"): on a CPU with AMX or AVX-512-BF16, fp32
+               weights plus bf16 copies used by steps of >= 4 tokens (engine/models/cpu_dtype.py)
+    fp32       LLM on load_model(dtype="float32")
+    hf_static  transformers `generate`, static batches of 16, left-padded; a batch runs until
+               its longest request ends (the fp32 transformers model of the auto load)
+    hf_cb      transformers' ContinuousBatchingManager on the same model: paged cache, each
+               request's own max_new_tokens, max_num_seqs requests and 2048 tokens per step
+    ref        (--against REF) commit REF's engine, in its default dtype, in a subprocess run
+               from a temporary git worktree (loaded once, warmed up, then timed per round)
+
+Each side is warmed up on the first 4 requests (untimed), then rounds alternate
+auto fp32 hf_static hf_cb [ref], auto fp32 ...; tokens/s per side: all tokens over all
+seconds, and the per-round median [min-max]. Last line: one JSON object.
 
     python -m bench.offline_throughput [--requests 64] [--rounds 2] [--model smollm2-135m]
+        [--against REF] [--threads N]
     python -m bench.offline_throughput --smoke   # the tests' tiny model, 4 requests, 1 round
 """
 
@@ -17,18 +30,27 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
+import subprocess
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
 
+from bench import hf_baselines
 from engine import LLM, SamplingParams
 from engine.models import load_model
 from engine.sim.workload import TraceScale, load_trace
 
+ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = "smollm2-135m"
 SMOKE = {"requests": 4, "batch_size": 2, "rounds": 1, "max_num_seqs": 4}
+WARMUP_REQUESTS = 4
+# ratio name -> (numerator side, denominator side)
+RATIOS = {"auto/hf_static": ("auto", "hf_static"), "auto/hf_cb": ("auto", "hf_cb"),
+          "auto/fp32": ("auto", "fp32"), "auto/ref": ("auto", "ref")}
 
 TEXT = (
     "The history of computing is a story of people trying to make machines do arithmetic"
@@ -55,62 +77,120 @@ def run_ours(llm: LLM, prompts: list[list[int]], outputs: list[int]) -> tuple[fl
     return elapsed, sum(outputs)
 
 
-def run_transformers(model, pad_id: int, prompts: list[list[int]], outputs: list[int],
-                     batch_size: int) -> tuple[float, int]:
-    start = time.perf_counter()
-    for b in range(0, len(prompts), batch_size):
-        batch, outs = prompts[b:b + batch_size], outputs[b:b + batch_size]
-        width = max(len(p) for p in batch)
-        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in batch])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
-        new = max(outs)
-        with torch.inference_mode():
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new,
-                           min_new_tokens=new, do_sample=False, pad_token_id=pad_id)
-    return time.perf_counter() - start, sum(outputs)
+def git(*args: str) -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"offline_throughput: git {' '.join(args)} failed: "
+                         f"{done.stderr.strip()}")
+    return done.stdout.strip()
 
 
-def measure(model: str, args) -> dict:
-    """A B A B ... over the trace's first args.requests requests; totals per side."""
+def worktree(stack: ExitStack, ref: str) -> Path:
+    """A detached worktree of `ref` in a temporary folder, removed when `stack` closes."""
+    tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-against-")))
+    tree = tmp / "tree"
+    git("worktree", "add", "--detach", "--quiet", str(tree), ref)
+    stack.callback(subprocess.run, ["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                    str(tree)], check=False)
+    return tree
+
+
+def build_sides(model: str, args, stack: ExitStack) -> tuple[dict, list[list[int]], list[int]]:
+    """{side: () -> (seconds, tokens)} over the workload, each already warmed up."""
     scale = TraceScale(prompt_div=8, output_div=4, min_tokens=4)
     trace = load_trace(limit=args.requests, scale=scale)
-    loaded = load_model(model, keep_reference=True)
-    reference = loaded.reference.eval()
-    llm = LLM(loaded, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=2048)
-    prompts = make_prompts(loaded.tokenizer, [t.prompt_tokens for t in trace])
+    auto = load_model(model, dtype="auto", keep_reference=True)
+    fp32 = load_model(model, dtype="float32")
+    reference = auto.reference.eval()
+    llms = {name: LLM(m, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=2048)
+            for name, m in (("auto", auto), ("fp32", fp32))}
+    prompts = make_prompts(auto.tokenizer, [t.prompt_tokens for t in trace])
     outputs = [t.output_tokens for t in trace]
-    pad_id = loaded.tokenizer.pad_token_id
-    pad_id = pad_id if pad_id is not None else loaded.eos_token_ids[0]
-    label = ("SmolLM2-135M-Instruct (GGUF Q4_1 dequantised to fp32)" if model == DEFAULT_MODEL
-             else f"{model} ({loaded.architecture}, {loaded.dtype})")
-    print(f"{label} on {platform.machine()},"
-          f" {torch.get_num_threads()} torch threads; {len(trace)} trace requests, "
-          f"{scale.describe()}; {sum(outputs)} useful output tokens per run")
-    totals = {"batchpilot": [0.0, 0], "transformers": [0.0, 0]}
-    for r in range(args.rounds):
-        for name in ("batchpilot", "transformers"):
-            if name == "batchpilot":
-                secs, toks = run_ours(llm, prompts, outputs)
-            else:
-                secs, toks = run_transformers(reference, pad_id, prompts, outputs,
-                                              args.batch_size)
-            totals[name][0] += secs
-            totals[name][1] += toks
-            print(f"round {r + 1} {name:>12}: {toks} tokens in {secs:.1f}s ="
-                  f" {toks / secs:.1f} tok/s", flush=True)
-    return totals
+    pad_id = auto.tokenizer.pad_token_id
+    pad_id = pad_id if pad_id is not None else auto.eos_token_ids[0]
+    label = ("SmolLM2-135M-Instruct (GGUF Q4_1 dequantised)" if model == DEFAULT_MODEL
+             else f"{model} ({auto.architecture})")
+    print(f"{label} on {platform.machine()}, {torch.get_num_threads()} torch threads;"
+          f" {len(trace)} trace requests, {scale.describe()}; {sum(outputs)} useful output"
+          f" tokens per run\n  auto: {auto.dtype_plan.describe()}")
+    runners = {
+        "auto": lambda p, o: run_ours(llms["auto"], p, o),
+        "fp32": lambda p, o: run_ours(llms["fp32"], p, o),
+        "hf_static": lambda p, o: hf_baselines.run_static(reference, pad_id, p, o,
+                                                          args.batch_size),
+        "hf_cb": lambda p, o: hf_baselines.run_hf_cb(reference, p, o, args.max_num_seqs),
+    }
+    sides = {}
+    for name, runner in runners.items():
+        try:  # warm-up, untimed; transformers' CB is new API: a failure drops the side only
+            runner(prompts[:WARMUP_REQUESTS], outputs[:WARMUP_REQUESTS])
+        except Exception as exc:
+            if name != "hf_cb":
+                raise
+            print(f"  hf_cb left out: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+            continue
+        sides[name] = (lambda r=runner: r(prompts, outputs))
+    if args.against:
+        started = time.perf_counter()
+        ref = hf_baselines.RefEngine(worktree(stack, args.against), model, prompts, outputs,
+                                     args.max_num_seqs)
+        stack.callback(ref.close)
+        print(f"  ref: {args.against} ({git('rev-parse', '--short', args.against)}), its"
+              f" default dtype {ref.ready}; loaded in {time.perf_counter() - started:.0f} s")
+        sides["ref"] = ref.run
+    return sides, prompts, outputs
+
+
+def measure(model: str, args) -> dict[str, list[tuple[float, int]]]:
+    """Rounds of every side in turn; {side: [(seconds, tokens) per round]}."""
+    with ExitStack() as stack:
+        sides, _, _ = build_sides(model, args, stack)
+        runs: dict[str, list[tuple[float, int]]] = {name: [] for name in sides}
+        for r in range(args.rounds):
+            for name, run in sides.items():
+                secs, toks = run()
+                runs[name].append((secs, toks))
+                print(f"round {r + 1} {name:>10}: {toks} tokens in {secs:.1f}s ="
+                      f" {toks / secs:.1f} tok/s", flush=True)
+    return runs
+
+
+def summarise(runs: dict[str, list[tuple[float, int]]]) -> dict:
+    """Per side: total tok/s (all tokens / all seconds) and per-round median [min-max];
+    the RATIOS of totals whose sides both ran."""
+    sides = {}
+    for name, rows in runs.items():
+        rates = [toks / secs for secs, toks in rows]
+        sides[name] = {"tok_s": round(sum(t for _, t in rows) / sum(s for s, _ in rows), 2),
+                       "median": round(statistics.median(rates), 2),
+                       "range": [round(min(rates), 2), round(max(rates), 2)]}
+    ratios = {key: round(sides[a]["tok_s"] / sides[b]["tok_s"], 2)
+              for key, (a, b) in RATIOS.items() if a in sides and b in sides}
+    return {"sides": sides, "ratios": ratios}
+
+
+def report(summary: dict, rounds: int) -> None:
+    print(f"tokens/s over {rounds} round(s): total [per-round median, min-max]")
+    for name, side in summary["sides"].items():
+        low, high = side["range"]
+        print(f"  {name:>10} {side['tok_s']:9.1f}  [{side['median']:.1f}, {low:.1f}-{high:.1f}]")
+    print("  ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary["ratios"].items()))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=64)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=16, help="transformers static batches")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--model", default=DEFAULT_MODEL, help="alias or checkpoint directory")
+    ap.add_argument("--against", metavar="REF", help="also time this commit's engine")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
     ap.add_argument("--smoke", action="store_true",
                     help=f"the test suite's tiny random model, {SMOKE}")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:
         model = args.model
         if args.smoke:
@@ -118,11 +198,11 @@ def main() -> None:
 
             vars(args).update(SMOKE)
             model = str(tiny_checkpoint(Path(tmp)))
-        totals = measure(model, args)
-    ours = totals["batchpilot"][1] / totals["batchpilot"][0]
-    theirs = totals["transformers"][1] / totals["transformers"][0]
-    print(json.dumps({"smoke": args.smoke, "batchpilot_tok_s": round(ours, 2),
-                      "transformers_tok_s": round(theirs, 2), "ratio": round(ours / theirs, 2)}))
+        runs = measure(model, args)
+    summary = summarise(runs)
+    report(summary, args.rounds)
+    print(json.dumps({"smoke": args.smoke, "requests": args.requests, "rounds": args.rounds,
+                      "against": args.against, **summary}))
 
 
 if __name__ == "__main__":

@@ -35,13 +35,15 @@ SAMPLER_FILE, ATTENTION_FILE = "engine/sampler.py", "kernels/"  # in Python fram
 CATEGORIES = ("projections", "attention", "sampling", "other")
 TABLE_HEADER = ("  step         wall ms p50 [min-max]  profiled ms p50 and share of the profiled"
                 " step, by category        GFLOP/s step (proj)  ceiling GFLOP/s, bound, step"
-                " share (proj share) per dtype")
+                " share (proj share) per dtype  weights streamed per step, GB/s")
 TABLE_LEGEND = (
     "  wall: unprofiled steps; profiled: with torch.profiler (with_stack), which slows Python"
     " most, so its overhead lands mostly in 'other' (host: Python between ops);\n"
     "  GFLOP/s (best vs best): step = (projection + attention FLOPs) / fastest wall, proj ="
     " projection FLOPs / fastest profiled projection time; ceiling: projection FLOPs over"
-    " max(GEMM time at the best measured rate per shape, best weight-streaming pass)")
+    " max(GEMM time at the best measured rate per shape, best weight-streaming pass);\n"
+    "  weights streamed: the projection weights the step reads, in the dtype it runs them"
+    " (bf16 copies on steps that use them), over the fastest wall")
 
 
 @dataclass(frozen=True)
@@ -79,12 +81,35 @@ def is_vocab(name: str) -> bool:
     return name.rsplit(".", 1)[-1] == "lm_head"
 
 
+def streamed_weights(model: nn.Module, shape: StepShape) -> list[tuple[str, torch.Tensor, int]]:
+    """(name, the weight tensor the step multiplies by, rows) per linear weight: the bf16
+    copy (Projection.weight_bf16, a non-persistent buffer, so not in parameters()) where the
+    model runs a call of that many rows on it (model.uses_bf16: >= BF16_MIN_ROWS tokens, or
+    sample rows for lm_head, under dtype auto), else the weight itself."""
+    uses_bf16 = getattr(model, "uses_bf16", lambda rows: False)
+    modules = dict(model.named_modules())
+    out = []
+    for name, weight in linear_weights(model):
+        rows = shape.sample_rows if is_vocab(name) else shape.tokens
+        copy = getattr(modules[name], "weight_bf16", None)
+        out.append((name, copy if copy is not None and uses_bf16(rows) else weight, rows))
+    return out
+
+
 def model_info(loaded) -> dict:
+    """Parameters, and the resident bytes of the linear weights: both copies where a
+    projection keeps a bf16 twin (its buffer is not a parameter)."""
     weights = linear_weights(loaded.model)
     params = {id(p): p for p in loaded.model.parameters()}.values()
+    modules = dict(loaded.model.named_modules())
+    copies = [c for name, _ in weights
+              if (c := getattr(modules[name], "weight_bf16", None)) is not None]
     return {"architecture": loaded.architecture, "dtype": str(loaded.dtype).replace("torch.", ""),
-            "weight_dtypes": sorted({str(w.dtype).replace("torch.", "") for _, w in weights}),
-            "params": sum(p.numel() for p in params)}
+            "weight_dtypes": sorted({str(w.dtype).replace("torch.", "")
+                                     for w in [w for _, w in weights] + copies}),
+            "params": sum(p.numel() for p in params),
+            "linear_weight_bytes": sum(w.numel() * w.element_size()
+                                       for w in [w for _, w in weights] + copies)}
 
 
 def projection_shapes(model: nn.Module) -> dict[tuple[int, int], str]:
@@ -241,16 +266,21 @@ def roofline(model: nn.Module, shape: StepShape, row: dict, gemm: dict, stream: 
     per_query = 4 * head_dim * cfg.num_attention_heads * cfg.num_hidden_layers  # QK + PV
     keys = shape.decodes * shape.context + shape.prefill * (shape.prefill + 1) // 2
     attn_flops = per_query * keys
-    work = [(w.shape[1], w.shape[0], shape.sample_rows if is_vocab(n) else shape.tokens)
-            for n, w in linear_weights(model)]
+    streamed = streamed_weights(model, shape)
+    work = [(w.shape[1], w.shape[0], rows) for _, w, rows in streamed]
     proj_flops = sum(2 * rows * d_in * d_out for d_in, d_out, rows in work)
+    weight_bytes = sum(w.numel() * w.element_size() for _, w, _ in streamed)
     wall_s = row["wall_ms"]["min"] / 1e3
     proj_s = row["profiled_ms"]["projections"]["min"] / 1e3
     step_gflops = (proj_flops + attn_flops) / wall_s / 1e9
     proj_gflops = proj_flops / proj_s / 1e9 if proj_s else 0.0
+    # weight_mb: what this step's projections read once each (its dtype path); weight_gb_s
+    # over the fastest wall is the streaming rate a batch-1 step is judged by
     out = {"proj_gflop": proj_flops / 1e9, "attn_gflop": attn_flops / 1e9,
            "tokens_per_s": shape.tokens / wall_s, "step_gflops": step_gflops,
-           "proj_gflops": proj_gflops, "ceiling": {}}
+           "proj_gflops": proj_gflops, "weight_mb": weight_bytes / 1e6,
+           "weight_dtypes": sorted({str(w.dtype).replace("torch.", "") for _, w, _ in streamed}),
+           "weight_gb_s": weight_bytes / wall_s / 1e9, "ceiling": {}}
     for dtype, table in gemm.items():
         compute_s = sum(2 * rows * d_in * d_out / (best_rate(table[f"{d_in}x{d_out}"], rows) * 1e9)
                         for d_in, d_out, rows in work)
@@ -274,4 +304,6 @@ def format_row(name: str, row: dict) -> str:
                        f" ({c['proj_ratio']:5.1%})" for k, c in row["ceiling"].items())
     return (f"  {name:<12} {wall['median']:7.1f} [{wall['min']:.1f}-{wall['max']:.1f}]"
             f"  {parts} (host {split['host']['median']:4.1f})"
-            f"  {row['step_gflops']:6.1f} ({row['proj_gflops']:6.1f})  {ratios}")
+            f"  {row['step_gflops']:6.1f} ({row['proj_gflops']:6.1f})  {ratios}"
+            f"  {row['weight_mb']:6.1f} MB {'+'.join(row['weight_dtypes'])}"
+            f" {row['weight_gb_s']:5.1f} GB/s")

@@ -30,14 +30,14 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "kernel_compile": ["--strict"],
     "cpu_roofline": [],
     "latency_reconcile": [],
-    "fleet_routing": [],
     "whatif_speed": [],
     "whatif_accuracy": [],
+    "fleet_routing": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
 # imported by benchmarks, no main()
-HELPERS = {"step_cost", "paged_inputs", "random_models", "roofline_steps"}
+HELPERS = {"step_cost", "paged_inputs", "random_models", "roofline_steps", "hf_baselines"}
 
 
 def run_module(name: str, *args: str, timeout: float = 240) -> dict:
