@@ -62,10 +62,13 @@ MIXED = [(1000, 1), (5, 1), (128, 1), (129, 1), (127, 1), (1, 1), (300, 40), (17
          (64, 1), (33, 2)]
 
 
+@pytest.mark.parametrize("few_decodes", [0, cpu_attention.FEW_DECODES])  # batched, per-seq
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("num_kv_heads", "group"), [(3, 3), (1, 4), (2, 1), (4, 2)])
 @pytest.mark.parametrize("block_size", [1, 4, 16])
-def test_mixed_batch_matches_reference(dtype, num_kv_heads, group, block_size):
+def test_mixed_batch_matches_reference(monkeypatch, few_decodes, dtype, num_kv_heads, group,
+                                       block_size):
+    monkeypatch.setattr(cpu_attention, "FEW_DECODES", few_decodes)
     seqs = MIXED if block_size > 1 else MIXED[1:]  # 1000 one-token blocks: slow, not new
     check_matches_reference(make_paged(seqs, block_size, num_kv_heads, group, 64, dtype, 11))
 
@@ -76,6 +79,7 @@ def test_chunk_merge_and_table_padding(monkeypatch, chunk_blocks, pad_value):
     # chunk_blocks 1..3 merge many chunks per sequence; 1000 is one padded batch (no merge);
     # a padding entry of the block table used as an index would read garbage or raise.
     monkeypatch.setattr(cpu_attention, "CHUNK_BLOCKS", chunk_blocks)
+    monkeypatch.setattr(cpu_attention, "FEW_DECODES", 0)  # the batched path merges chunks
     check_matches_reference(make_paged(MIXED, 4, 2, 3, 16, torch.float32, 5, pad_value))
 
 
@@ -95,13 +99,14 @@ def test_chunk_merge_and_table_padding(monkeypatch, chunk_blocks, pad_value):
 def test_random_mixed_batches_match_reference(lens, block_size, kv_group, chunk_blocks,
                                               dtype, seed):
     num_kv_heads, group = kv_group
-    original = cpu_attention.CHUNK_BLOCKS
+    original = cpu_attention.CHUNK_BLOCKS, cpu_attention.FEW_DECODES
     cpu_attention.CHUNK_BLOCKS = chunk_blocks  # hypothesis: no function-scoped monkeypatch
+    cpu_attention.FEW_DECODES = seed % 2 * 8  # both decode paths
     try:
         check_matches_reference(make_paged(lens, block_size, num_kv_heads, group, 8, dtype,
                                            seed))
     finally:
-        cpu_attention.CHUNK_BLOCKS = original
+        cpu_attention.CHUNK_BLOCKS, cpu_attention.FEW_DECODES = original
 
 
 def test_decodes_match_dense_attention():
