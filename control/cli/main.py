@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import sys
 
@@ -102,11 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from control.admin.auth import check_exposure, load_tokens
-    from control.serve.bootstrap import read_serving_config
-    from control.serve.settings import LOOPBACK_HOSTS
-    from control.trace.store import check_trace_db
-    from engine.models import resolve_model_source
+    from control.serve.preflight import configure_logging, preflight
 
     settings = ServeSettings(
         model=args.model, config_path=args.config_path, host=args.host, port=args.port,
@@ -119,18 +114,11 @@ def _serve(args: argparse.Namespace) -> int:
         device=args.device, dtype=args.dtype, shutdown_grace_s=args.shutdown_grace_s,
         max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level)
     try:  # fail before binding a port or loading anything
-        settings.validate()
-        read_serving_config(settings.config_path)
-        resolve_model_source(settings.model)
-        check_trace_db(settings.trace_db)
-        if settings.control_api:
-            check_exposure(settings.host, load_tokens(settings.control_tokens_path),
-                           LOOPBACK_HOSTS)
+        preflight(settings)
     except (ValueError, FileNotFoundError) as exc:
         print(f"batchpilot serve: error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     from control.serve.server import serve
 
     return serve(settings)

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from control.fleet.router import MODES, RoutingPolicy
@@ -54,10 +53,7 @@ def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_fleet(args: argparse.Namespace) -> int:
-    from control.admin.auth import check_exposure, load_tokens
-    from control.serve.bootstrap import read_serving_config
-    from control.serve.settings import LOOPBACK_HOSTS
-    from engine.models import resolve_model_source
+    from control.serve.preflight import configure_logging, preflight
 
     serve = ServeSettings(model=args.model, config_path=args.config_path, host=args.host,
                           port=args.port, control_tokens_path=args.control_tokens,
@@ -75,18 +71,11 @@ def run_fleet(args: argparse.Namespace) -> int:
                              num_cpus=args.num_cpus, replica_cpus=args.replica_cpus,
                              trace_dir=args.trace_dir, policy=RoutingPolicy(
                                  mode=args.routing, max_imbalance=args.max_imbalance))
-    try:  # fail before starting Ray or loading anything
-        settings.validate()
-        read_serving_config(settings.serve.config_path)
-        resolve_model_source(settings.serve.model)
-        # every replica serves /control: the same rule as `batchpilot serve` (tokens, or
-        # an ingress bound to loopback)
-        if serve.control_api:
-            check_exposure(serve.host, load_tokens(serve.control_tokens_path),
-                           LOOPBACK_HOSTS)
+    try:  # fail before starting Ray or loading anything; every replica serves /control:
+        settings.validate()  # the same rule as `batchpilot serve` (tokens, or loopback)
+        preflight(serve)
     except (ValueError, FileNotFoundError) as exc:
         print(f"batchpilot fleet: error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     return run(settings)

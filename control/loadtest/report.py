@@ -20,7 +20,7 @@ def _labels(summaries: list[Summary]) -> list[str]:
     return [s.label or f"config {i}" for i, s in enumerate(summaries)]
 
 
-def _fmt(value: float | int | None) -> str:
+def fmt_value(value: float | int | None) -> str:
     if value is None:
         return "-"
     if isinstance(value, int):
@@ -28,7 +28,7 @@ def _fmt(value: float | int | None) -> str:
     return f"{value:.4g}"
 
 
-def _ratio(value: float | None) -> str:
+def fmt_ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
@@ -36,8 +36,8 @@ def _side_by_side(summaries: list[Summary]) -> tuple[list[str], list[list[str]]]
     """Header and rows: metric, unit, one value per config, one ratio per other config."""
     labels = _labels(summaries)
     header = ["metric", "unit", *labels, *(f"{lab} / {labels[0]}" for lab in labels[1:])]
-    rows = [[row["metric"], row["unit"], *map(_fmt, row["values"]),
-             *map(_ratio, row["ratios"][1:])] for row in compare(summaries)]
+    rows = [[row["metric"], row["unit"], *map(fmt_value, row["values"]),
+             *map(fmt_ratio, row["ratios"][1:])] for row in compare(summaries)]
     return header, rows
 
 
@@ -73,9 +73,8 @@ _GROUP_HEADER = ["config", "requests", "ok", "rejected", "timeout", "cancelled",
 def _group_row(group: str, label: str, s: Summary) -> list[str]:
     counts = [s.outcomes.get(o, 0) for o in ("rejected", "timeout", "cancelled", "error")]
     return [group, label, str(s.requests), str(s.ok), *map(str, counts),
-            _fmt(s.goodput_rps), _fmt(s.request_rps), _fmt(s.ttft.p50), _fmt(s.ttft.p99),
-            _fmt(s.tpot.p50), _fmt(s.tpot.p99), _fmt(s.itl.p99), _fmt(s.e2e.p99),
-            _fmt(s.ttft_gap.p99), _fmt(s.e2e_gap.p99)]
+            *map(fmt_value, (s.goodput_rps, s.request_rps, s.ttft.p50, s.ttft.p99, s.tpot.p50,
+                             s.tpot.p99, s.itl.p99, s.e2e.p99, s.ttft_gap.p99, s.e2e_gap.p99))]
 
 
 def _group_table(summaries: list[Summary], attr: str, title: str) -> str:

@@ -9,24 +9,12 @@ change). Latencies in seconds. matplotlib is imported only by `plot`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from control.loadtest.report import fmt_ratio, fmt_value
 from control.whatif.compare import PREDICTED, RECORDED, ratio_rows
 
 GROUP_METRICS = ("requests", "finished", "rejected", "timeout", "goodput_rps", "ttft_p50_s",
                  "ttft_p99_s", "tpot_p50_s", "e2e_p99_s", "queue_p99_s")
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, int):
-        return str(value)
-    return f"{value:.4g}"
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -45,8 +33,8 @@ def _header(columns: list[str]) -> list[str]:
 
 
 def _cells(row: dict, columns: list[str]) -> list[str]:
-    return [row["metric"], *(_fmt(row["values"][c]) for c in columns),
-            *(_ratio(row["ratios"][c]) for c in columns[1:])]
+    return [row["metric"], *(fmt_value(row["values"][c]) for c in columns),
+            *(fmt_ratio(row["ratios"][c]) for c in columns[1:])]
 
 
 def _groups(result: dict, attr: str) -> list[str]:
@@ -71,10 +59,10 @@ def text_report(result: dict) -> str:
              f"step-time law ({cal['group']}): "
              + ", ".join(f"{k} {v * 1e3:.4g} ms" for k, v in cal["coef_s"].items())
              + f"; gap {cal['gap_s'] * 1e3:.3g} ms",
-             f"fit on {fit['steps']} steps: R^2 {_fmt(fit['r2'])}, median |err|"
-             f" {_fmt(fit['median_abs_pct'])}%, p90 {_fmt(fit['p90_abs_pct'])}%; held out"
-             f" ({held['steps']} steps): median {_fmt(held['median_abs_pct'])}%, p90"
-             f" {_fmt(held['p90_abs_pct'])}%"]
+             f"fit on {fit['steps']} steps: R^2 {fmt_value(fit['r2'])}, median |err|"
+             f" {fmt_value(fit['median_abs_pct'])}%, p90 {fmt_value(fit['p90_abs_pct'])}%; held out"
+             f" ({held['steps']} steps): median {fmt_value(held['median_abs_pct'])}%, p90"
+             f" {fmt_value(held['p90_abs_pct'])}%"]
     for name, c in result["configs"].items():
         changes = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in c["diff"].items())
         lines.append(f"{name}: {changes or 'no change'}")
