@@ -118,6 +118,11 @@ class LLM:
             ids = [int(t) for t in prompt]
         if not ids:
             raise ValueError(f"prompt {index} is empty: send at least one token")
+        vocab = int(getattr(self.loaded.hf_config, "vocab_size", 0) or len(self.tokenizer))
+        outside = [t for t in (*ids, *(i for i, _ in params.logit_bias)) if not 0 <= t < vocab]
+        if outside:  # the model would index out of its vocabulary: the whole step fails
+            raise ValueError(f"prompt {index}: token ids {outside[:8]} (prompt or logit_bias)"
+                             f" are outside the vocabulary 0..{vocab - 1}")
         limit = self.engine.static.max_model_len
         if len(ids) + params.max_tokens > limit:
             raise ValueError(f"prompt {index} has {len(ids)} tokens and max_tokens is"

@@ -55,13 +55,30 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    # Logits processors (engine/sampler.py), greedy rows included; the defaults are off.
+    presence_penalty: float = 0.0  # OpenAI's: minus this once per token already generated
+    frequency_penalty: float = 0.0  # OpenAI's: minus this times the token's output count
+    repetition_penalty: float = 1.0  # transformers': over prompt + output, > 1 discourages
+    # token id -> added to its logit; a dict is kept as sorted (id, bias) pairs (hashable)
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    min_p: float = 0.0  # drop tokens whose probability < min_p * the row's top probability
+    min_tokens: int = 0  # EOS and stop_token_ids cannot be sampled before this many outputs
+    # whether any processor above is on: the sampler skips them all for a step without one
+    uses_processors: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        bias = self.logit_bias
+        pairs = bias.items() if isinstance(bias, dict) else (bias or ())
+        object.__setattr__(self, "logit_bias",
+                           tuple(sorted((int(t), float(b)) for t, b in pairs)))
         self.validate()
+        object.__setattr__(self, "uses_processors", bool(
+            self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
+            or self.logit_bias or self.min_tokens))
 
     def validate(self) -> None:
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -74,6 +91,25 @@ class SamplingParams:
             raise ValueError(f"top_k={self.top_k!r} must be >= 0 (0 turns it off)")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+        self._validate_processors()
+
+    def _validate_processors(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not -2.0 <= value <= 2.0:
+                raise ValueError(f"{name}={value!r} must be in [-2, 2]")
+        if not 0.0 < self.repetition_penalty < math.inf:
+            raise ValueError(f"repetition_penalty={self.repetition_penalty!r} must be > 0"
+                             " (1 turns it off)")
+        bad = [(t, b) for t, b in self.logit_bias if t < 0 or not -100.0 <= b <= 100.0]
+        if bad:
+            raise ValueError(f"logit_bias={dict(bad)!r}: token ids must be >= 0 and biases"
+                             " in [-100, 100]")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p={self.min_p!r} must be in [0, 1]")
+        if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(f"min_tokens={self.min_tokens!r} must be an integer in"
+                             f" [0, max_tokens={self.max_tokens}]")
 
 
 @dataclass(eq=False, slots=True)

@@ -9,11 +9,17 @@ Sampling uses the exponential race: argmax(p / E) with E ~ Exp(1) i.i.d. picks i
 with probability p_i, so one noise vector per row replaces a multinomial call.
 
 One step samples in batch: greedy rows in one argmax; all other rows go through
-temperature, top-k, top-p, softmax and the race together, their per-row parameters held as
-tensors in a `SamplingTensors` built once per step. A new per-row filter (a penalty, a bias,
-min_p) is one more field there and one more batched function in `filter_logits`. The only
-loop over rows draws the noise: torch generators fill one tensor each, and a row's noise must
-come from its own request's generator.
+temperature, top-k, top-p, min_p, softmax and the race together, their per-row parameters
+held as tensors in a `SamplingTensors` built once per step. A new per-row filter is one more
+field there and one more batched function in `filter_logits`. The only loop over rows draws
+the noise: torch generators fill one tensor each, and a row's noise must come from its own
+request's generator.
+
+Before that split, the logits processors that change which token is most likely (min_tokens,
+logit_bias, repetition, frequency and presence penalties, in vLLM's order) apply to every
+row, greedy ones included, from a `ProcessorTensors` built once per step; a step where no
+row uses one builds nothing and leaves the logits untouched. Each is elementwise per row
+(a neutral row's logits come out bit-identical), so the batch-independence above holds.
 """
 
 from __future__ import annotations
@@ -45,8 +51,9 @@ class SamplingTensors:
     """Per-row parameters of the non-greedy rows of one step, R rows, as tensors.
 
     temperature: float32 [R, 1], > 0; top_k: int64 [R], in 1..V where it filters, V where it
-    is off (0 or >= vocab); top_p: float32 [R], +inf where it is off (1.0). max_top_k is the
-    largest k that filters (0: no row filters by top-k); any_top_p: some row filters by top-p.
+    is off (0 or >= vocab); top_p: float32 [R], +inf where it is off (1.0); min_p: float32
+    [R, 1], 0 where it is off. max_top_k is the largest k that filters (0: no row filters by
+    top-k); any_top_p / any_min_p: some row filters by top-p / min_p.
     """
 
     temperature: torch.Tensor
@@ -54,6 +61,8 @@ class SamplingTensors:
     top_p: torch.Tensor
     max_top_k: int
     any_top_p: bool
+    min_p: torch.Tensor | None = None
+    any_min_p: bool = False
 
     @classmethod
     def from_params(cls, params: list[SamplingParams], vocab: int,
@@ -67,11 +76,14 @@ class SamplingTensors:
             top_p=torch.tensor(top_p, dtype=torch.float32, device=device),
             max_top_k=max((k for k in top_k if k < vocab), default=0),
             any_top_p=any(p < 1.0 for p in top_p),
+            min_p=torch.tensor([[p.min_p] for p in params], dtype=torch.float32,
+                               device=device),
+            any_min_p=any(p.min_p > 0.0 for p in params),
         )
 
 
 def filter_logits(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
-    """Temperature, then top-k, then top-p on rows of logits [R, V] (float32) -> [R, V],
+    """Temperature, then top-k, top-p and min_p on rows of logits [R, V] (float32) -> [R, V],
     filtered tokens at -inf, in the "sampler.logits" workspace (`logits` is not changed)."""
     scaled = workspace("sampler.logits", tuple(logits.shape), torch.float32, logits.device)
     torch.div(logits, params.temperature, out=scaled)
@@ -79,7 +91,17 @@ def filter_logits(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor
         _top_k(scaled, params.top_k, params.max_top_k)
     if params.any_top_p:
         _top_p(scaled, params.top_p)
+    if params.any_min_p:
+        _min_p(scaled, params.min_p)
     return scaled
+
+
+def _min_p(logits: torch.Tensor, min_p: torch.Tensor) -> None:
+    """In place: drop tokens whose probability is below min_p [R, 1] times the row's top
+    probability (transformers' MinPLogitsWarper); the top token always stays (min_p <= 1),
+    and rows with min_p = 0 keep everything."""
+    probs = torch.softmax(logits, dim=-1)
+    logits.masked_fill_(probs < probs.amax(dim=-1, keepdim=True) * min_p, float("-inf"))
 
 
 def _top_k(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> None:
@@ -106,6 +128,98 @@ def _top_p(logits: torch.Tensor, top_p: torch.Tensor) -> None:
     logits.masked_fill_(torch.zeros_like(drop).scatter_(1, order, drop), float("-inf"))
 
 
+@dataclass(frozen=True)
+class ProcessorTensors:
+    """The logits processors of one step's R sample rows (greedy rows too), V the vocab.
+
+    Each part is None when no row uses it. Token-id lists are padded with V (a column past
+    the vocabulary, dropped after the scatter). output_ids: int64 [R, L], the tokens each row
+    generated so far; presence, frequency: float32 [R, 1] (0: off); seen_ids: int64 [R, L'],
+    prompt + output; repetition: float32 [R, 1] (1: off); bias: (rows, ids, values) of
+    every (row, token, bias); banned: (rows, ids) of the stop tokens of rows short of
+    min_tokens.
+    """
+
+    output_ids: torch.Tensor | None = None
+    presence: torch.Tensor | None = None
+    frequency: torch.Tensor | None = None
+    seen_ids: torch.Tensor | None = None
+    repetition: torch.Tensor | None = None
+    bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    banned: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @classmethod
+    def from_requests(cls, requests: list[Request], vocab: int,
+                      device: torch.device) -> ProcessorTensors | None:
+        """None when no row uses a processor (the common step: nothing is built)."""
+        params = [r.sampling_params for r in requests]
+        if not any(p.uses_processors for p in params):
+            return None
+        parts: dict[str, object] = {}
+
+        def column(values: list[float]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.float32, device=device)[:, None]
+
+        if any(p.presence_penalty or p.frequency_penalty for p in params):
+            parts["output_ids"] = _padded([r.output_token_ids for r in requests], vocab, device)
+            parts["presence"] = column([p.presence_penalty for p in params])
+            parts["frequency"] = column([p.frequency_penalty for p in params])
+        if any(p.repetition_penalty != 1.0 for p in params):
+            parts["seen_ids"] = _padded([r.token_ids for r in requests], vocab, device)
+            parts["repetition"] = column([p.repetition_penalty for p in params])
+        pairs = [(i, t, b) for i, p in enumerate(params) for t, b in p.logit_bias]
+        if pairs:
+            rows, ids, values = zip(*pairs, strict=True)
+            parts["bias"] = (torch.tensor(rows, device=device), torch.tensor(ids, device=device),
+                             torch.tensor(values, dtype=torch.float32, device=device))
+        banned = [(i, t) for i, r in enumerate(requests)
+                  if r.num_output_tokens < r.sampling_params.min_tokens
+                  for t in sorted(r.stop_token_ids) if t < vocab]  # others never sampled
+        if banned:
+            rows, ids = zip(*banned, strict=True)
+            parts["banned"] = (torch.tensor(rows, device=device),
+                               torch.tensor(ids, device=device))
+        return cls(**parts)  # type: ignore[arg-type]
+
+
+def _padded(rows: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """int64 [R, max len] (at least one column), each row padded with `vocab`."""
+    width = max(1, max(len(r) for r in rows))
+    return torch.tensor([r + [vocab] * (width - len(r)) for r in rows], dtype=torch.int64,
+                        device=device)
+
+
+def apply_processors(logits: torch.Tensor, procs: ProcessorTensors) -> torch.Tensor:
+    """min_tokens, logit_bias, repetition, frequency, presence (vLLM's order) on logits
+    [R, V] (float32) -> a new [R, V] tensor (`logits` is not changed).
+
+    The penalties touch only the tokens a row has seen: gather, change, scatter back (a
+    token seen twice is written twice with the same value), in a [R, V + 1] buffer whose
+    last column takes the padding's writes and is dropped.
+    """
+    rows, vocab = logits.shape
+    buf = torch.empty(rows, vocab + 1, dtype=logits.dtype, device=logits.device)
+    buf[:, :vocab] = logits
+    buf[:, vocab] = 0.0  # the padding's column: defined values, never read back
+    if procs.banned is not None:
+        buf.index_put_(procs.banned, torch.tensor(float("-inf"), device=buf.device))
+    if procs.bias is not None:
+        buf.index_put_(procs.bias[:2], procs.bias[2], accumulate=True)
+    if procs.seen_ids is not None:
+        # transformers' RepetitionPenaltyLogitsProcessor: < 0 multiplied, >= 0 divided
+        ids, rep = procs.seen_ids, procs.repetition
+        seen = buf.gather(1, ids)
+        buf.scatter_(1, ids, torch.where(seen < 0, seen * rep, seen / rep))
+    if procs.output_ids is not None:
+        ids = procs.output_ids
+        counts = torch.zeros(rows, vocab + 1, dtype=torch.float32, device=buf.device)
+        counts = counts.scatter_add_(1, ids, torch.ones(ids.shape, device=buf.device))
+        count = counts.gather(1, ids)  # [R, L]: each output token's count
+        seen = buf.gather(1, ids)
+        buf.scatter_(1, ids, seen - (procs.frequency * count + procs.presence * (count > 0)))
+    return buf[:, :vocab]
+
+
 def draw_noise(requests: list[Request], vocab: int, device: torch.device) -> torch.Tensor:
     """Exp(1) noise [R, V] (the "sampler.noise" workspace): row i from requests[i]'s own
     generator, one vocab-sized draw."""
@@ -118,6 +232,9 @@ def draw_noise(requests: list[Request], vocab: int, device: torch.device) -> tor
 def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
     """One token per row of `logits` `[R, V]` (float32) for `requests` (same order)."""
     assert logits.shape[0] == len(requests)
+    processors = ProcessorTensors.from_requests(requests, logits.shape[-1], logits.device)
+    if processors is not None:
+        logits = apply_processors(logits, processors)
     greedy = [i for i, r in enumerate(requests) if r.sampling_params.temperature == 0.0]
     if len(greedy) == len(requests):
         return torch.argmax(logits, dim=-1).tolist()

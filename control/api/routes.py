@@ -110,22 +110,37 @@ def _prepare(request: Request, body: CompletionRequest | ChatCompletionRequest,
     return state, meta
 
 
-def _sampling_params(body: CompletionRequest | ChatCompletionRequest,
-                     max_tokens: int) -> SamplingParams:
+def _sampling_params(body: CompletionRequest | ChatCompletionRequest, max_tokens: int,
+                     vocab_size: int) -> SamplingParams:
+    """The engine's parameters; a value it refuses is a 400 naming the field."""
+    bias = body.logit_bias_ids
+    bad = sorted(t for t in bias if not 0 <= t < vocab_size)
+    if bad:
+        raise APIError(400, f"logit_bias keys must be token ids in 0..{vocab_size - 1};"
+                       f" got {bad[:5]}", code="invalid_value", param="logit_bias")
+
+    def given(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
     try:
         return SamplingParams(
-            max_tokens=max_tokens, temperature=1.0 if body.temperature is None
-            else body.temperature, top_p=1.0 if body.top_p is None else body.top_p,
-            top_k=max(0, body.top_k or 0), seed=body.seed, stop=body.stop_list,
-            stop_token_ids=tuple(body.stop_token_ids or ()), ignore_eos=body.ignore_eos)
-    except ValueError as exc:
-        raise APIError(400, str(exc), code="invalid_value") from None
+            max_tokens=max_tokens, temperature=given(body.temperature, 1.0),
+            top_p=given(body.top_p, 1.0), top_k=max(0, body.top_k or 0), seed=body.seed,
+            stop=body.stop_list, stop_token_ids=tuple(body.stop_token_ids or ()),
+            ignore_eos=body.ignore_eos, presence_penalty=given(body.presence_penalty, 0.0),
+            frequency_penalty=given(body.frequency_penalty, 0.0),
+            repetition_penalty=given(body.repetition_penalty, 1.0), logit_bias=bias,
+            min_p=given(body.min_p, 0.0), min_tokens=given(body.min_tokens, 0))
+    except ValueError as exc:  # the message starts with "field=..."
+        field = str(exc).split("=", 1)[0]
+        raise APIError(400, str(exc), code="invalid_value",
+                       param=field if field.isidentifier() else None) from None
 
 
 async def _generate(state: ServerState, request: Request,
                     body: CompletionRequest | ChatCompletionRequest, meta: RequestMeta,
                     kind: str, text: str | None, ids: list[int], max_tokens: int) -> Response:
-    params = _sampling_params(body, max_tokens)
+    params = _sampling_params(body, max_tokens, state.parts.vocab_size)
     prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
     request_id = prefix + uuid.uuid4().hex
     fmt = ResponseFormat(kind, request_id, state.settings.model_name, len(ids), meta,

@@ -2,7 +2,10 @@
 chunks), OpenAI's error body, and the `batchpilot` extension object.
 
 Parameters the engine cannot honour are refused with a 400 naming them, never ignored
-silently: n > 1, logprobs, echo, best_of, penalties, logit_bias, tools.
+silently: n > 1, logprobs, echo, best_of, tools, response_format, and the other OpenAI
+and vLLM fields in field_policy.UNIMPLEMENTED (accepted at their "off" values only). A
+field outside the OpenAI and vLLM request shapes is ignored with a logged warning naming
+it, as vLLM does.
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from control.api.field_policy import check_undeclared
+
 MAX_SEED = 2**63 - 1
 MAX_STOP_STRINGS = 16
 MAX_CACHE_SALT_LEN = 256  # characters; a salt needs ~22 of base64 for 128 random bits
+MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value, either sign
 
 
 class StreamOptions(BaseModel):
@@ -21,7 +27,7 @@ class StreamOptions(BaseModel):
 
 
 class _GenerationRequest(BaseModel):
-    """Fields both endpoints share. Unknown fields are ignored, as OpenAI's API does."""
+    """Fields both endpoints share. Undeclared fields: see field_policy.py."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -42,11 +48,32 @@ class _GenerationRequest(BaseModel):
     # vLLM's: the prefix-cache domain instead of the tenant; requests that send the same
     # salt share cached prefixes (a shared secret: see engine/prefix_hash.py)
     cache_salt: str | None = None
-    # Accepted at their neutral values only.
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    # logits processors (engine/sampler.py); logit_bias ids are checked against the vocab
+    # by the route (a 400 naming logit_bias)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(None, gt=0.0)  # vLLM's
     logit_bias: dict[str, float] | None = None
+    min_p: float | None = Field(None, ge=0.0, le=1.0)  # vLLM's
+    min_tokens: int | None = Field(None, ge=0)  # vLLM's
+    # Accepted at their neutral values only.
     best_of: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _undeclared_fields(cls, data: Any) -> Any:
+        check_undeclared(cls.__name__, cls.model_fields, data)
+        return data
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        for token, value in (bias or {}).items():
+            if not token.strip().isdigit():
+                raise ValueError(f"keys must be token ids (non-negative integers), got {token!r}")
+            if not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+                raise ValueError(f"values must be in [-100, 100], got {value!r} for {token}")
+        return bias
 
     @field_validator("n")
     @classmethod
@@ -83,8 +110,11 @@ class _GenerationRequest(BaseModel):
         return self
 
     def _neutral_values(self) -> dict[str, Any]:
-        return {"presence_penalty": 0.0, "frequency_penalty": 0.0, "logit_bias": {},
-                "best_of": 1}
+        return {"best_of": 1}
+
+    @property
+    def logit_bias_ids(self) -> dict[int, float]:
+        return {int(token): value for token, value in (self.logit_bias or {}).items()}
 
     @property
     def stop_list(self) -> tuple[str, ...]:
@@ -147,6 +177,16 @@ class ChatCompletionRequest(_GenerationRequest):
     def _neutral_values(self) -> dict[str, Any]:
         return {**super()._neutral_values(), "logprobs": False, "top_logprobs": None,
                 "tools": [], "response_format": {"type": "text"}}
+
+    @model_validator(mode="after")
+    def _one_max_tokens(self) -> ChatCompletionRequest:
+        """max_completion_tokens is OpenAI's newer name for max_tokens: both may be sent,
+        but not with different values."""
+        new, old = self.max_completion_tokens, self.max_tokens
+        if new is not None and old is not None and new != old:
+            raise ValueError(f"max_completion_tokens={new} differs from max_tokens={old}:"
+                             " send one (max_completion_tokens is its newer name)")
+        return self
 
 
 # ---- responses --------------------------------------------------------------------------
