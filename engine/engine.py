@@ -22,6 +22,7 @@ from engine.records import (
     SchedulerOutput,
     StepOutput,
     StepRecord,
+    StepRun,
 )
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import Scheduler
@@ -213,11 +214,28 @@ class Engine:
         start = self.clock()
         t0 = time.perf_counter()
         self._expire(start)
-        sched = self.scheduler
         if not self.requests:
             return self._drain_pending(None)
         bm = self.block_manager
         q0, h0 = bm.prefix_query_tokens, bm.prefix_hit_tokens
+        run = self.run_step(start)
+        finished = run.finished
+        record = step_record(run.out, run.stats, self.scheduler, start, run.end,
+                             (t0, *run.marks), finished)
+        record.prefix_query_tokens = bm.prefix_query_tokens - q0
+        record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
+        result = self._drain_pending(record)
+        result.rows, result.sampled = run.rows, run.sampled
+        result.stop_reasons = {r.request_id: r.finish_reason or "" for r in finished}
+        result.finished.extend(RequestRecord.from_request(r) for r in finished)
+        result.failure = run.failure
+        return result
+
+    def run_step(self, start: float) -> StepRun:
+        """Schedule, execute and update one step that has requests (expiry done, `start`
+        on the engine clock): what every step does; `step` makes its telemetry of it, a
+        what-if replay (control/whatif/lean.py) only reads it."""
+        sched = self.scheduler
         out, stats = sched.schedule(start)
         t1 = time.perf_counter()
         failure, phase = None, "execute"
@@ -232,22 +250,13 @@ class Engine:
             t2, end = time.perf_counter(), self.clock()
         for req in finished:
             del self.requests[req.request_id]
-        t3 = time.perf_counter()
         if failure is None:  # a failed step's time says nothing of the throughput
             # Measured on the engine clock, the one deadlines are on (simulated in
             # simulations).
             self.throughput.observe(out.num_tokens, end - start)
         self._last_wait_reasons = stats.waiting_reason_by_lane
-        record = step_record(out, stats, self.scheduler, start, end, (t0, t1, t2, t3),
-                             finished)
-        record.prefix_query_tokens = bm.prefix_query_tokens - q0
-        record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
-        result = self._drain_pending(record)
-        result.rows, result.sampled = rows, sampled
-        result.stop_reasons = {r.request_id: r.finish_reason or "" for r in finished}
-        result.finished.extend(RequestRecord.from_request(r) for r in finished)
-        result.failure = failure
-        return result
+        return StepRun(out, stats, rows, sampled, finished, failure, end,
+                       (t1, t2, time.perf_counter()))
 
     # ---- a failed step (engine/step_faults.py) -----------------------------------------
     def _contain(self, out: SchedulerOutput, phase: str, exc: Exception,

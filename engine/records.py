@@ -211,6 +211,21 @@ class EngineGauges:
     live: LiveConfig
 
 
+@dataclass(slots=True)
+class StepRun:
+    """What schedule -> execute -> update did in one step (Engine.run_step), before any
+    telemetry is made of it. marks: time.perf_counter() after schedule, execute, update."""
+
+    out: SchedulerOutput
+    stats: SchedulerStats
+    rows: list[Request]  # requests that got a token
+    sampled: list[int]  # their tokens, row order
+    finished: list[Request]  # ended in this step (already out of the engine's requests)
+    failure: StepFailure | None
+    end: float  # engine clock when the step's work was done
+    marks: tuple[float, float, float]
+
+
 @dataclass
 class StepOutput:
     """What one step changed.

@@ -8,9 +8,9 @@ telemetry a replay never reads (StepRecord, StepOutput, wall-clock timings, delt
 A replay through `Engine.step` and one through `ReplayEngine.replay_step` give the same
 records, steps, KV peak and preemptions (tests/control/whatif/test_whatif_speed.py holds
 them equal on a trace with preemptions, cancels, timeouts and rejections).
-NOTE: `replay_step` mirrors `Engine.step` (engine/engine.py) minus telemetry and the
-contained-failure path: the modelled executor never raises, so an exception here is a
-scheduler bug and propagates instead of ending the batch with ERROR.
+Both run the step through `Engine.run_step`. NOTE: the modelled executor never raises, so
+a failure the engine contained (a scheduler bug) is raised here instead of ending the
+replayed batch with ERROR.
 """
 
 from __future__ import annotations
@@ -77,17 +77,12 @@ class ReplayEngine(Engine):
             else []
         if not self.requests:
             return ReplayStep(False, 0, 0, 0, ended)
-        sched = self.scheduler
-        out, stats = sched.schedule(start)
-        sampled = self.executor.execute(out) if not out.is_empty else []
-        end = self.clock()
-        _, finished = sched.update(out, sampled, end)
-        for req in finished:
-            del self.requests[req.request_id]
-        self.throughput.observe(out.num_tokens, end - start)  # admission reads it
-        self._last_wait_reasons = stats.waiting_reason_by_lane
-        ended.extend(RequestRecord.from_request(r) for r in finished)
-        return ReplayStep(True, out.num_tokens, len(stats.preempted),
+        run = self.run_step(start)
+        if run.failure is not None:
+            raise RuntimeError(f"replayed step failed in {run.failure.phase}") \
+                from run.failure.error
+        ended.extend(RequestRecord.from_request(r) for r in run.finished)
+        return ReplayStep(True, run.out.num_tokens, len(run.stats.preempted),
                           self.block_manager.num_used, ended)
 
     def _take_pending(self) -> list[RequestRecord]:
