@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from bench import roofline_steps as steps
 from engine.model_runner import ModelRunner
 from engine.models import load_model
+from engine.models.cpu_dtype import cpu_info
 
 DEFAULT_MODEL = "smollm2-135m"
 BLOCK_SIZE = 16  # tokens per KV block: StaticConfig's default, what the server runs
@@ -51,18 +52,8 @@ def log(*parts: object) -> None:
 
 def cpu_features() -> dict:
     """CPU model, the bf16 matrix extensions torch's oneDNN can use, and torch's threads."""
-    flags: set[str] = set()
-    name = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "flags" and not flags:
-                flags = set(value.split())
-            elif key.strip() == "model name":
-                name = value.strip()
-    except OSError:  # not Linux: flags unknown, reported as absent
-        pass
-    return {"model": name, "amx_bf16": "amx_bf16" in flags,
+    name, flags = cpu_info()  # flags unknown where /proc/cpuinfo is not: reported absent
+    return {"model": name or platform.processor(), "amx_bf16": "amx_bf16" in flags,
             "avx512_bf16": "avx512_bf16" in flags, "avx512f": "avx512f" in flags,
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "onednn_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())}

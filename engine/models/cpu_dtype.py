@@ -74,15 +74,28 @@ def parse_dtype(value: str | torch.dtype | None) -> str | torch.dtype:
 def cpu_bf16_flags() -> tuple[str, ...]:
     """The BF16_CPU_FLAGS this CPU reports in /proc/cpuinfo (none where it cannot be read:
     no native bf16 assumed, so auto stays fp32)."""
+    flags = cpu_info()[1]
+    return tuple(flag for flag in BF16_CPU_FLAGS if flag in flags)
+
+
+def cpu_info() -> tuple[str, frozenset[str]]:
+    """(model name, flags) of the first CPU in /proc/cpuinfo; ("", no flags) where it
+    cannot be read (not Linux)."""
     try:
         text = _CPUINFO.read_text()
     except OSError:
-        return ()
+        return "", frozenset()
+    name, flags = "", None
     for line in text.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            return tuple(flag for flag in BF16_CPU_FLAGS if flag in flags)
-    return ()
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not name:
+            name = value.strip()
+        elif key == "flags" and flags is None:
+            flags = frozenset(value.split())
+        if name and flags is not None:
+            break
+    return name, flags or frozenset()
 
 
 def resolve_dtype(value: str | torch.dtype | None, device: torch.device | str) -> DtypePlan:
