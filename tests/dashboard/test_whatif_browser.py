@@ -10,55 +10,19 @@ tests/dashboard/test_dashboard_browser.py.
 
 from __future__ import annotations
 
-import argparse
 import os
-import subprocess
-import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from test_dashboard_browser import CHROMIUM, free_port, sync_api
+from fixtures.browser import CHROMIUM, NO_CHROMIUM, dashboard
 from whatif_server import whatif_server
 
-from control.cli.ctl import TOKEN_ENV
-from control.cli.dashboard import streamlit_command
-
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (`make system-deps`"
-                                " installs Debian's)")
+sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 SHOTS = Path(os.environ.get("WHATIF_SHOTS", "/tmp/whatif-ui"))
 DONE = ("!document.querySelector('[data-testid=stStatusWidget]')"
         " && !document.querySelector('[data-testid=stSkeleton]')")
 TABLE = "[data-testid=stTable]"
-
-
-@contextmanager
-def dashboard(server_url: str, cwd: Path) -> Iterator[str]:
-    """`batchpilot dashboard --url` (its exact streamlit command line); yields its URL."""
-    port = free_port()
-    args = argparse.Namespace(url=server_url, trace_db=None, host="127.0.0.1", port=port,
-                              token_env=TOKEN_ENV)
-    log = cwd / f"streamlit-{port}.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(streamlit_command(args), cwd=cwd, stdout=out,
-                                stderr=subprocess.STDOUT,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            try:
-                with urllib.request.urlopen(url + "/_stcore/health", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +30,7 @@ def browser_page(tiny_loaded, tmp_path_factory):
     """(dashboard URL, a Chromium page) over the live server."""
     tmp = tmp_path_factory.mktemp("whatif-browser")
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with (whatif_server(tiny_loaded, tmp) as server, dashboard(server, tmp) as url,
+    with (whatif_server(tiny_loaded, tmp) as server, dashboard(tmp, url=server) as url,
           sync_api.sync_playwright() as p):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
