@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.nnls import fit_nonnegative
+
 FEATURES = ("fixed", "prefill_tokens", "decode_tokens", "decode_context_tokens", "num_seqs")
 MIN_STEPS = 50  # fewer: the fit is reported as unreliable
 HOLDOUT_EVERY = 5  # every 5th step is held out for the leave-out error
@@ -88,43 +90,6 @@ class StepTimeModel:
                 "warnings": list(self.warnings)}
 
 
-def nnls(A: np.ndarray, b: np.ndarray, max_iter: int = 100) -> np.ndarray:
-    """min ||A x - b|| subject to x >= 0 (Lawson-Hanson active set); A: (n, k)."""
-    k = A.shape[1]
-    x = np.zeros(k)
-    passive = np.zeros(k, dtype=bool)
-    for _ in range(max_iter):
-        w = A.T @ (b - A @ x)  # gradient: the features that would lower the error
-        if passive.all() or w[~passive].max(initial=-np.inf) <= 1e-12 * (np.abs(w).max() + 1):
-            break
-        passive[np.argmax(np.where(passive, -np.inf, w))] = True
-        while True:
-            z = np.zeros(k)
-            z[passive] = np.linalg.lstsq(A[:, passive], b, rcond=None)[0]
-            if (z[passive] > 0).all():
-                x = z
-                break
-            neg = passive & (z <= 0)  # step back towards x until a coefficient hits 0
-            alpha = np.min(x[neg] / (x[neg] - z[neg]))
-            x = x + alpha * (z - x)
-            passive &= x > 1e-15
-            x[~passive] = 0.0
-    return x
-
-
-def _fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    scale = np.abs(X).max(axis=0)
-    scale[scale == 0] = 1.0  # a feature that never varied off zero: coefficient 0
-    A = X / scale
-    if len(y) > 4 * A.shape[1]:
-        # NOTE: with A = QR (Q: (n, k) orthonormal), ||A x - y||^2 = ||R x - Q^T y||^2 + a
-        # constant, so NNLS on the (k, k) system has the same solution as on the n rows,
-        # without a least-squares solve over 200k rows per active-set change.
-        Q, R = np.linalg.qr(A)
-        return nnls(R, Q.T @ y) / scale
-    return nnls(A, y) / scale
-
-
 def _error(pred: np.ndarray, y: np.ndarray) -> FitError:
     if len(y) == 0:
         return FitError(None, None, None, 0)
@@ -145,10 +110,10 @@ def calibrate(samples: StepSamples) -> StepTimeModel:
     if len(y) < MIN_STEPS:
         warnings.append(f"only {len(y)} steps to calibrate on (fewer than {MIN_STEPS}): the"
                         " step-time law, and every prediction from it, is unreliable")
-    coef = _fit(X, y)
+    coef = fit_nonnegative(X, y)
     held = np.arange(len(y)) % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
     if held.any() and (~held).sum() >= len(FEATURES):
-        held_out = _error(_fit(X[~held], y[~held]) @ X[held].T, y[held])
+        held_out = _error(fit_nonnegative(X[~held], y[~held]) @ X[held].T, y[held])
     else:
         held_out = FitError(None, None, None, 0)
     in_sample = _error(X @ coef, y)

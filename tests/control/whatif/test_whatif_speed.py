@@ -12,11 +12,13 @@ import pytest
 from whatif_sim_trace import STATIC, record
 
 from control.trace.store import open_read_only
-from control.whatif.calibrate import _fit, calibrate, nnls
+from control.whatif.calibrate import calibrate
 from control.whatif.compare import replays
 from control.whatif.replay import Prediction, _run, replay
 from control.whatif.window import Window, read_window
 from engine.config import EngineConfig, LiveConfig
+from engine.nnls import fit_nonnegative as _fit
+from engine.nnls import nnls
 
 LIVE = LiveConfig(max_num_seqs=16, max_num_batched_tokens=256, prefill_chunk_size=128)
 TIGHT_KV = dataclasses.replace(STATIC, num_kv_blocks=40)  # 640 tokens for 16 sequences
