@@ -33,6 +33,7 @@ from engine.step_faults import (
     failure_detail,
     part_requests,
 )
+from engine.step_law import StepLaw
 from engine.telemetry import engine_gauges, step_record
 
 
@@ -49,9 +50,11 @@ class Engine:
     def __init__(self, config: EngineConfig, executor: Executor, *,
                  clock: Callable[[], float] = time.time,
                  eos_token_id: int | tuple[int, ...] | None = None,
-                 fault_isolation_runs: int = DEFAULT_MAX_EXTRA_RUNS):
+                 fault_isolation_runs: int = DEFAULT_MAX_EXTRA_RUNS,
+                 step_law: StepLaw | None = None):
         """`fault_isolation_runs`: executor calls a failed step may add to find the
-        requests that fail it (engine/step_faults.py); 0 ends the whole batch."""
+        requests that fail it (engine/step_faults.py); 0 ends the whole batch. `step_law`:
+        the device's step cost (engine/step_fit.py), to hold steps to target_step_ms."""
         config.validate()
         self.fault_isolation_runs = fault_isolation_runs
         self.static = config.static
@@ -65,7 +68,7 @@ class Engine:
         if bind_kv_pool is not None:  # the simulated executor mirrors the pool (shadow KV)
             bind_kv_pool(self.static.num_kv_blocks, self.static.block_size)
         live = config.live.replace(version=1)
-        self.scheduler = Scheduler(self.static, live, self.block_manager)
+        self.scheduler = Scheduler(self.static, live, self.block_manager, step_law)
         self.requests: dict[str, Request] = {}  # unfinished only
         self.throughput = ThroughputEstimator()
         self._pending_deltas: list[RequestDelta] = []  # ends between steps (abort, timeout)

@@ -29,7 +29,9 @@ from engine.models.cpu_dtype import parse_dtype
 from engine.output_processor import OutputProcessor, RequestOutput
 from engine.records import AdmissionDecision
 from engine.request import RequestStatus, SamplingParams
-from engine.step_fit import RunnerProbe, StepFit, fit_step_budgets, needs_fit
+from engine.step_fit import StepFit, fit_step_budgets, needs_fit
+from engine.step_law import StepLaw
+from engine.step_probe import RunnerProbe
 
 _STATIC = {f.name for f in dataclasses.fields(StaticConfig)}
 _LIVE = {f.name for f in dataclasses.fields(LiveConfig)} - {"version"}
@@ -71,7 +73,8 @@ class LLM:
             config, self.step_fit = fit_to_runner(config, set(overrides), runner)
         else:
             self.step_fit = None
-        self.engine = build_engine(self.loaded, config, runner)
+        law = self.step_fit.law if self.step_fit is not None else None
+        self.engine = build_engine(self.loaded, config, runner, step_law=law)
         self.runner = self.engine.executor
         self.processor = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()
@@ -206,11 +209,13 @@ def fit_engine_config(loaded: LoadedModel, overrides: dict[str, Any] | None = No
 
 
 def build_engine(loaded: LoadedModel, config: EngineConfig,
-                 runner: ModelRunner | None = None) -> Engine:
-    """An Engine over a ModelRunner for `loaded` (the runner is `engine.executor`)."""
+                 runner: ModelRunner | None = None, step_law: StepLaw | None = None,
+                 ) -> Engine:
+    """An Engine over a ModelRunner for `loaded` (the runner is `engine.executor`);
+    `step_law`: the fit's (`fit_to_runner`), to hold steps to target_step_ms."""
     if runner is None:
         runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
-    return Engine(config, runner, eos_token_id=loaded.eos_token_ids)
+    return Engine(config, runner, eos_token_id=loaded.eos_token_ids, step_law=step_law)
 
 
 def fit_to_runner(config: EngineConfig, explicit: set[str], runner: ModelRunner,

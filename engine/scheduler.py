@@ -32,12 +32,18 @@ from engine.preemption import block_for_kv, pick_victim, victims_to_start
 from engine.records import SchedulerOutput, SchedulerStats
 from engine.request import Request, RequestStatus
 from engine.step_budget import SchedulerInvariantError, StepPlan
+from engine.step_law import StepLaw
+from engine.step_time import MIN_PROGRESS
 from engine.step_update import apply_sampled
 
 
 class Scheduler:
-    def __init__(self, static: StaticConfig, live: LiveConfig, block_manager: BlockManager):
+    def __init__(self, static: StaticConfig, live: LiveConfig, block_manager: BlockManager,
+                 step_law: StepLaw | None = None):
+        """`step_law`: what a step costs on the device (engine/step_law.py); with it every
+        step is held to static.target_step_ms (engine/step_time.py)."""
         self.static = static
+        self.step_law = step_law
         self.live = live
         self.block_manager = block_manager
         self.lanes = LaneSet(live.lanes)
@@ -63,7 +69,8 @@ class Scheduler:
     def schedule(self, now: float) -> tuple[SchedulerOutput, SchedulerStats]:
         """This step's work, and what the scheduling decided besides it."""
         self.step_id += 1
-        step = StepPlan.new(self.step_id, self.live)  # one config snapshot for the step
+        step = StepPlan.new(self.step_id, self.live, self.step_law,  # one config snapshot
+                            self.static.target_step_ms / 1000)
         self._schedule_running(step)
         charges = tally_running(self.lanes, step.out)  # the running set's work is final now
         self._schedule_new(step, charges, now)
@@ -84,7 +91,7 @@ class Scheduler:
         # The hot path: decodes take their token and sequence from the budget in bulk.
         # `served` decodes are not taken yet: the budget really has `room - served` left
         # (a preemption victim's give-back keeps that true); settled before it is read.
-        served, room = 0, budget.room
+        served, context, room = 0, 0, budget.room  # context: KV the `served` attend
         order = self._in_turn(room)
         in_turn = len(order) > room
         for req in order:
@@ -95,8 +102,8 @@ class Scheduler:
                 if defer_chunks:
                     deferred.append(req)
                     continue
-                budget.take(served, served)
-                served = 0
+                step.take_decodes(served, context)
+                served = context = 0
                 self._schedule_chunk(req, step)
                 room = budget.room
                 continue
@@ -109,7 +116,8 @@ class Scheduler:
                     continue  # req itself was preempted
             decodes.append(req)
             served += 1
-        budget.take(served, served)
+            context += computed + 1
+        step.take_decodes(served, context)
         for req in deferred:
             if req.status is running_status:  # else preempted as a victim
                 self._schedule_chunk(req, step)
@@ -143,7 +151,9 @@ class Scheduler:
         if budget.room <= 0:
             return
         num_new = min(req.num_tokens - req.num_computed_tokens, self._chunk_size(step.live),
-                      budget.tokens_left)
+                      budget.tokens_left, step.chunk_room(req))
+        if num_new <= 0:
+            return
         if self._allocate_or_preempt(req, num_new, step):
             step.add_chunk(req, num_new)
 
@@ -197,6 +207,8 @@ class Scheduler:
                 break
             self.start(req, now, step.stats)
             started.append(req)
+            if step.time is not None:
+                step.time.started(req)
             step.add_chunk(req, num_new)
             charges.add(lane, req.tenant, num_new)
             max_running = lane.config.max_running
@@ -223,7 +235,11 @@ class Scheduler:
         reason = None
         if not live.chunked_prefill and remaining > budget:
             reason = "token_budget"
-        else:
+        elif step.time is not None:  # a step law: no tiny first chunk, no decodes past share
+            num_new = min(num_new, step.chunk_room(req))
+            if num_new < min(remaining, MIN_PROGRESS) or not step.time.admits(req, self.running):
+                reason = "step_time"
+        if reason is None:
             need = bm.blocks_needed(req, num_new)
             if self.running and (bm.num_used + need) > (
                     live.kv_cache_high_watermark * bm.num_blocks):

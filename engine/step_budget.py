@@ -7,7 +7,8 @@ one token, so `room` (the smaller of the two) is the most requests the step can 
 serve: the running set is served in turn when it holds more than that.
 
 `StepPlan` keeps the step's work (`SchedulerOutput`) and its budget in step: work is added
-and taken back through it, and `output()` holds the result to the limits.
+and taken back through it, and `output()` holds the result to the limits. With a step law,
+it also keeps the step's predicted time (`StepTime`, engine/step_time.py) in step.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from engine.config import LiveConfig
 from engine.records import PrefillChunk, SchedulerOutput, SchedulerStats
 from engine.request import Request
+from engine.step_law import StepLaw
+from engine.step_time import StepTime
 
 
 class SchedulerInvariantError(RuntimeError):
@@ -67,29 +70,55 @@ class StepPlan:
     out: SchedulerOutput
     budget: StepBudget
     stats: SchedulerStats
+    time: StepTime | None = None  # None: no step law (budgets the operator's), no time limit
 
     @classmethod
-    def new(cls, step_id: int, live: LiveConfig) -> StepPlan:
+    def new(cls, step_id: int, live: LiveConfig, law: StepLaw | None = None,
+            target_s: float = 0.0) -> StepPlan:
+        """`law` and `target_s`: the step's time is held to the target only while chunked
+        prefill is on (off, a chunk must be a whole prompt)."""
         tokens, seqs = live.max_num_batched_tokens, live.max_num_seqs
+        timed = law is not None and target_s > 0 and live.chunked_prefill
         return cls(live, SchedulerOutput(step_id, [], [], live.version, tokens),
-                   StepBudget(tokens, seqs, tokens, seqs), SchedulerStats([], [], {}, {}, {}))
+                   StepBudget(tokens, seqs, tokens, seqs), SchedulerStats([], [], {}, {}, {}),
+                   StepTime.start(law, target_s) if timed else None)
+
+    def take_decodes(self, num_decodes: int, context: int) -> None:
+        """Charge decodes already in out.decodes (`context`: the KV tokens they attend)."""
+        self.budget.take(num_decodes, num_decodes)
+        if self.time is not None:
+            self.time.take_decodes(num_decodes, context)
+
+    def chunk_room(self, req: Request) -> int:
+        """The most tokens req's next chunk may run by the step's time (no limit without a
+        law); a step's first chunk always gets some (engine/step_time.py)."""
+        if self.time is None:
+            return self.budget.max_tokens
+        return self.time.chunk_room(req.num_computed_tokens, not self.out.prefills)
 
     def add_chunk(self, req: Request, num_tokens: int) -> None:
         """Run `num_tokens` of req's prompt (from num_computed_tokens on) this step."""
         sample = req.num_computed_tokens + num_tokens == req.num_tokens
         self.out.prefills.append(PrefillChunk(req, num_tokens, sample))
         self.budget.take(num_tokens)
+        if self.time is not None:
+            self.time.take_chunk(req.num_computed_tokens, num_tokens)
 
     def unschedule(self, victim: Request) -> None:
         """Take back the work a preemption victim was given earlier in this step."""
         out, budget = self.out, self.budget
+        decode_context = None
         if victim in out.decodes:
             out.decodes.remove(victim)
             budget.give_back(1)
-        for chunk in out.prefills:
-            if chunk.request is victim:
-                budget.give_back(chunk.num_tokens)
+            decode_context = victim.num_computed_tokens + 1
+        chunks = [c for c in out.prefills if c.request is victim]
+        for chunk in chunks:
+            budget.give_back(chunk.num_tokens)
         out.prefills = [c for c in out.prefills if c.request is not victim]
+        if self.time is not None:
+            self.time.give_back(decode_context, [(victim.num_computed_tokens, c.num_tokens)
+                                                 for c in chunks])
 
     def output(self) -> SchedulerOutput:
         """Count the work's tokens and hold it to the limits; the step's output."""

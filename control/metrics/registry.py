@@ -40,7 +40,7 @@ from engine.records import AdmissionDecision, EngineGauges, RequestRecord, StepR
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OTHER = "other"
 WAIT_REASONS = ("token_budget", "max_num_seqs", "kv_high_watermark", "kv_blocks",
-                "lane_max_running", "static_batch", "fair_share", "not_yet_scheduled")
+                "step_time", "lane_max_running", "static_batch", "fair_share", "not_yet_scheduled")
 # End and rejection reasons a label may carry (slugs of finish details); others: "other".
 REASONS = frozenset({
     "stop", "length", "stop_string", "client_disconnected", "request_timeout",

@@ -92,7 +92,8 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     config = fit_engine_config(loaded, overrides, base=serving.live)
     runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
     config, step_fit = fit_to_runner(config, set(overrides), runner)
-    engine = build_engine(loaded, config, runner)
+    engine = build_engine(loaded, config, runner,
+                          step_law=step_fit.law if step_fit is not None else None)
     try:
         frontend = copy.deepcopy(loaded.tokenizer)
     except Exception:  # fall back to sharing; encode and decode do not mutate it

@@ -12,28 +12,35 @@ from control.serve.server import banner
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.config_yaml import load_config_dict
 from engine.llm import LLM
-from engine.step_fit import fit_line, fit_step_budgets
+from engine.step_fit import fit_step_budgets
+from engine.step_law import StepLaw, chunk_pairs
 
-# A CPU-like device: 12 ms per step plus 0.9 ms per token.
+# A CPU-like device: 12 ms per step plus 0.9 ms per token (attention terms: see below).
 CPU_LAW = (0.012, 0.0009)
 
 
-def fake_timer(intercept_s: float, per_token_s: float):
-    calls: list[int] = []
+class FakeProber:
+    """Steps that cost exactly `StepLaw(*law)` (no attention terms unless given)."""
 
-    def step_seconds(tokens: int) -> float:
-        calls.append(tokens)
-        return intercept_s + per_token_s * tokens
+    def __init__(self, fixed_s: float, token_s: float, pair_s: float = 0.0,
+                 kv_s: float = 0.0):
+        self.law = StepLaw(fixed_s, token_s, pair_s, kv_s)
+        self.calls: list[tuple[str, int, int]] = []
 
-    step_seconds.calls = calls
-    return step_seconds
+    def prefill(self, start: int, num_tokens: int) -> float:
+        self.calls.append(("prefill", start, num_tokens))
+        return self.law.step_s(num_tokens, chunk_pairs(start, num_tokens), 0)
+
+    def decodes(self, batch: int, context: int) -> float:
+        self.calls.append(("decode", batch, context))
+        return self.law.step_s(batch, 0, batch * context)
 
 
 def fit(explicit: dict | None = None, law=CPU_LAW, target_ms: int = 250, **static):
     explicit = explicit or {}
     config = EngineConfig(StaticConfig(target_step_ms=target_ms, **static),
                           LiveConfig().replace(**explicit)).validate()
-    return fit_step_budgets(config, set(explicit), fake_timer(*law))
+    return fit_step_budgets(config, set(explicit), FakeProber(*law))
 
 
 def test_the_fit_keeps_a_full_step_under_the_target_on_a_slow_device():
@@ -42,21 +49,21 @@ def test_the_fit_keeps_a_full_step_under_the_target_on_a_slow_device():
     # (0.25 - 0.012) / 0.0009 = 264 tokens per step; the chunk is a power of two <= 2/3
     assert (live.prefill_chunk_size, live.max_num_batched_tokens) == (128, 264)
     assert result.predicted_ms(live.max_num_batched_tokens) <= 250
-    assert result.intercept_s == pytest.approx(0.012)
-    assert result.per_token_s == pytest.approx(0.0009)
+    assert result.law.fixed_s == pytest.approx(0.012)
+    assert result.law.token_s == pytest.approx(0.0009)
     assert result.fitted == {"prefill_chunk_size": 128, "max_num_batched_tokens": 264}
     assert "prefill_chunk_size=128, max_num_batched_tokens=264 fitted to 250 ms steps" \
         in result.summary()
-    assert "0.9 ms/token + 12 ms" in result.summary()
+    assert "measured 12 ms + 0.9 ms/token" in result.summary()
 
 
 def test_probing_stops_once_a_step_takes_half_the_target():
-    timer = fake_timer(*CPU_LAW)
+    timer = FakeProber(*CPU_LAW)
     config = EngineConfig(StaticConfig(), LiveConfig()).validate()
     _, result = fit_step_budgets(config, set(), timer)
     # 16, 32, 64, 128 (0.127 s >= 0.125 s): never the 2048-token step a default chunk is
     assert [n for n, _ in result.points] == [16, 32, 64, 128]
-    assert max(timer.calls) == 128
+    assert max(n for kind, start, n in timer.calls if kind == "prefill") == 128
 
 
 def test_a_fast_device_keeps_the_built_in_defaults():
@@ -98,7 +105,7 @@ def test_values_the_operator_set_are_never_overridden():
 
 
 def test_target_zero_or_chunked_prefill_off_fits_nothing():
-    timer = fake_timer(*CPU_LAW)
+    timer = FakeProber(*CPU_LAW)
     config = EngineConfig(StaticConfig(target_step_ms=0), LiveConfig()).validate()
     assert fit_step_budgets(config, set(), timer) == (config, None)
     config = EngineConfig(StaticConfig(max_model_len=4096),
@@ -121,17 +128,13 @@ def test_the_yaml_takes_the_target_and_checks_its_type():
         load_config_dict({"serving": {"target_step_ms": "fast"}})
 
 
-def test_the_line_fit_is_least_squares_and_never_negative():
-    assert fit_line([(16, 0.02), (32, 0.03), (64, 0.05)]) == pytest.approx((0.01, 0.000625))
-    intercept, slope = fit_line([(16, 0.001), (32, 0.004), (64, 0.010)])
-    assert intercept == 0.0 and slope > 0  # a negative intercept: through the origin
-
-
 def test_the_real_runner_probe_fits_the_tiny_model_and_leaves_the_pool_clean(tiny_loaded):
     llm = LLM(tiny_loaded, num_kv_blocks=64, target_step_ms=250)
     result = llm.step_fit
     assert result is not None and len(result.points) >= 2
-    assert all(seconds > 0 for _, seconds in result.points)
+    assert all(p.seconds > 0 for p in result.probes)
+    kinds = {p.label.split()[0] for p in result.probes}
+    assert kinds == {"prefill", "decode"}  # the decode probes ran on the real runner too
     assert all(float(k.abs().sum()) == 0 and float(v.abs().sum()) == 0
                for k, v in llm.runner.kv_caches)
     out = llm.generate([[1, 2, 3]], use_tqdm=False)[0]
@@ -160,7 +163,7 @@ def test_control_config_returns_the_fit(tiny_loaded):
         assert body["static"]["target_step_ms"] == 250
         for name, value in fitted["fitted"].items():
             assert body["config"][name] == value
-        assert fitted["points"] and fitted["law"]["per_token_ms"] > 0
+        assert fitted["probes"] and fitted["law"]["token_ms"] > 0
         assert fitted["summary"].startswith("budgets: ")
     finally:
         engine.stop()  # idempotent: asgi_client stops it too

@@ -1,0 +1,79 @@
+"""One step's time budget: the step law's prediction of the step so far, against the target.
+
+When the engine has a step law (engine/step_law.py, measured at start-up by
+engine/step_fit.py), each step starts with `target_s - fixed_s` seconds and the scheduler
+charges its work as it adds it (tokens alone cannot say what a step costs: a chunk deep
+into a long prompt, or a decode over a long context, costs many times a token of a
+prompt's first chunk). Three rules use it:
+
+- decodes of running requests always run (a stream is never paused for time); they are
+  charged, and what is left goes to prompt chunks;
+- a prompt chunk is cut to the tokens the time left allows (`chunk_room`), but the first
+  chunk of a step gets at least MIN_PROGRESS tokens, so a started prompt always advances;
+- a request starts only while the running set's decodes (each at its current length)
+  plus its own stay within DECODE_SHARE of the step (`admits`; else wait reason
+  `step_time`), so the decodes alone never fill the steps and starve every prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.request import Request
+from engine.step_law import StepLaw
+
+DECODE_SHARE = 0.5  # of (target - fixed): the most the running set's decodes may take
+MIN_PROGRESS = 16  # tokens the first prompt chunk of a step gets, whatever the time left
+
+
+@dataclass(slots=True)
+class StepTime:
+    """Seconds left of one step by the law, and the running set's decode cost."""
+
+    law: StepLaw
+    left_s: float
+    decode_share_s: float
+    running_decode_s: float | None = None  # summed at the first start tried this step
+
+    @classmethod
+    def start(cls, law: StepLaw, target_s: float) -> StepTime:
+        room = target_s - law.fixed_s
+        return cls(law, room, DECODE_SHARE * room)
+
+    def take_decodes(self, num_decodes: int, context: int) -> None:
+        """Charge `num_decodes` decodes attending `context` KV tokens in all."""
+        law = self.law
+        self.left_s -= law.token_s * num_decodes + law.decode_kv_s * context
+
+    def take_chunk(self, start: int, num_tokens: int) -> None:
+        self.left_s -= self.law.chunk_s(start, num_tokens)
+
+    def give_back(self, decode_context: int | None, chunks: list[tuple[int, int]]) -> None:
+        """Return what an unscheduled request had taken: its decode (context) and/or its
+        chunks ((start, tokens) each)."""
+        law = self.law
+        if decode_context is not None:
+            self.left_s += law.decode_s(decode_context)
+        for start, num_tokens in chunks:
+            self.left_s += law.chunk_s(start, num_tokens)
+
+    def chunk_room(self, start: int, first_chunk: bool) -> int:
+        """Tokens a chunk from `start` may run in the time left (>= MIN_PROGRESS for the
+        step's first chunk)."""
+        room = self.law.affordable_chunk(start, self.left_s)
+        return max(room, MIN_PROGRESS) if first_chunk else room
+
+    def admits(self, req: Request, running: list[Request]) -> bool:
+        """Whether req's decodes fit beside the running set's within the decode share;
+        True when nothing runs (one request always starts)."""
+        if not running:
+            return True
+        law = self.law
+        if self.running_decode_s is None:
+            self.running_decode_s = (law.token_s * len(running) + law.decode_kv_s
+                                     * sum(len(r.token_ids) for r in running))
+        return self.running_decode_s + law.decode_s(req.num_tokens) <= self.decode_share_s
+
+    def started(self, req: Request) -> None:
+        if self.running_decode_s is not None:
+            self.running_decode_s += self.law.decode_s(req.num_tokens)

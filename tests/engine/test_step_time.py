@@ -1,0 +1,143 @@
+"""Steps held to target_step_ms by the step law (engine/step_law.py, engine/step_time.py):
+the law's algebra and fit, and the scheduler's three rules on the simulated executor."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from engine_helpers import EOS, START_TIME, Driver, prompt
+
+from engine.config import EngineConfig, LiveConfig, StaticConfig
+from engine.engine import Engine
+from engine.request import SamplingParams
+from engine.sim.executor import FakeClock, SimulatedExecutor
+from engine.step_law import StepLaw, StepProbe, chunk_pairs, fit_law
+from engine.step_time import DECODE_SHARE, MIN_PROGRESS
+
+# About this CPU's: 40 ms fixed, 0.8 ms a token, 0.7 us a prefill pair, 7.5 us a decode's
+# context token (a 128-token chunk at 0: 0.15 s; at 3,968: 0.50 s).
+CPU = StepLaw(0.040, 0.0008, 0.7e-6, 7.5e-6)
+TARGET_MS = 250
+
+
+def test_a_chunk_from_position_0_has_the_pairs_of_a_causal_square():
+    assert chunk_pairs(0, 4) == 10  # 1 + 2 + 3 + 4
+    assert chunk_pairs(100, 4) == 410
+
+
+@pytest.mark.parametrize("start", [0, 17, 1000, 4000])
+@pytest.mark.parametrize("seconds", [0.001, 0.05, 0.21])
+def test_the_affordable_chunk_is_the_largest_that_fits(start, seconds):
+    n = CPU.affordable_chunk(start, seconds)
+    assert CPU.chunk_s(start, n) <= seconds + 1e-12
+    assert CPU.chunk_s(start, n + 1) > seconds
+
+
+def test_no_time_affords_no_tokens_and_a_law_without_attention_is_linear():
+    assert CPU.affordable_chunk(0, 0.0) == CPU.affordable_chunk(0, -1.0) == 0
+    assert StepLaw(0.01, 0.001, 0.0, 0.0).affordable_chunk(5000, 0.1) == 100
+
+
+def _probes(law: StepLaw, noise: float = 0.0, seed: int = 0) -> list[StepProbe]:
+    rng = random.Random(seed)
+    shapes = [(n, chunk_pairs(0, n), 0) for n in (16, 32, 64, 128, 256)]
+    shapes += [(64, chunk_pairs(s, 64), 0) for s in (1000, 4000)]
+    shapes += [(16, 0, 16 * c) for c in (256, 1024)]
+    return [StepProbe(t, p, c, law.step_s(t, p, c) * (1 + noise * rng.uniform(-1, 1)), "")
+            for t, p, c in shapes]
+
+
+def test_the_fit_recovers_the_law_and_never_goes_negative():
+    fitted = fit_law(_probes(CPU))
+    for name in ("fixed_s", "token_s", "prefill_pair_s", "decode_kv_s"):
+        assert getattr(fitted, name) == pytest.approx(getattr(CPU, name), rel=1e-6)
+    for seed in range(20):
+        noisy = fit_law(_probes(CPU, noise=0.3, seed=seed))
+        assert min(noisy.fixed_s, noisy.token_s, noisy.prefill_pair_s, noisy.decode_kv_s) >= 0
+
+
+def make_timed_engine(law: StepLaw | None = CPU, **live_changes):
+    clock = FakeClock(START_TIME)
+    executor = SimulatedExecutor(eos_token_id=EOS, clock=clock)
+    static = StaticConfig(num_kv_blocks=4096, max_model_len=8192, target_step_ms=TARGET_MS)
+    live = LiveConfig(max_num_seqs=64, prefill_chunk_size=128, max_num_batched_tokens=192)
+    engine = Engine(EngineConfig(static, live.replace(**live_changes)), executor, clock=clock,
+                    eos_token_id=EOS, step_law=law)
+    return engine, Driver(engine)
+
+
+def run_capturing(engine: Engine, driver: Driver, max_steps: int = 3000) -> list:
+    """Each step's SchedulerOutput, captured before the update advances its requests."""
+    captured, schedule = [], engine.scheduler.schedule
+
+    def capture(now):
+        out, stats = schedule(now)
+        context = sum(r.num_computed_tokens + 1 for r in out.decodes)
+        pairs = sum(chunk_pairs(c.request.num_computed_tokens, c.num_tokens)
+                    for c in out.prefills)
+        captured.append((out, CPU.step_s(out.num_tokens, pairs, context), stats))
+        return out, stats
+
+    engine.scheduler.schedule = capture
+    driver.run(max_steps)
+    return captured
+
+
+def test_chunks_deep_into_a_long_prompt_shrink_to_keep_the_step_under_the_target():
+    engine, driver = make_timed_engine()
+    driver.add("long", prompt(1, 4000), SamplingParams(max_tokens=2, ignore_eos=True))
+    steps = run_capturing(engine, driver)
+    driver.check_all_finished()
+    chunks = [out.prefills[0].num_tokens for out, _, _ in steps if out.prefills]
+    assert chunks[0] == 128 and chunks[-2] < 128  # the budget's chunk, then cut by time
+    assert sum(chunks) == 4000
+    assert max(t for _, t, _ in steps) <= TARGET_MS / 1000 + 1e-9
+
+
+def test_without_a_law_chunks_keep_their_size_and_steps_run_over():
+    engine, driver = make_timed_engine(law=None)
+    driver.add("long", prompt(1, 4000), SamplingParams(max_tokens=2, ignore_eos=True))
+    steps = run_capturing(engine, driver)
+    chunks = [out.prefills[0].num_tokens for out, _, _ in steps if out.prefills]
+    assert set(chunks[:-1]) == {128}
+    assert max(t for _, t, _ in steps) > TARGET_MS / 1000  # what the law prevents
+
+
+def test_requests_start_while_the_running_decodes_stay_within_their_share():
+    engine, driver = make_timed_engine()
+    for i in range(12):
+        driver.add(f"r{i}", prompt(i, 1500), SamplingParams(max_tokens=40, ignore_eos=True))
+    steps = run_capturing(engine, driver)
+    driver.check_all_finished()
+    share = DECODE_SHARE * (TARGET_MS / 1000 - CPU.fixed_s)
+    waited = [stats for _, _, stats in steps if stats.waiting_by_reason.get("step_time")]
+    assert waited, "the twelve 1.5k prompts never wait for step time"
+    for out, _, _ in steps:
+        decode_s = sum(CPU.decode_s(r.num_computed_tokens + 1) for r in out.decodes)
+        assert decode_s <= share * 1.05  # each at its length when it started, grown since
+    assert max(t for _, t, _ in steps) <= TARGET_MS / 1000 * 1.05
+
+
+def test_one_request_over_the_share_still_starts_alone_and_decodes_every_step():
+    engine, driver = make_timed_engine()
+    heavy = StepLaw(CPU.fixed_s, CPU.token_s, CPU.prefill_pair_s, 1e-4)  # 0.3 s at 3k
+    engine.scheduler.step_law = heavy
+    driver.add("big", prompt(1, 3000), SamplingParams(max_tokens=5, ignore_eos=True))
+    driver.add("next", prompt(2, 100), SamplingParams(max_tokens=5, ignore_eos=True))
+    driver.run(3000)
+    driver.check_all_finished()
+    big = [kind for _, kind, _ in driver.steps_of("big")]
+    first_decode = big.index("decode")
+    assert big[first_decode:] == ["decode"] * 4  # every step, though each is over target
+
+
+def test_a_started_prompt_always_advances_even_with_no_time_left():
+    engine, driver = make_timed_engine()
+    slow = StepLaw(0.3, CPU.token_s, CPU.prefill_pair_s, CPU.decode_kv_s)  # fixed > target
+    engine.scheduler.step_law = slow
+    driver.add("p", prompt(1, 100), SamplingParams(max_tokens=1, ignore_eos=True))
+    driver.run(100)
+    driver.check_all_finished()
+    chunks = [n for _, kind, n in driver.steps_of("p") if kind == "prefill"]
+    assert chunks and all(n == MIN_PROGRESS for n in chunks[:-1])
