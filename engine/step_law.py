@@ -69,6 +69,12 @@ class StepLaw:
                 "prefill_pair_us": round(1e6 * self.prefill_pair_s, 6),
                 "decode_kv_us": round(1e6 * self.decode_kv_s, 6)}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> StepLaw:
+        """The inverse of `to_dict` (e.g. from a trace's run settings)."""
+        return cls(d["fixed_ms"] / 1000, d["token_ms"] / 1000, d["prefill_pair_us"] / 1e6,
+                   d["decode_kv_us"] / 1e6)
+
 
 @dataclass(frozen=True)
 class StepProbe:

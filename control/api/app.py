@@ -60,6 +60,18 @@ def open_trace(settings: ServeSettings, run_id: str) -> TraceWriter | None:
     return TraceWriter(trace_settings, run_id, settings.model_name, run_settings).open()
 
 
+async def note_step_law(engine: AsyncEngine, writer: TraceWriter) -> None:
+    """Once the model loaded: the step law fitted at start-up into the run's settings, so a
+    what-if replay of this trace holds its steps to the target as this server did."""
+    try:
+        parts = await engine.wait_loaded()
+    except RuntimeError:
+        return  # the load failed: nothing was fitted
+    fit = getattr(parts, "step_fit", None)
+    if fit is not None:
+        writer.note_run(step_law=fit.law.to_dict(), target_step_ms=fit.target_step_ms)
+
+
 def device_label(device: str | None) -> str:
     """What the steps run on, for the trace's run settings: step times (and the what-if
     law fitted to them) belong to one device. "cpu (N cores)" or the GPU's name."""
@@ -99,6 +111,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
             writer.start()
         engine.start()
         loop_lag = asyncio.ensure_future(state.delivery.watch_event_loop())
+        noted = asyncio.ensure_future(note_step_law(engine, writer)) if writer else None
         watch = None
         if state.config_store is not None and settings.config_path:  # SIGHUP reloads it
             state.config_watcher = ConfigWatcher(state.config_store, settings.config_path)
@@ -108,6 +121,8 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
             yield
         finally:
             loop_lag.cancel()
+            if noted is not None:
+                noted.cancel()
             if watch is not None:
                 watch.cancel()
             engine.abort_all("shutdown")

@@ -158,6 +158,12 @@ class TraceWriter:
         self._queue.put(("config", row))
         return True
 
+    def note_run(self, **settings: Any) -> None:
+        """Add to this run's `runs.settings` (what is known only once the model loaded,
+        e.g. the step law fitted at start-up); written with the next flush."""
+        self._queue.put(("run", settings))  # never dropped: one small row update
+        self._wake.set()
+
     def sync(self, timeout_s: float = 5.0) -> bool:
         """Wait until everything submitted before this call is committed (or dropped)."""
         if self._thread is None or not self._thread.is_alive():
@@ -196,6 +202,8 @@ class TraceWriter:
                     self._add_step(payload)
                 elif kind == "config":
                     self._buffers[CONFIG_CHANGES.name].append(payload)
+                elif kind == "run":
+                    self._update_run(payload)
                 else:
                     markers.append((kind, payload))
                     if kind == "stop":
@@ -231,6 +239,11 @@ class TraceWriter:
             self._seqs.pop(rec.request_id, None)  # it will run in no later step
         if item.kv_row is not None:
             b[KV_SNAPSHOTS.name].append(item.kv_row)
+
+    def _update_run(self, settings: dict[str, Any]) -> None:
+        self._run_settings = {**self._run_settings, **settings}
+        self._con.execute("UPDATE runs SET settings = ? WHERE run_id = ?",
+                          [json.dumps(self._run_settings, default=str), self.run_id])
 
     def _seq(self, request_id: str) -> int:
         seq = self._seqs.get(request_id)

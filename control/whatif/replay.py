@@ -42,6 +42,7 @@ from engine.engine import Engine
 from engine.records import RequestRecord
 from engine.request import SamplingParams
 from engine.sim.executor import FakeClock
+from engine.step_law import StepLaw
 
 TOKEN_SPAN = 1 << 24  # synthetic token ids per request (prompts are unique ranges)
 IDLE_TICK_S = 0.001  # a step that could run nothing: let time (and timeouts) move on
@@ -135,12 +136,13 @@ def _replay(window: Window, config: EngineConfig, model: StepTimeModel, label: s
 
 
 def _engine(config: EngineConfig, executor: LeanExecutor, clock: FakeClock, lean: bool,
-            ) -> tuple[Engine, Callable[[], ReplayStep]]:
-    """The engine, and its step as the replay reads it (light, or through Engine.step)."""
+            law: StepLaw | None = None) -> tuple[Engine, Callable[[], ReplayStep]]:
+    """The engine, and its step as the replay reads it (light, or through Engine.step);
+    `law`: the server's start-up step law, if it had one (engine/step_time.py)."""
     if lean:
-        light = ReplayEngine(config, executor, clock=clock)
+        light = ReplayEngine(config, executor, clock=clock, step_law=law)
         return light, light.replay_step
-    engine = Engine(config, executor, clock=clock)
+    engine = Engine(config, executor, clock=clock, step_law=law)
 
     def full_step() -> ReplayStep:
         out = engine.step()
@@ -158,7 +160,7 @@ def _run(window: Window, config: EngineConfig, model: StepTimeModel, label: str,
          ) -> Prediction:
     clock = FakeClock(window.since)
     executor = LeanExecutor(model, clock)
-    engine, step = _engine(config, executor, clock, lean)
+    engine, step = _engine(config, executor, clock, lean, window.step_law)
     reqs = window.requests
     lengths = output_lengths(reqs, config.static.max_model_len)
     entries = sorted((r.arrival_time + r.tokenize_s, i) for i, r in enumerate(reqs))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from control.whatif.calibrate import StepSamples
+from engine.step_law import StepLaw
 
 CALIBRATION_MAX_STEPS = 200_000  # the latest steps of the window's model and device
 
@@ -80,6 +81,13 @@ class Window:
     itl_s: dict[str, list[float]]  # request_id -> gaps between its tokens (s)
     samples: StepSamples
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def step_law(self) -> StepLaw | None:
+        """The step law the server fitted at start-up (its steps were held to the target
+        by it), from the run's settings; None for a server without one, or an older trace."""
+        law = self.run_settings.get("step_law")
+        return StepLaw.from_dict(law) if law else None
 
     @property
     def duration_s(self) -> float:
@@ -206,6 +214,10 @@ def read_window(con, since: float | None, until: float | None) -> Window:
     same = [row[0] for row in _rows(con, "SELECT run_id, settings FROM runs WHERE model = ?",
                                     [model]) if _run(con, row[0])[1] == device] or [run_id]
     group = f"model={model or '?'} device={device or 'unrecorded'}"
+    if settings.get("step_law"):
+        notes.append(f"steps held to target_step_ms={settings.get('target_step_ms')} by the"
+                     f" server's start-up step law {settings['step_law']} (engine/step_time.py),"
+                     " in every replay")
     end = max(hi, max(r.finished_time or r.arrival_time for r in requests))
     return Window(lo, hi, model, device, settings, requests, _facts(con, run_id, lo, end),
                   read_itl(con, run_id, lo, end), read_samples(con, same, end, group), notes)

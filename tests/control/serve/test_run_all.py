@@ -3,6 +3,7 @@ are printed, both answer, and Ctrl+C stops both."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -10,6 +11,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+import duckdb
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -54,3 +57,10 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
         code = proc.wait(60)
     assert code == 0
     assert (tmp_path / "t.duckdb").exists()
+    con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
+    try:
+        (settings,), = con.execute("SELECT settings FROM runs").fetchall()
+    finally:
+        con.close()
+    # the default config fits its budgets: the step law is in the run's settings
+    assert json.loads(settings)["step_law"]["token_ms"] > 0

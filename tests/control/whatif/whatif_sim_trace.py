@@ -19,6 +19,7 @@ from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.sim.executor import FakeClock, SimulatedExecutor
+from engine.step_law import StepLaw
 
 START = 1_700_000_000.0
 LAW = (0.004, 0.0001, 0.0008)  # fixed s, s per prefill token, s per decode token
@@ -36,16 +37,21 @@ def workload(n: int, rate_per_s: float, seed: int) -> list[tuple[float, int, int
 
 
 def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
-           seed: int = 0, cancel_every: int = 0, start: float = START
+           seed: int = 0, cancel_every: int = 0, start: float = START,
+           static: StaticConfig = STATIC, step_law: StepLaw | None = None,
            ) -> tuple[float, float, float]:
     """Run the workload through a simulated engine into a trace at `path` (writer
     stopped). `cancel_every`: every k-th request is aborted 0.3 s after it arrives;
-    `start`: the epoch second the clock starts at (a live window: a recent one)."""
+    `start`: the epoch second the clock starts at (a live window: a recent one);
+    `step_law`: the scheduler holds steps to static.target_step_ms by it, and the run's
+    settings say so (as a server with fitted budgets writes them)."""
     clock = FakeClock(start)
     executor = SimulatedExecutor(clock=clock, step_cost_s=LAW[0], prefill_token_cost_s=LAW[1],
                                  decode_token_cost_s=LAW[2], shadow_kv=False)
-    engine = Engine(EngineConfig(STATIC, live), executor, clock=clock)
+    engine = Engine(EngineConfig(static, live), executor, clock=clock, step_law=step_law)
     writer = TraceWriter(TraceSettings(path), "run1", "sim").start()
+    if step_law is not None:
+        writer.note_run(step_law=step_law.to_dict(), target_step_ms=static.target_step_ms)
     observer = Observer(None, writer, kv_snapshot_every=50)
     rng = random.Random(seed + 1)
     shared = [rng.randrange(3, 30000) for _ in range(64)]
