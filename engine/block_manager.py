@@ -104,8 +104,8 @@ class BlockManager:
         calls `count_prefix_use` once the request really starts with them.
         """
         assert not request.block_ids and request.num_computed_tokens == 0
-        if not self.enable_prefix_caching:
-            return 0
+        if not self.enable_prefix_caching or request.needs_prompt_logprobs:
+            return 0  # NOTE: prompt logprobs need every prompt position computed (as vLLM)
         max_blocks = (request.num_tokens - 1) // self.block_size
         hasher, tokens = self.hasher, request.token_ids
         digest = hasher.root(request.tenant, request.cache_salt)
@@ -130,7 +130,7 @@ class BlockManager:
     def count_prefix_use(self, request: Request, hit_tokens: int) -> None:
         """Count one used lookup in the hit-rate counters: `hit_tokens` hit, out of the
         request's full blocks before its last token."""
-        if self.enable_prefix_caching:
+        if self.enable_prefix_caching and not request.needs_prompt_logprobs:
             queried = (request.num_tokens - 1) // self.block_size * self.block_size
             self.prefix_query_tokens += queried
             self.prefix_hit_tokens += hit_tokens

@@ -43,7 +43,8 @@ class LaneNotEmptyError(ValueError):
 
 class Executor(Protocol):
     def execute(self, out: SchedulerOutput) -> list[int]:
-        """Run one step; return one sampled token id per sample row of `out`."""
+        """Run one step; return one sampled token id per sample row of `out` (a plain
+        list, or `engine.logprobs.SampledTokens` carrying the rows' logprobs)."""
 
 
 class Engine:
@@ -114,13 +115,16 @@ class Engine:
                     params: SamplingParams | None = None, *, tenant: str = "default",
                     lane: str | None = None, priority: int = 0, deadline: float | None = None,
                     arrival_time: float | None = None, tokenize_s: float = 0.0,
-                    cache_salt: str | None = None) -> AdmissionDecision:
+                    cache_salt: str | None = None, wait_for: str | None = None,
+                    ) -> AdmissionDecision:
         """Admit or reject at once. `deadline` is absolute, on the engine clock;
         `cache_salt` puts the request's prefix-cache blocks in the salt's domain instead of
         its tenant's (engine/prefix_hash.py). `arrival_time` (engine clock; default now):
         when the request reached the server, from which its queue delay, TTFT, E2E and
         queue timeout count; `tokenize_s`: the part of the time since then the server
-        spent tokenizing it (recorded in the decision, for the trace's wait reasons)."""
+        spent tokenizing it (recorded in the decision, for the trace's wait reasons).
+        `wait_for`: the id of a request with the same prompt (n > 1's first choice); this
+        one starts once that one's prompt is computed, from its prefix-cache blocks."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         now = self.clock()
@@ -128,7 +132,8 @@ class Engine:
                       arrival_time if arrival_time is not None else now, tenant=tenant,
                       lane=lane or self.route(len(prompt_token_ids), tenant), priority=priority,
                       deadline=deadline, eos_token_id=self.eos_token_id,
-                      cache_salt=cache_salt)
+                      cache_salt=cache_salt,
+                      wait_for=self.requests.get(wait_for) if wait_for else None)
         ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
                                self.block_manager.usage, self.throughput.tokens_per_s, now,
                                self.scheduler.running)

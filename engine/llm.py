@@ -87,7 +87,8 @@ class LLM:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # one prompt
         prompts = list(prompts)
-        param_list = self._params_per_prompt(params, len(prompts))
+        param_list = [self._compile_format(p) for p in self._params_per_prompt(params,
+                                                                             len(prompts))]
         encoded = [self._encode(i, p, param_list[i]) for i, p in enumerate(prompts)]
         return self._run(prompts, encoded, param_list, use_tqdm)
 
@@ -113,6 +114,17 @@ class LLM:
             raise ValueError(f"got {len(params)} SamplingParams for {n} prompts: pass one,"
                              " or one per prompt")
         return params
+
+    def _compile_format(self, params: SamplingParams) -> SamplingParams:
+        """`params` with its structured output's grammar compiled for this model, here on
+        the caller's thread (engine/structured); a bad schema raises ValueError."""
+        if params.structured_output is None:
+            return params
+        from engine.structured.grammar import bind_params, cache_for  # imports xgrammar
+
+        vocab = int(self.loaded.hf_config.vocab_size)  # the logits' width
+        return bind_params(params, lambda: cache_for(self.tokenizer, vocab,
+                                                     self.loaded.eos_token_ids))
 
     def _encode(self, index: int, prompt: Prompt, params: SamplingParams) -> list[int]:
         if isinstance(prompt, str):

@@ -14,6 +14,9 @@ import enum
 import math
 from dataclasses import dataclass, field
 
+from engine.logprobs import MAX_LOGPROBS, TokenLogprob
+from engine.structured.spec import StructuredOutput
+
 
 class RequestStatus(enum.IntEnum):
     """Ordered: every status above PREEMPTED is a finished one."""
@@ -63,6 +66,12 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()
     min_p: float = 0.0  # drop tokens whose probability < min_p * the row's top probability
     min_tokens: int = 0  # EOS and stop_token_ids cannot be sampled before this many outputs
+    # Logprobs of the raw model distribution (engine/logprobs.py). None: off; N: each
+    # sampled token's logprob and the N likeliest alternatives (0..MAX_LOGPROBS).
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None  # the same for every prompt token after the first
+    # JSON output by grammar (engine/structured; compiled by the frontend): None: off
+    structured_output: StructuredOutput | None = None
     # whether any processor above is on: the sampler skips them all for a step without one
     uses_processors: bool = field(init=False, repr=False, compare=False)
 
@@ -92,6 +101,19 @@ class SamplingParams:
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
         self._validate_processors()
+        if not isinstance(self.structured_output, StructuredOutput | None):
+            raise ValueError(f"structured_output={self.structured_output!r} must be a"
+                             " StructuredOutput (engine.structured) or None")
+        if self.structured_output is not None and (self.ignore_eos or self.min_tokens):
+            name = "ignore_eos" if self.ignore_eos else "min_tokens"
+            raise ValueError(f"{name}={getattr(self, name)!r} cannot be combined with"
+                             " response_format: the grammar ends the output with EOS")
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not 0 <= value <= MAX_LOGPROBS):
+                raise ValueError(f"{name}={value!r} must be an integer in [0, {MAX_LOGPROBS}]"
+                                 " (or None: off)")
 
     def _validate_processors(self) -> None:
         for name in ("presence_penalty", "frequency_penalty"):
@@ -147,6 +169,15 @@ class Request:
     max_num_tokens: int = 0  # prompt + max_tokens: the request ends with LENGTH there
     decoding: bool = False  # running with its prompt computed: one token per step
     sampling_state: object = None  # the sampler's per-request generator
+    grammar: object = None  # structured output's matcher (engine/structured/constrain.py)
+    # One entry per output token while sampling_params.logprobs is set (an executor without
+    # a model adds none); prompt_logprobs: entry i is prompt token i + 1's (the first token
+    # has none), filled chunk by chunk while sampling_params.prompt_logprobs is set.
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
+    # n > 1: a later choice waits for the first choice (same prompt, same cache domain) to
+    # compute the prompt, then takes its full blocks from the prefix cache
+    wait_for: Request | None = None
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.prompt_token_ids)
@@ -174,6 +205,21 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status > RequestStatus.PREEMPTED
+
+    @property
+    def waits_for_sibling(self) -> bool:
+        """Queued behind `wait_for`'s prompt: while that request is queued or running and
+        its prompt is not computed (preempted or finished: no more waiting)."""
+        lead = self.wait_for
+        return (lead is not None and lead.status <= RequestStatus.RUNNING
+                and lead.num_computed_tokens < lead.num_prompt_tokens)
+
+    @property
+    def needs_prompt_logprobs(self) -> bool:
+        """It asks for prompt logprobs that are not all computed yet: it must compute its
+        whole prompt (no prefix-cache hits, which would skip positions), as vLLM does."""
+        return (self.sampling_params.prompt_logprobs is not None
+                and len(self.prompt_logprobs) < self.num_prompt_tokens - 1)
 
     def set_finished(self, status: RequestStatus, now: float, detail: str = "") -> None:
         """Record the end: status, finish reason, time (the caller frees what it held)."""

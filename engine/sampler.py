@@ -20,6 +20,10 @@ logit_bias, repetition, frequency and presence penalties, in vLLM's order) apply
 row, greedy ones included, from a `ProcessorTensors` built once per step; a step where no
 row uses one builds nothing and leaves the logits untouched. Each is elementwise per row
 (a neutral row's logits come out bit-identical), so the batch-independence above holds.
+
+Logprobs (engine/logprobs.py) are scored on the raw logits, before all of the above, for
+the rows that ask only (`score_rows`: one log_softmax, one topk at the batch's largest N);
+a step where no row asks computes none.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.logprobs import SampledTokens, TokenLogprob
 from engine.request import Request, SamplingParams
 from kernels.workspace import workspace
 
@@ -229,15 +234,39 @@ def draw_noise(requests: list[Request], vocab: int, device: torch.device) -> tor
     return noise
 
 
-def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
-    """One token per row of `logits` `[R, V]` (float32) for `requests` (same order)."""
+def sample(logits: torch.Tensor, requests: list[Request]) -> SampledTokens:
+    """One token per row of `logits` `[R, V]` (float32) for `requests` (same order), with
+    the logprobs of the rows that ask for them (of these raw logits: engine/logprobs.py)."""
     assert logits.shape[0] == len(requests)
+    raw = logits
+    tokens = _sample_tokens(logits, requests)
+    asking = [i for i, r in enumerate(requests) if r.sampling_params.logprobs is not None]
+    if not asking:  # the common step: no log_softmax, nothing more
+        return SampledTokens(tokens.tolist())
+    top_n = [requests[i].sampling_params.logprobs or 0 for i in asking]
+    if len(asking) == len(requests):  # no copy of the rows
+        scored = score_rows(raw, tokens, top_n)
+    else:
+        index = torch.tensor(asking, device=raw.device)
+        scored = score_rows(raw.index_select(0, index), tokens.index_select(0, index), top_n)
+    per_row: list[TokenLogprob | None] = [None] * len(requests)
+    for i, entry in zip(asking, scored, strict=True):
+        per_row[i] = entry
+    return SampledTokens(tokens.tolist(), per_row)
+
+
+def _sample_tokens(logits: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+    """int64 [R]: greedy rows by argmax, the others through the filters and the race."""
+    if any(r.sampling_params.structured_output is not None for r in requests):
+        from engine.structured.constrain import constrain_logits  # xgrammar: only when used
+
+        logits = constrain_logits(logits, requests)  # grammar masks: -inf where refused
     processors = ProcessorTensors.from_requests(requests, logits.shape[-1], logits.device)
     if processors is not None:
         logits = apply_processors(logits, processors)
     greedy = [i for i, r in enumerate(requests) if r.sampling_params.temperature == 0.0]
     if len(greedy) == len(requests):
-        return torch.argmax(logits, dim=-1).tolist()
+        return torch.argmax(logits, dim=-1)
     tokens = torch.empty(len(requests), dtype=torch.int64, device=logits.device)
     if greedy:
         rows = torch.tensor(greedy, device=logits.device)
@@ -251,4 +280,28 @@ def sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
     probs = torch.softmax(filter_logits(picked, params), dim=-1)
     noise = draw_noise(sampled_requests, logits.shape[-1], logits.device)
     tokens[rows] = torch.argmax(torch.div(probs, noise, out=noise), dim=-1)  # the race
-    return tokens.tolist()
+    return tokens
+
+
+def score_rows(logits: torch.Tensor, targets: torch.Tensor, top_n: list[int],
+               rank: bool = False) -> list[TokenLogprob]:
+    """logits [L, V] (raw), targets int64 [L] -> one TokenLogprob per row, with row i's
+    `top_n[i]` best alternatives, and its rank when `rank` (a [L, V] comparison: only the
+    prompt's vLLM shape shows it). Batched: nothing loops over the vocabulary."""
+    # NOTE: log_softmax, not x - logsumexp(x): on CPU it measured 2.5x faster (16 vs 40 ms
+    # at 64 x 49152), though it writes the [L, V] block
+    logprobs = torch.log_softmax(logits.float(), dim=-1)  # [L, V]
+    chosen = logprobs.gather(1, targets[:, None])  # [L, 1]
+    ranks: list[int | None] = [None] * len(top_n)
+    if rank:  # 1 + tokens strictly likelier
+        ranks = (logprobs > chosen).sum(dim=-1).add_(1).tolist()
+    max_n = max(top_n, default=0)
+    if max_n:
+        top_values, top_ids = torch.topk(logprobs, max_n, dim=-1)  # [L, N], descending
+        top_values, top_ids = top_values.tolist(), top_ids.tolist()
+    else:
+        top_values = top_ids = [[] for _ in top_n]
+    return [TokenLogprob(token, value, r, tuple(zip(ids[:n], values[:n], strict=True)))
+            for token, value, r, ids, values, n in zip(
+                targets.tolist(), chosen[:, 0].tolist(), ranks, top_ids, top_values, top_n,
+                strict=True)]

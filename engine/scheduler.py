@@ -195,6 +195,9 @@ class Scheduler:
             if lane is None:
                 break
             req = lane.peek(charges.by_tenant.get(lane.name))
+            if req.waits_for_sibling:  # n > 1: its prompt's blocks come from the first choice
+                blocked[lane.name] = "sibling_prefill"
+                continue
             # NOTE: the first request that cannot start ends this step's starts, even if a
             # smaller one in another lane would fit: skipping it could starve it for good.
             # Only lanes that may preempt to start go on past one the watermark holds back.

@@ -3,13 +3,16 @@
 Each scheduled request's `num_computed_tokens` grows by the tokens it ran; full blocks are
 registered in the prefix cache; one sampled token is appended per sample row (every
 decode, then every prefill chunk that reached its request's last token); a request that
-samples a stop token or reaches max_tokens / max_model_len ends, its blocks freed.
+samples a stop token or reaches max_tokens / max_model_len ends, its blocks freed. When the
+executor returned logprobs (`SampledTokens`), each asking row's entry is appended to its
+request's `logprobs`, and each prefill chunk's prompt entries to its `prompt_logprobs`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from engine.logprobs import SampledTokens
 from engine.records import SchedulerOutput
 from engine.request import Request, RequestStatus
 from engine.step_budget import SchedulerInvariantError
@@ -64,7 +67,24 @@ def apply_sampled(sched: Scheduler, out: SchedulerOutput, sampled_token_ids: lis
             finished.append(req)
         else:  # prompt (or recompute) done: from now on one token a step
             sched.lanes[req.lane].add_decoding(req)
+    if isinstance(sampled_token_ids, SampledTokens):
+        _apply_logprobs(out, rows, sampled_token_ids)
     return rows, finished
+
+
+def _apply_logprobs(out: SchedulerOutput, rows: list[Request], sampled: SampledTokens,
+                    ) -> None:
+    """Keep what the requests asked for: the sample rows' entries (row order), and the
+    prompt entries of this step's prefill chunks (position order, after those before)."""
+    if sampled.logprobs is not None:
+        for req, entry in zip(rows, sampled.logprobs, strict=True):
+            if entry is not None:
+                req.logprobs.append(entry)
+    if sampled.prompt_logprobs:
+        for chunk in out.prefills:
+            entries = sampled.prompt_logprobs.get(chunk.request.request_id)
+            if entries:
+                chunk.request.prompt_logprobs.extend(entries)
 
 
 def _stop_status(req: Request, token_id: int) -> RequestStatus:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from control.api.delivery import DeliveryProbe
@@ -121,6 +121,56 @@ class Generation:
             self.abort("request_timeout")
         else:
             self.abort("stream_idle_timeout")
+
+
+async def merged_events(gens: list[Generation]) -> AsyncIterator[tuple[int, StreamEvent]]:
+    """The events of n choices' generations as they come, each with its choice index (in
+    index order within one wake-up), until every one has finished. Raises what any
+    `next_event` raises (ClientDisconnected, EngineUnresponsive); the caller closes them."""
+    if len(gens) == 1:  # the common case: no task per event
+        while True:
+            event = await gens[0].next_event()
+            yield 0, event
+            if event.finished:
+                return
+    waiting = {asyncio.ensure_future(g.next_event()): i for i, g in enumerate(gens)}
+    try:
+        while waiting:
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(done, key=waiting.__getitem__):
+                index = waiting.pop(task)
+                event = task.result()
+                yield index, event
+                if not event.finished:
+                    waiting[asyncio.ensure_future(gens[index].next_event())] = index
+    finally:
+        for task in waiting:
+            task.cancel()
+
+
+class SharedReceive:
+    """One client's `receive` for n choices' Generations: the http.disconnect message is
+    read once and handed to every watcher, so each choice sees its client leave (even
+    after the others finished). `close()` once the response is done."""
+
+    def __init__(self, receive: Callable[[], Awaitable[dict[str, Any]]]):
+        self._receive = receive
+        self._task: asyncio.Future[dict[str, Any]] | None = None
+
+    async def __call__(self) -> dict[str, Any]:
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._disconnect())
+        return await asyncio.shield(self._task)  # a watcher's cancel leaves the others
+
+    async def _disconnect(self) -> dict[str, Any]:
+        while True:
+            message = await self._receive()
+            if message.get("type") == "http.disconnect":
+                return message
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
 
 async def _watch_disconnect(receive: Callable[[], Awaitable[dict[str, Any]]],

@@ -3,23 +3,61 @@
 A stream is: [chat only: a role chunk] text chunks ... a finish chunk (finish_reason, the
 `batchpilot` object with usage and timing, and `error` when the server ended it) [a usage
 chunk with `choices: []` when stream_options.include_usage] `data: [DONE]`. With
-include_usage every other chunk has `"usage": null`, as OpenAI's API does.
+include_usage every other chunk has `"usage": null`, as OpenAI's API does. With n > 1 each
+choice's chunks carry its `index` and come as its tokens do (interleaved); each choice has
+its finish chunk, and the usage chunk and [DONE] follow the last one. Usage counts the
+prompt once and the completion tokens of every choice (as OpenAI's API).
+
+Logprobs (control/api/logprobs_format.py), when asked: each text chunk carries those of the
+tokens that arrived since the chunk before (a token whose text is held back, a partial
+character or a possible stop string, has its logprob sent with the text that follows, or
+with the finish chunk). Completions' `echo`, and vLLM's `prompt_logprobs`, go in one chunk
+before the first text chunk (the prompt's text with its logprobs).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from control.api.logprobs_format import CompletionLogprobs, chat_logprobs, vllm_prompt_logprobs
 from control.api.request_meta import RequestMeta
 from control.api.schemas import BatchpilotInfo, Timing, Usage
 from control.serve.streams import StreamEvent
+from engine.output_processor import Logprob
 from engine.records import AdmissionDecision
 
 TIMING_HEADERS = ("queue_delay_s", "ttft_s", "prefill_time_s", "decode_time_s", "e2e_s",
                   "tpot_s")
+
+
+@dataclass(frozen=True)
+class Echo:
+    """Completions' echo: the prompt's text (the reply starts with it) and its first
+    token's text (the first of the echoed logprobs, which has no value)."""
+
+    text: str
+    first_token: str
+
+
+@dataclass
+class ChoiceResult:
+    """One choice of a non-streaming reply, gathered from its events."""
+
+    index: int
+    texts: list[str] = field(default_factory=list)
+    entries: list[Logprob] = field(default_factory=list)
+    prompt: tuple[Logprob, ...] | None = None
+    event: StreamEvent | None = None  # the last (finished) one
+
+    def add(self, event: StreamEvent) -> None:
+        self.texts.append(event.delta_text)
+        self.entries.extend(event.delta_logprobs)
+        self.prompt = event.prompt_logprobs if self.prompt is None else self.prompt
+        self.event = event
 
 
 @dataclass
@@ -33,6 +71,13 @@ class ResponseFormat:
     lane: str = ""  # admission's lane (the engine's record has the final word)
     estimated_wait_s: float | None = None
     created: int = field(default_factory=lambda: int(time.time()))
+    # Logprobs asked: N alternatives (chat: top_logprobs, 0 with logprobs=true alone;
+    # completions: logprobs); None: every choice says "logprobs": null
+    top_logprobs: int | None = None
+    prompt_logprobs: int | None = None  # vLLM's extension: N alternatives per prompt token
+    echo: Echo | None = None  # completions only
+    _legacy: dict[int, CompletionLogprobs] = field(default_factory=dict, init=False,
+                                                   repr=False)  # by choice: text offsets
 
     # ---- pieces ------------------------------------------------------------------------
     def usage(self, completion_tokens: int) -> Usage:
@@ -74,46 +119,99 @@ class ResponseFormat:
                                                         if info.usage else 0)
         return headers
 
-    # ---- non-streaming -----------------------------------------------------------------
-    def body(self, text: str, event: StreamEvent, info: BatchpilotInfo) -> dict[str, Any]:
+    # ---- logprobs ----------------------------------------------------------------------
+    def logprobs(self, entries: Sequence[Logprob], prompt: Sequence[Logprob] | None = None,
+                 index: int = 0) -> dict[str, Any] | None:
+        """Choice `index`'s `logprobs` for these output tokens; `prompt` (completions'
+        echo, once): the prompt's entries go first, after its first token's."""
+        if self.top_logprobs is None:
+            return None
         if self.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": None, "finish_reason": event.finish_reason}
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None,
-                      "finish_reason": event.finish_reason}
-            obj = "text_completion"
+            return chat_logprobs(entries, self.top_logprobs)
+        legacy = self._legacy.setdefault(index, CompletionLogprobs(self.top_logprobs))
+        if prompt is not None and self.echo is not None:
+            return legacy.render([*prompt, *entries], self.echo.first_token)
+        return legacy.render(entries)
+
+    def _prompt_extra(self, prompt: Sequence[Logprob] | None) -> dict[str, Any]:
+        if self.prompt_logprobs is None:
+            return {}
+        return {"prompt_logprobs": vllm_prompt_logprobs(prompt or (), self.prompt_logprobs)}
+
+    # ---- non-streaming -----------------------------------------------------------------
+    def body(self, results: list[ChoiceResult], info: BatchpilotInfo) -> dict[str, Any]:
+        """The whole reply: one choice per result (in index order)."""
+        choices, extra = [], {}
+        for r in results:
+            text, event = "".join(r.texts), r.event
+            reason = event.finish_reason if event is not None else None
+            if self.kind == "chat":
+                choices.append({"index": r.index,
+                                "message": {"role": "assistant", "content": text},
+                                "logprobs": self.logprobs(r.entries, index=r.index),
+                                "finish_reason": reason})
+                extra = extra or self._prompt_extra(r.prompt)  # one prompt: on the response
+            else:
+                echoed = self.echo.text if self.echo is not None else ""
+                choices.append({"index": r.index, "text": echoed + text,
+                                "logprobs": self.logprobs(r.entries, r.prompt or (), r.index),
+                                "finish_reason": reason, **self._prompt_extra(r.prompt)})
+        obj = "chat.completion" if self.kind == "chat" else "text_completion"
         return {"id": self.request_id, "object": obj, "created": self.created,
-                "model": self.model, "choices": [choice],
+                "model": self.model, "choices": choices, **extra,
                 "usage": info.usage.model_dump(), "batchpilot": info.model_dump()}
 
     # ---- streaming ---------------------------------------------------------------------
-    def role_chunk(self) -> bytes:
-        return self._chunk({"index": 0, "delta": {"role": "assistant", "content": ""},
+    def role_chunk(self, index: int = 0) -> bytes:
+        return self._chunk({"index": index, "delta": {"role": "assistant", "content": ""},
                             "logprobs": None, "finish_reason": None})
 
-    def text_chunk(self, text: str) -> bytes:
+    def text_chunk(self, text: str, entries: Sequence[Logprob] = (), index: int = 0) -> bytes:
+        logprobs = self.logprobs(entries, index=index)
         if self.kind == "chat":
-            choice = {"index": 0, "delta": {"content": text}, "logprobs": None,
+            choice = {"index": index, "delta": {"content": text}, "logprobs": logprobs,
                       "finish_reason": None}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+            choice = {"index": index, "text": text, "logprobs": logprobs,
+                      "finish_reason": None}
         return self._chunk(choice)
 
+    def prompt_chunk(self, prompt: Sequence[Logprob] | None, index: int = 0) -> bytes | None:
+        """The chunk before the first text: completions' echoed prompt (with its logprobs)
+        and vLLM's prompt_logprobs; None when neither was asked."""
+        if self.echo is None and self.prompt_logprobs is None:
+            return None
+        extra = self._prompt_extra(prompt)
+        if self.kind == "chat":
+            return self._chunk({"index": index, "delta": {}, "logprobs": None,
+                                "finish_reason": None}, **extra)
+        text = self.echo.text if self.echo is not None else ""
+        logprobs = self.logprobs((), prompt or (), index) if self.echo is not None else None
+        return self._chunk({"index": index, "text": text, "logprobs": logprobs,
+                            "finish_reason": None, **extra})
+
     def finish_chunks(self, event: StreamEvent | None, completion_tokens: int,
-                      finish_reason: str, error: dict[str, Any] | None = None) -> list[bytes]:
+                      finish_reason: str, error: dict[str, Any] | None = None,
+                      entries: Sequence[Logprob] = (), index: int = 0,
+                      last: bool = True) -> list[bytes]:
+        """Choice `index`'s finish chunk; `entries`: logprobs of tokens no text chunk
+        carried yet; `completion_tokens`: of every choice so far. `last`: the stream ends
+        here (the usage chunk, [DONE])."""
         info = self.info(event, completion_tokens).model_dump()
         info["finish_reason"] = finish_reason
+        logprobs = self.logprobs(entries, index=index) if entries else None
         if self.kind == "chat":
-            choice = {"index": 0, "delta": {}, "logprobs": None,
+            choice = {"index": index, "delta": {}, "logprobs": logprobs,
                       "finish_reason": finish_reason}
         else:
-            choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": finish_reason}
+            choice = {"index": index, "text": "", "logprobs": logprobs,
+                      "finish_reason": finish_reason}
         extra: dict[str, Any] = {"batchpilot": info}
         if error is not None:
             extra["error"] = error
         chunks = [self._chunk(choice, **extra)]
+        if not last:
+            return chunks
         if self.include_usage:
             chunks.append(self._chunk(None, usage=self.usage(completion_tokens).model_dump(),
                                       batchpilot=info))

@@ -1,4 +1,5 @@
-"""Answer an admitted request: one JSON body, or a stream of server-sent events.
+"""Answer an admitted request: one JSON body, or a stream of server-sent events; with
+n > 1, one Generation per choice, their events merged as they come.
 
 A stream's cleanup (abort if unfinished, in-flight count) runs in `SSEResponse.__call__`'s
 finally, so it happens however the response ends: finished, client gone before the first
@@ -8,16 +9,23 @@ byte, or the task cancelled at shutdown.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 
 from fastapi.responses import JSONResponse
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from control.api.errors import APIError, error_detail, retry_after
-from control.api.generation import ClientDisconnected, EngineUnresponsive, Generation
-from control.api.openai_format import ResponseFormat
+from control.api.generation import (
+    ClientDisconnected,
+    EngineUnresponsive,
+    Generation,
+    merged_events,
+)
+from control.api.openai_format import ChoiceResult, ResponseFormat
 from control.serve.engine_loop import ABORT_REASONS
 from control.serve.streams import StreamEvent
+from engine.output_processor import Logprob
 
 SHUTDOWN_DETAIL = ABORT_REASONS["shutdown"][1]
 SHUTDOWN_MESSAGE = ("the server is shutting down and ended this request before it finished;"
@@ -37,25 +45,27 @@ def _server_error(event: StreamEvent) -> tuple[int, str, str] | None:
     return None
 
 
-async def collect(gen: Generation, fmt: ResponseFormat) -> JSONResponse:
-    """Wait for the whole answer; a request the server ended early is an error response."""
-    texts = []
-    while True:
-        event = await gen.next_event()
-        texts.append(event.delta_text)
-        if event.finished:
-            break
-    info = fmt.info(event, event.num_output_tokens)
+async def collect(gens: list[Generation], fmt: ResponseFormat) -> JSONResponse:
+    """Wait for the whole answer (every choice); a request the server ended early is an
+    error response."""
+    results = [ChoiceResult(i) for i in range(len(gens))]
+    async for index, event in merged_events(gens):
+        results[index].add(event)
+    for r in results[1:]:  # n > 1: only the first choice computes prompt logprobs
+        r.prompt = r.prompt or results[0].prompt
+    events = [r.event for r in results]
+    info = fmt.info(events[0], sum(e.num_output_tokens for e in events))
     headers = fmt.final_headers(info)
-    failure = _server_error(event)
+    failure = next((f for f in map(_server_error, events) if f is not None), None)
     if failure is not None:
         status, code, message = failure
         if status == 503:
             headers.update(retry_after(SHUTDOWN_RETRY_AFTER_S))
         raise APIError(status, message, code=code, headers=headers,
                        extra={"batchpilot": info.model_dump()})
-    response = JSONResponse(fmt.body("".join(texts), event, info), headers=headers)
-    gen.delivered(event, "response")  # rendered; the server writes it next
+    response = JSONResponse(fmt.body(results, info), headers=headers)
+    for gen, event in zip(gens, events, strict=True):
+        gen.delivered(event, "response")  # rendered; the server writes it next
     return response
 
 
@@ -75,40 +85,70 @@ class SSEResponse(StreamingResponse):
             self._on_close()
 
 
-def sse_response(gen: Generation, fmt: ResponseFormat,
+def sse_response(gens: list[Generation], fmt: ResponseFormat,
                  on_close: Callable[[], None]) -> SSEResponse:
     def close() -> None:
-        gen.close()
+        for gen in gens:
+            gen.close()
         on_close()
 
     headers = {**fmt.start_headers(), "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return SSEResponse(_sse_body(gen, fmt), headers, close)
+    return SSEResponse(_sse_body(gens, fmt), headers, close)
 
 
-async def _sse_body(gen: Generation, fmt: ResponseFormat) -> AsyncIterator[bytes]:
+@dataclass
+class _StreamedChoice:
+    """What a stream has sent of one choice."""
+
+    event: StreamEvent | None = None  # the latest
+    first: bool = True  # no text sent yet
+    prompt_sent: bool = False
+    pending: list[Logprob] = field(default_factory=list)  # logprobs of tokens not sent yet
+
+
+async def _sse_body(gens: list[Generation], fmt: ResponseFormat) -> AsyncIterator[bytes]:
+    choices = [_StreamedChoice() for _ in gens]
     if fmt.kind == "chat":
-        yield fmt.role_chunk()
-    event: StreamEvent | None = None
-    first = True
+        for index in range(len(gens)):
+            yield fmt.role_chunk(index)
+    left = len(gens)
+    prompt = None  # the first choice's prompt logprobs (n > 1: it alone computes them)
     try:
-        while True:
-            event = await gen.next_event()
+        async for index, event in merged_events(gens):
+            c = choices[index]
+            c.event = event
+            prompt = prompt or event.prompt_logprobs
+            if not c.prompt_sent and event.delta_token_ids:  # the prompt is computed
+                c.prompt_sent = True
+                prompt_chunk = fmt.prompt_chunk(event.prompt_logprobs or prompt, index)
+                if prompt_chunk is not None:
+                    yield prompt_chunk
+            c.pending.extend(event.delta_logprobs)
             if event.delta_text:
-                yield fmt.text_chunk(event.delta_text)  # resumes once the chunk is sent
-                gen.delivered(event, "first_token" if first else "token")
-                first = False
+                yield fmt.text_chunk(event.delta_text, c.pending, index)  # resumes once sent
+                c.pending = []
+                gens[index].delivered(event, "first_token" if c.first else "token")
+                c.first = False
             if event.finished:
-                break
+                left -= 1
+                failure = _server_error(event)
+                error = error_detail(failure[0], failure[2], code=failure[1]) if failure \
+                    else None
+                for chunk in fmt.finish_chunks(event, _tokens(choices),
+                                               event.finish_reason or "stop", error,
+                                               c.pending, index, last=left == 0):
+                    yield chunk
     except ClientDisconnected:
         return  # nobody to tell
     except EngineUnresponsive as exc:
-        tokens = event.num_output_tokens if event else 0
-        for chunk in fmt.finish_chunks(event, tokens, "error", error_detail(
-                500, str(exc), code="engine_unresponsive")):
-            yield chunk
-        return
-    failure = _server_error(event)
-    error = error_detail(failure[0], failure[2], code=failure[1]) if failure else None
-    for chunk in fmt.finish_chunks(event, event.num_output_tokens,
-                                   event.finish_reason or "stop", error):
-        yield chunk
+        error = error_detail(500, str(exc), code="engine_unresponsive")
+        unfinished = [i for i, c in enumerate(choices) if not (c.event and c.event.finished)]
+        for index in unfinished:
+            for chunk in fmt.finish_chunks(choices[index].event, _tokens(choices), "error",
+                                           error, (), index, last=index == unfinished[-1]):
+                yield chunk
+
+
+def _tokens(choices: list[_StreamedChoice]) -> int:
+    """Completion tokens of every choice so far."""
+    return sum(c.event.num_output_tokens for c in choices if c.event is not None)

@@ -24,9 +24,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from control.api.arrival import arrival_time, seconds_since_arrival
+from control.api.arrival import arrival_time
+from control.api.choices import admit_choices, choice_generations
 from control.api.errors import APIError, rejection_error, retry_after
-from control.api.generation import ClientDisconnected, EngineUnresponsive, Generation
+from control.api.generation import ClientDisconnected, EngineUnresponsive
+from control.api.logprobs_fields import with_logprobs
 from control.api.openai_format import ResponseFormat, from_decision
 from control.api.request_meta import RequestMeta, read_meta
 from control.api.responses import collect, sse_response
@@ -39,6 +41,7 @@ from control.api.schemas import (
     ModelCard,
     ModelList,
 )
+from control.api.structured import with_grammar
 from control.serve.state import ServerState, get_state
 from control.serve.streams import Submission
 from engine.request import SamplingParams
@@ -130,7 +133,8 @@ def _sampling_params(body: CompletionRequest | ChatCompletionRequest, max_tokens
             ignore_eos=body.ignore_eos, presence_penalty=given(body.presence_penalty, 0.0),
             frequency_penalty=given(body.frequency_penalty, 0.0),
             repetition_penalty=given(body.repetition_penalty, 1.0), logit_bias=bias,
-            min_p=given(body.min_p, 0.0), min_tokens=given(body.min_tokens, 0))
+            min_p=given(body.min_p, 0.0), min_tokens=given(body.min_tokens, 0),
+            logprobs=body.engine_logprobs, prompt_logprobs=body.engine_prompt_logprobs)
     except ValueError as exc:  # the message starts with "field=..."
         field = str(exc).split("=", 1)[0]
         raise APIError(400, str(exc), code="invalid_value",
@@ -141,33 +145,35 @@ async def _generate(state: ServerState, request: Request,
                     body: CompletionRequest | ChatCompletionRequest, meta: RequestMeta,
                     kind: str, text: str | None, ids: list[int], max_tokens: int) -> Response:
     params = _sampling_params(body, max_tokens, state.parts.vocab_size)
+    params = await with_grammar(state, body, params)  # response_format: compiled off-thread
     prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
     request_id = prefix + uuid.uuid4().hex
     fmt = ResponseFormat(kind, request_id, state.settings.model_name, len(ids), meta,
                          include_usage=body.include_usage, lane=meta.lane or "")
+    await with_logprobs(state, body, fmt, text, ids)  # a 400 when the engine has none
     submission = Submission(request_id, text, ids, params, tenant=meta.tenant,
                             lane=meta.lane, priority=meta.priority, deadline=meta.deadline,
                             cache_salt=body.cache_salt, arrival_time=meta.arrival_time,
                             tokenize_s=meta.tokenize_s)
-    decision, stream = await state.engine.add(submission)
+    decision, streams = await admit_choices(state.engine, submission, body.n)  # choices.py
     from_decision(fmt, decision)
-    if stream is None:
+    if not streams:
         raise rejection_error(decision, fmt.start_headers())
     state.inflight += 1
-    gen = Generation(state.engine, stream, request.receive, timeout_s=meta.timeout_s,
-                     streaming=body.stream, waited_s=seconds_since_arrival(request),
-                     probe=state.delivery)
+    gens, done = choice_generations(state, request, streams, timeout_s=meta.timeout_s,
+                                    streaming=body.stream)
     if body.stream:
-        return sse_response(gen, fmt, on_close=state.finished_one)
+        return sse_response(gens, fmt, on_close=done)
     try:
-        return await collect(gen, fmt)
+        return await collect(gens, fmt)
     except ClientDisconnected:
         return Response(status_code=499)  # nobody is listening
     except EngineUnresponsive as exc:
         raise APIError(500, str(exc), code="engine_unresponsive") from None
     finally:
-        gen.close()
-        state.finished_one()
+        for gen in gens:
+            gen.close()
+        done()
 
 
 @router.get("/healthz")

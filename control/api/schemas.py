@@ -2,8 +2,10 @@
 chunks), OpenAI's error body, and the `batchpilot` extension object.
 
 Parameters the engine cannot honour are refused with a 400 naming them, never ignored
-silently: n > 1, logprobs, echo, best_of, tools, response_format, and the other OpenAI
-and vLLM fields in field_policy.UNIMPLEMENTED (accepted at their "off" values only). A
+silently: best_of, suffix, tools, and the other OpenAI
+and vLLM fields in field_policy.UNIMPLEMENTED (accepted at their "off" values only).
+Logprobs (chat's logprobs / top_logprobs, completions' logprobs and echo, vLLM's
+prompt_logprobs) are of the raw model distribution, at most MAX_LOGPROBS alternatives. A
 field outside the OpenAI and vLLM request shapes is ignored with a logged warning naming
 it, as vLLM does.
 """
@@ -12,12 +14,22 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from control.api.field_policy import check_undeclared
+from engine.logprobs import MAX_LOGPROBS
+from engine.structured import StructuredOutput
 
 MAX_SEED = 2**63 - 1
 MAX_STOP_STRINGS = 16
+MAX_CHOICES = 16  # n
 MAX_CACHE_SALT_LEN = 256  # characters; a salt needs ~22 of base64 for 128 random bits
 MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value, either sign
 
@@ -39,7 +51,7 @@ class _GenerationRequest(BaseModel):
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
-    n: int = 1
+    n: int = 1  # choices: one engine request each, sharing the prompt's blocks (choices.py)
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = Field(None, max_length=256)
@@ -56,6 +68,12 @@ class _GenerationRequest(BaseModel):
     logit_bias: dict[str, float] | None = None
     min_p: float | None = Field(None, ge=0.0, le=1.0)  # vLLM's
     min_tokens: int | None = Field(None, ge=0)  # vLLM's
+    # vLLM's: each prompt token's logprob (the first has none) and N alternatives
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    # JSON output by grammar (engine/structured): OpenAI's response_format, or vLLM's
+    # guided_json (a schema); the schema is compiled by the route (a 400 naming the field)
+    response_format: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
     # Accepted at their neutral values only.
     best_of: int | None = None
 
@@ -75,12 +93,35 @@ class _GenerationRequest(BaseModel):
                 raise ValueError(f"values must be in [-100, 100], got {value!r} for {token}")
         return bias
 
+    @field_validator("response_format")
+    @classmethod
+    def _response_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                StructuredOutput.from_openai(value)
+            except ValueError as exc:  # the message names response_format; the loc does too
+                raise ValueError(str(exc).removeprefix("response_format").lstrip(":. ")
+                                 ) from None
+        return value
+
+    @property
+    def structured_output(self) -> tuple[StructuredOutput | None, str]:
+        """The requested structured output (None: plain text) and the field that asked."""
+        if self.guided_json is not None:
+            if self.response_format not in (None, {"type": "text"}):
+                raise ValueError("guided_json and response_format both ask for structured"
+                                 " output: send one")
+            return StructuredOutput.json_schema(self.guided_json, field_name="guided_json"), \
+                "guided_json"
+        fmt = self.response_format
+        return (None if fmt is None else StructuredOutput.from_openai(fmt)), "response_format"
+
     @field_validator("n")
     @classmethod
-    def _only_one_choice(cls, n: int) -> int:
-        if n != 1:
-            raise ValueError(f"n={n} is not supported: this server returns one choice per"
-                             " request (n=1); send several requests instead")
+    def _choices(cls, n: int) -> int:
+        if not 1 <= n <= MAX_CHOICES:
+            raise ValueError(f"n={n} must be in [1, {MAX_CHOICES}] (each choice is one engine"
+                             " request; send several requests for more)")
         return n
 
     @field_validator("cache_salt")
@@ -129,12 +170,24 @@ class _GenerationRequest(BaseModel):
 
 class CompletionRequest(_GenerationRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
-    echo: bool = False
-    logprobs: int | None = None
+    echo: bool = False  # the reply starts with the prompt (and its logprobs, when asked)
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # N alternatives per token
     suffix: str | None = None
 
     def _neutral_values(self) -> dict[str, Any]:
-        return {**super()._neutral_values(), "echo": False, "logprobs": None, "suffix": None}
+        return {**super()._neutral_values(), "suffix": None}
+
+    @property
+    def engine_logprobs(self) -> int | None:
+        return self.logprobs
+
+    @property
+    def engine_prompt_logprobs(self) -> int | None:
+        """Alternatives per prompt token the engine computes: echo with logprobs needs
+        the prompt's; vLLM's prompt_logprobs asks for them directly."""
+        asked = [n for n in (self.prompt_logprobs,
+                             self.logprobs if self.echo else None) if n is not None]
+        return max(asked) if asked else None
 
     @field_validator("prompt")
     @classmethod
@@ -169,14 +222,27 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)  # OpenAI's newer name
-    logprobs: bool = False
-    top_logprobs: int | None = None
+    logprobs: bool = False  # each output token's logprob
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # and N alternatives
     tools: list[Any] | None = None
-    response_format: dict[str, Any] | None = None
 
     def _neutral_values(self) -> dict[str, Any]:
-        return {**super()._neutral_values(), "logprobs": False, "top_logprobs": None,
-                "tools": [], "response_format": {"type": "text"}}
+        return {**super()._neutral_values(), "tools": []}
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_needs_logprobs(cls, top: int | None, info: ValidationInfo) -> int | None:
+        if top and not info.data.get("logprobs"):
+            raise ValueError(f"top_logprobs={top} needs logprobs=true (as OpenAI's API)")
+        return top
+
+    @property
+    def engine_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    @property
+    def engine_prompt_logprobs(self) -> int | None:
+        return self.prompt_logprobs
 
     @model_validator(mode="after")
     def _one_max_tokens(self) -> ChatCompletionRequest:
@@ -222,11 +288,21 @@ class BatchpilotInfo(BaseModel):
     usage: Usage | None = None  # in stream chunks, whatever include_usage says
 
 
+class CompletionLogprobs(BaseModel):
+    """OpenAI's legacy shape; with echo the prompt's tokens come first."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    prompt_logprobs: list[dict[str, dict[str, Any]] | None] | None = None  # vLLM's
 
 
 class CompletionResponse(BaseModel):
@@ -245,10 +321,25 @@ class AssistantMessage(BaseModel):
     content: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprobInfo(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprobInfo] | None = None
+    refusal: None = None
+
+
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
 
 
@@ -258,6 +349,7 @@ class ChatCompletionResponse(BaseModel):
     created: int
     model: str
     choices: list[ChatChoice]
+    prompt_logprobs: list[dict[str, dict[str, Any]] | None] | None = None  # vLLM's
     usage: Usage
     batchpilot: BatchpilotInfo
 
@@ -270,7 +362,7 @@ class ChatDelta(BaseModel):
 class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: ChatDelta
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
 
 

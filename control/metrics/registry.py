@@ -40,7 +40,8 @@ from engine.records import AdmissionDecision, EngineGauges, RequestRecord, StepR
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OTHER = "other"
 WAIT_REASONS = ("token_budget", "max_num_seqs", "kv_high_watermark", "kv_blocks",
-                "step_time", "lane_max_running", "static_batch", "fair_share", "not_yet_scheduled")
+                "step_time", "lane_max_running", "static_batch", "fair_share", "not_yet_scheduled",
+                "sibling_prefill")
 # End and rejection reasons a label may carry (slugs of finish details); others: "other".
 REASONS = frozenset({
     "stop", "length", "stop_string", "client_disconnected", "request_timeout",
@@ -49,7 +50,7 @@ REASONS = frozenset({
     "kv_reject_watermark",
     "too_long", "empty_prompt", "unknown_lane", "draining", "admission_paused", "cancelled",
     "timeout", "error", "step_failed",
-    "operator",
+    "operator", "choice_rejected",
 })
 # The reasons each outcome starts at 0 with (its usual ones; panels sum over reasons).
 OUTCOME_REASONS = {"finished": ("stop", "length"), "cancelled": ("client_disconnected",),

@@ -50,6 +50,8 @@ ABORT_REASONS: dict[str, tuple[RequestStatus, str]] = {
     "stream_idle_timeout": (RequestStatus.TIMEOUT, "stream idle timeout"),
     "shutdown": (RequestStatus.CANCELLED, "server shutting down"),
     "engine_error": (RequestStatus.ERROR, "engine error"),
+    # n > 1: admission refused a later choice, so the choices admitted before it end
+    "choice_rejected": (RequestStatus.CANCELLED, "choice rejected"),
 }
 
 
@@ -256,7 +258,7 @@ class AsyncEngine:
                     sub.request_id, sub.prompt_token_ids, sub.params, tenant=sub.tenant,
                     lane=sub.lane, priority=sub.priority, deadline=sub.deadline,
                     cache_salt=sub.cache_salt, arrival_time=sub.arrival_time,
-                    tokenize_s=sub.tokenize_s)
+                    tokenize_s=sub.tokenize_s, wait_for=sub.wait_for)
             except Exception as exc:  # e.g. a duplicate request id
                 _call_soon(delivery.loop, resolve, decided, None, exc)
                 return

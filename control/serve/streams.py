@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from engine.output_processor import RequestOutput
+from engine.output_processor import Logprob, RequestOutput
 from engine.records import RequestRecord
 from engine.request import SamplingParams
 
@@ -31,6 +31,7 @@ class Submission:
     # it), and the seconds since then spent tokenizing and templating it.
     arrival_time: float | None = None
     tokenize_s: float = 0.0
+    wait_for: str | None = None  # n > 1: the first choice's id (Engine.add_request)
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,14 @@ class StreamEvent:
     # time.perf_counter() when the step that produced it returned (0: not from a step);
     # the server's latencies end there, so the way to the client is measured from it
     step_done: float = 0.0
+    delta_logprobs: tuple[Logprob, ...] = ()  # of delta_token_ids, when asked
+    prompt_logprobs: tuple[Logprob, ...] | None = None  # once computed, when asked
 
     @classmethod
     def from_output(cls, out: RequestOutput, step_done: float = 0.0) -> StreamEvent:
         return cls(out.request_id, out.delta_text, tuple(out.delta_token_ids),
                    len(out.token_ids), out.finished, out.finish_reason, out.record,
-                   step_done)
+                   step_done, tuple(out.delta_logprobs), out.prompt_logprobs)
 
     @property
     def finish_detail(self) -> str:

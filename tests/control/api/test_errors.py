@@ -32,7 +32,7 @@ def api(tiny_loaded):
 
 
 @pytest.mark.parametrize(("path", "body", "needles", "param"), [
-    ("/v1/completions", {"prompt": "Hi", "n": 2}, ["n=2 is not supported", "n=1"], "n"),
+    ("/v1/completions", {"prompt": "Hi", "n": 17}, ["n=17", "[1, 16]"], "n"),
     ("/v1/completions", {"prompt": "Hi", "max_tokens": 0}, ["max_tokens", "1"], "max_tokens"),
     ("/v1/chat/completions", {**CHAT, "temperature": 3.5}, ["temperature", "2"],
      "temperature"),
@@ -42,12 +42,11 @@ def api(tiny_loaded):
     ("/v1/completions", {"prompt": ["a", "b"]}, ["one prompt per request"], "prompt"),
     ("/v1/completions", {"prompt": [1, 2, 99999]}, ["token ids", "99999"], "prompt"),
     ("/v1/completions", {"max_tokens": 3}, ["prompt", "Field required"], "prompt"),
-    ("/v1/completions", {"prompt": "Hi", "logprobs": 2}, ["logprobs=2 is not supported"],
-     None),
+    ("/v1/completions", {"prompt": "Hi", "logprobs": 21}, ["logprobs", "20"], "logprobs"),
     ("/v1/chat/completions", {"messages": []}, ["messages"], "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, ["role"],
      "messages"),
-    ("/v1/chat/completions", {**CHAT, "n": 3}, ["n=3 is not supported"], "n"),
+    ("/v1/chat/completions", {**CHAT, "n": 0}, ["n=0", "[1, 16]"], "n"),
 ])
 def test_bad_parameters_are_400(api, path, body, needles, param):
     engine, settings = api

@@ -86,8 +86,8 @@ def test_stop_strings_cut_the_text(client):
 
 def test_errors_reach_the_client_as_openai_errors(client):
     with pytest.raises(openai.BadRequestError) as bad:
-        client.completions.create(model="tiny", prompt="Hi", n=2)
-    assert "n=1" in bad.value.message
+        client.completions.create(model="tiny", prompt="Hi", n=17)
+    assert "n=17" in bad.value.message
     with pytest.raises(openai.BadRequestError) as long:
         client.completions.create(model="tiny", prompt="Hello world! " * 300, max_tokens=4)
     assert "512" in long.value.message

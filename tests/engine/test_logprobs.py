@@ -1,0 +1,184 @@
+"""Logprobs and prompt logprobs from the engine (engine/logprobs.py), against a direct
+forward of the tiny checkpoint through transformers: the raw model distribution, whatever
+the sampling settings, the batch, chunked prefill, the prefix cache or a preemption."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engine_helpers import make_engine
+
+from engine import LLM, SamplingParams
+from engine.models import load_model
+from engine.output_processor import OutputProcessor
+from engine.sampler import sample
+
+PROMPTS = ["The scheduler picks the running decodes first, then prefill chunks",
+           "Hello world! How are you today?", "Each block"]
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_llama_dir):
+    torch.set_num_threads(2)
+    return load_model(tiny_llama_dir, keep_reference=True)
+
+
+def reference_logprobs(loaded, ids: list[int]) -> torch.Tensor:
+    """log_softmax of transformers' logits over the whole sequence: [len(ids), V]."""
+    with torch.inference_mode():
+        logits = loaded.reference(input_ids=torch.tensor([ids])).logits[0].float()
+    return torch.log_softmax(logits, dim=-1)
+
+
+def encode(loaded, text: str) -> list[int]:
+    return loaded.tokenizer.encode(text, add_special_tokens=False)
+
+
+def check_entry(entry, token_id: int, ref_row: torch.Tensor, top_n: int) -> None:
+    """entry: a decoded Logprob for `token_id` at a position whose reference is ref_row
+    (a prompt entry has its rank, a sampled one none)."""
+    assert entry.token_id == token_id
+    assert entry.logprob == pytest.approx(float(ref_row[token_id]), abs=1e-4)
+    rank = int((ref_row > ref_row[token_id]).sum()) + 1
+    assert entry.rank in (rank, None)
+    values, ids = torch.topk(ref_row, top_n)
+    assert [t for t, _, _ in entry.top] == ids.tolist()
+    assert [lp for _, _, lp in entry.top] == pytest.approx(values.tolist(), abs=1e-4)
+    assert [lp for _, _, lp in entry.top] == sorted((lp for _, _, lp in entry.top),
+                                                     reverse=True)
+
+
+def test_greedy_logprobs_equal_a_direct_forward(loaded):
+    llm = LLM(loaded, num_kv_blocks=256)
+    ids = [encode(loaded, p) for p in PROMPTS]
+    params = [SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, logprobs=n)
+              for n in (5, 0)] + [SamplingParams(max_tokens=8, temperature=0.0)]  # no logprobs
+    outs = llm.generate(ids, params, use_tqdm=False)
+    assert outs[2].logprobs is None
+    for out, prompt, n in zip(outs[:2], ids[:2], (5, 0), strict=True):
+        assert len(out.logprobs) == len(out.token_ids) == 8
+        ref = reference_logprobs(loaded, prompt + out.token_ids)
+        for i, (entry, token) in enumerate(zip(out.logprobs, out.token_ids, strict=True)):
+            check_entry(entry, token, ref[len(prompt) - 1 + i], n)
+            assert entry.rank is None  # not computed for sampled tokens
+            assert int(ref[len(prompt) - 1 + i].argmax()) == token  # greedy: the top entry
+            assert entry.token == loaded.tokenizer.decode([token])
+            if n:
+                assert entry.top[0][0] == token
+
+
+def test_logprobs_are_of_the_raw_distribution_before_processors(loaded):
+    """Temperature, top-k and penalties change which token is drawn, not its logprob."""
+    llm = LLM(loaded, num_kv_blocks=256)
+    prompt = encode(loaded, PROMPTS[0])
+    params = SamplingParams(max_tokens=10, temperature=1.7, top_k=40, seed=11,
+                            repetition_penalty=1.8, presence_penalty=1.0, ignore_eos=True,
+                            logprobs=3)
+    out = llm.generate([prompt], params, use_tqdm=False)[0]
+    ref = reference_logprobs(loaded, prompt + out.token_ids)
+    for i, (entry, token) in enumerate(zip(out.logprobs, out.token_ids, strict=True)):
+        check_entry(entry, token, ref[len(prompt) - 1 + i], 3)
+    argmaxes = [int(ref[len(prompt) - 1 + i].argmax()) for i in range(len(out.token_ids))]
+    assert argmaxes != out.token_ids  # hot sampling left the argmax sometimes
+
+
+def prompt_logprobs(loaded, prompts: list[list[int]], n: int = 4, **engine):
+    llm = LLM(loaded, **engine)
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True,
+                            prompt_logprobs=n, logprobs=2)
+    return llm, llm.generate(prompts, params, use_tqdm=False)
+
+
+def test_prompt_logprobs_equal_a_full_sequence_forward(loaded):
+    prompts = [encode(loaded, p) for p in PROMPTS]
+    _, outs = prompt_logprobs(loaded, prompts, num_kv_blocks=256)
+    for prompt, out in zip(prompts, outs, strict=True):
+        assert len(out.prompt_logprobs) == len(prompt) - 1  # the first token has none
+        ref = reference_logprobs(loaded, prompt)
+        for i, entry in enumerate(out.prompt_logprobs):
+            check_entry(entry, prompt[i + 1], ref[i], 4)
+            assert entry.rank is not None
+
+
+@pytest.mark.parametrize("regime", [
+    {"prefill_chunk_size": 5, "max_num_batched_tokens": 16},  # several chunks per prompt
+    {"num_kv_blocks": 6, "block_size": 8, "kv_cache_high_watermark": 0.99,
+     "kv_cache_reject_watermark": 1.0},  # too few blocks: requests preempted, recomputed
+])
+def test_chunked_or_preempted_prefill_gives_the_same_prompt_logprobs(loaded, regime):
+    prompts = [encode(loaded, p) for p in PROMPTS]
+    _, whole = prompt_logprobs(loaded, prompts, num_kv_blocks=256)
+    llm, parts = prompt_logprobs(loaded, prompts, **{"num_kv_blocks": 64, **regime})
+    if "block_size" in regime:
+        assert sum(out.record.num_preemptions for out in parts) > 0
+    for a, b in zip(whole, parts, strict=True):
+        assert [e.token_id for e in a.prompt_logprobs] == [e.token_id for e in b.prompt_logprobs]
+        assert [e.logprob for e in a.prompt_logprobs] == pytest.approx(
+            [e.logprob for e in b.prompt_logprobs], abs=1e-5)
+        assert [[t for t, _, _ in e.top] for e in a.prompt_logprobs] == [
+            [t for t, _, _ in e.top] for e in b.prompt_logprobs]
+        assert a.token_ids == b.token_ids and len(b.logprobs) == len(b.token_ids)
+        assert [e.logprob for e in a.logprobs] == pytest.approx(
+            [e.logprob for e in b.logprobs], abs=1e-5)
+
+
+def test_prompt_logprobs_bypass_the_prefix_cache(loaded):
+    """A cached prefix would skip positions: the request computes its whole prompt (as
+    vLLM), while a request without prompt logprobs still hits the cache."""
+    prompt = encode(loaded, " ".join(PROMPTS * 2))
+    assert len(prompt) > 32  # two full blocks of 16
+    llm = LLM(loaded, num_kv_blocks=256)
+    greedy = SamplingParams(max_tokens=2, temperature=0.0)
+    llm.generate([prompt], greedy, use_tqdm=False)  # fills the cache
+    bm = llm.engine.block_manager
+    hits = bm.prefix_hit_tokens
+    asking = llm.generate([prompt], SamplingParams(max_tokens=2, temperature=0.0,
+                                                   prompt_logprobs=1), use_tqdm=False)[0]
+    assert bm.prefix_hit_tokens == hits and asking.record.num_cached_tokens == 0
+    assert len(asking.prompt_logprobs) == len(prompt) - 1
+    ref = reference_logprobs(loaded, prompt)
+    for i, entry in enumerate(asking.prompt_logprobs):
+        check_entry(entry, prompt[i + 1], ref[i], 1)
+    plain = llm.generate([prompt], greedy, use_tqdm=False)[0]
+    assert plain.record.num_cached_tokens >= 32
+
+
+def test_a_step_without_logprobs_scores_nothing(monkeypatch):
+    def no_scoring(*args, **kwargs):
+        raise AssertionError("score_rows ran for a step where no row asked")
+
+    monkeypatch.setattr("engine.sampler.score_rows", no_scoring)
+    from engine.request import Request
+
+    requests = [Request(str(i), [1, 2], SamplingParams(temperature=t, seed=i), 0.0)
+                for i, t in enumerate((0.0, 1.0))]
+    result = sample(torch.randn(2, 50), requests)
+    assert len(result) == 2 and result.logprobs is None and result.prompt_logprobs == {}
+
+
+class LetterTokenizer:
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(97 + i % 26) for i in ids)
+
+
+def test_an_executor_without_a_model_returns_no_logprobs():
+    """The simulator samples no distribution: the request runs to its end, its logprobs
+    reported as None (the API refuses such requests with a 400 instead)."""
+    engine, _ = make_engine()
+    processor = OutputProcessor(LetterTokenizer())
+    params = SamplingParams(max_tokens=4, ignore_eos=True, logprobs=2, prompt_logprobs=2)
+    prompt_ids = list(range(5, 25))
+    assert engine.add_request("a", prompt_ids, params).accepted
+    processor.add("a", None, prompt_ids, params)
+    outs = [out for step in engine.run_until_done() for out in processor.process(step)[0]]
+    assert outs[-1].finished and len(outs[-1].token_ids) == 4
+    assert outs[-1].logprobs is None and outs[-1].prompt_logprobs is None
+    assert not getattr(engine.executor, "computes_logprobs", False)
+    engine.check_integrity()
+
+
+@pytest.mark.parametrize("value", [-1, 21, 2.5, True])
+@pytest.mark.parametrize("name", ["logprobs", "prompt_logprobs"])
+def test_bad_logprob_counts_are_refused_naming_the_field(name, value):
+    with pytest.raises(ValueError, match=f"{name}="):
+        SamplingParams(**{name: value})
