@@ -82,5 +82,10 @@ async def poll_forever(table: LoadTable, replica_id: int,
             raise
         except Exception:  # down, restarting, or too slow: not routed to until it answers
             stats = None
+        task = asyncio.current_task()
+        if task is not None and getattr(task, "cancelling", lambda: 0)():  # 3.11+
+            # NOTE: Python 3.11's wait_for may swallow a cancel that lands as fetch()
+            # completes; without this the loop would poll on and stop_polls never return
+            raise asyncio.CancelledError
         table.polled(replica_id, stats)
         await asyncio.sleep(poll_s)
