@@ -8,6 +8,10 @@ each request asked for count. Sides (bench/hf_baselines.py has the non-engine on
 
     auto       LLM on load_model(dtype="auto"): on a CPU with AMX or AVX-512-BF16, fp32
                weights plus bf16 copies used by steps of >= 4 tokens (engine/models/cpu_dtype.py)
+    sampled    `auto` with the sampling users turn on: temperature 0.8, top_p 0.9, top_k 50,
+               presence 0.5, frequency 0.3 and repetition 1.1 penalties, a seed per request
+               (the same output lengths: ignore_eos); its ratio to `auto` (greedy) is the
+               cost of sampling (issue 19's goal: within 10%)
     fp32       LLM on load_model(dtype="float32")
     hf_static  transformers `generate`, static batches of 16, left-padded; a batch runs until
                its longest request ends (the fp32 transformers model of the auto load)
@@ -17,8 +21,8 @@ each request asked for count. Sides (bench/hf_baselines.py has the non-engine on
                from a temporary git worktree (loaded once, warmed up, then timed per round)
 
 Each side is warmed up on the first 4 requests (untimed), then rounds alternate
-auto fp32 hf_static hf_cb [ref], auto fp32 ...; tokens/s per side: all tokens over all
-seconds, and the per-round median [min-max]. Last line: one JSON object.
+auto sampled fp32 hf_static hf_cb [ref], auto sampled ...; tokens/s per side: all tokens
+over all seconds, and the per-round median [min-max]. Last line: one JSON object.
 
     python -m bench.offline_throughput [--requests 64] [--rounds 2] [--model smollm2-135m]
         [--against REF] [--threads N]
@@ -50,7 +54,10 @@ SMOKE = {"requests": 4, "batch_size": 2, "rounds": 1, "max_num_seqs": 4}
 WARMUP_REQUESTS = 4
 # ratio name -> (numerator side, denominator side)
 RATIOS = {"auto/hf_static": ("auto", "hf_static"), "auto/hf_cb": ("auto", "hf_cb"),
-          "auto/fp32": ("auto", "fp32"), "auto/ref": ("auto", "ref")}
+          "auto/fp32": ("auto", "fp32"), "auto/ref": ("auto", "ref"),
+          "sampled/auto": ("sampled", "auto")}
+SAMPLED = {"temperature": 0.8, "top_p": 0.9, "top_k": 50, "presence_penalty": 0.5,
+           "frequency_penalty": 0.3, "repetition_penalty": 1.1}
 
 TEXT = (
     "The history of computing is a story of people trying to make machines do arithmetic"
@@ -68,8 +75,15 @@ def make_prompts(tokenizer, lengths: list[int]) -> list[list[int]]:
     return [ids[(7 * i) % 50:(7 * i) % 50 + n] for i, n in enumerate(lengths)]
 
 
-def run_ours(llm: LLM, prompts: list[list[int]], outputs: list[int]) -> tuple[float, int]:
-    params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in outputs]
+def run_ours(llm: LLM, prompts: list[list[int]], outputs: list[int],
+             sampled: bool = False) -> tuple[float, int]:
+    """Greedy, or (`sampled`) with SAMPLED's settings and a seed per request."""
+    if sampled:
+        params = [SamplingParams(max_tokens=n, ignore_eos=True, seed=i, **SAMPLED)
+                  for i, n in enumerate(outputs)]
+    else:
+        params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+                  for n in outputs]
     start = time.perf_counter()
     results = llm.generate(prompts, params, use_tqdm=False)
     elapsed = time.perf_counter() - start
@@ -115,6 +129,7 @@ def build_sides(model: str, args, stack: ExitStack) -> tuple[dict, list[list[int
           f" tokens per run\n  auto: {auto.dtype_plan.describe()}")
     runners = {
         "auto": lambda p, o: run_ours(llms["auto"], p, o),
+        "sampled": lambda p, o: run_ours(llms["auto"], p, o, sampled=True),
         "fp32": lambda p, o: run_ours(llms["fp32"], p, o),
         "hf_static": lambda p, o: hf_baselines.run_static(reference, pad_id, p, o,
                                                           args.batch_size),
