@@ -26,6 +26,8 @@ CPU, side by side in one run:
                          self and cross-config error per metric, and the sign of each change
     fleet_routing        prefix/tenant affinity vs random routing over two in-process
                          replicas (no Ray): prefix hit rate, client TTFT p50/p99
+    fleet_control        a fleet config change's time to reach every replica, idle vs
+                         under load, and canaries of a bad and a good change (local Ray)
 GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the CPU check):
     kernel_check         Triton kernels against the torch reference at real sizes
     kernel_speed         decode bandwidth and prefill TFLOP/s, against torch SDPA

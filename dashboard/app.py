@@ -17,6 +17,7 @@ PAGES = [("views/overview.py", "Overview", ":material/monitoring:"),
          ("views/scheduler.py", "Scheduler", ":material/view_timeline:"),
          ("views/requests.py", "Requests", ":material/search:"),
          ("views/control.py", "Control", ":material/tune:"),
+         ("views/canary.py", "Canary", ":material/compare_arrows:"),
          ("views/whatif.py", "What-if", ":material/query_stats:"),
          ("views/checklist.py", "Go-live checklist", ":material/checklist:")]
 

@@ -114,6 +114,9 @@ class StepRecord:
     stats: SchedulerStats  # admitted, preempted, waiting reasons, tokens by lane
     prefix_query_tokens: int = 0  # this step
     prefix_hit_tokens: int = 0
+    # The fleet config version the step ran under (stamped by a fleet replica, see
+    # control/fleet/replica_window.py); None on a single server.
+    fleet_version: int | None = None
 
     @property
     def scheduled(self) -> list[tuple[str, str, int]]:

@@ -18,7 +18,7 @@ from typing import Any
 from control.serve.engine_loop import AsyncEngine
 from control.trace.writer import TraceWriter
 from engine.config import LiveConfig, StaticConfig
-from engine.config_patch import apply_patch, diff
+from engine.config_patch import apply_patch, diff, live_from_dict
 from engine.engine import LaneNotEmptyError
 
 log = logging.getLogger("batchpilot.control")
@@ -56,6 +56,9 @@ class ConfigStore:
     writer: TraceWriter | None = None
     history: list[ConfigVersion] = field(default_factory=list)
     reloaded_profiles: dict[str, dict[str, Any]] | None = None  # from a reloaded YAML
+    # The fleet config version installed (control/fleet/versioning.py); None: not a fleet
+    # replica. Written only on the engine thread, between steps, with the config it names.
+    fleet_version: int | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
@@ -129,6 +132,35 @@ class ConfigStore:
             return await self._install(current, new, actor, f"rollback:{version}", reason,
                                        lane_moves, dry_run)
 
+    async def install_fleet(self, config: dict[str, Any], fleet_version: int, *, actor: str,
+                            source: str, reason: str = "",
+                            lane_moves: dict[str, str] | None = None,
+                            dry_run: bool = False) -> ChangeResult:
+        """Install the fleet's whole live config (`live_to_dict` form) as fleet version
+        `fleet_version`: idempotent, whatever this replica ran before (a restarted replica,
+        a canary going back). The version is stamped even when no setting changes."""
+        async with self._lock:
+            current = self.current()
+            try:
+                new = live_from_dict(config).replace(version=current.version)
+                new.validate(self.static)
+            except (ValueError, TypeError) as exc:
+                raise ChangeError(400, "invalid_value", str(exc)) from None
+            result = await self._install(current, new, actor, source, reason, lane_moves,
+                                         dry_run, fleet_version)
+            if not dry_run and not result.applied and self.fleet_version != fleet_version:
+                await self.engine.call(lambda e: setattr(self, "fleet_version", fleet_version))
+            return result
+
+    def audit_event(self, source: str, actor: str, change: dict[str, Any], note: str) -> None:
+        """A control decision that is not a config version (a canary's verdict and its
+        evidence): one config_changes row in this replica's trace, and the log."""
+        live = self.engine.live_config
+        log.warning("%s by %s: %s", source, actor, note)
+        if self.writer is not None:
+            self.writer.submit_config_change(time.time(), live.version if live else 0, source,
+                                             actor, change, note)
+
     def audit_admission(self, paused: bool, actor: str, reason: str) -> None:
         """Drain / resume: not a config version, but a decision a postmortem must see."""
         live = self.engine.live_config
@@ -152,14 +184,21 @@ class ConfigStore:
 
     async def _install(self, current: LiveConfig, new: LiveConfig, actor: str, source: str,
                        reason: str, lane_moves: dict[str, str] | None,
-                       dry_run: bool) -> ChangeResult:
+                       dry_run: bool, fleet_version: int | None = None) -> ChangeResult:
         changes = diff(current, new)
         moves = dict(lane_moves or {})
+
+        def install(e: Any) -> LiveConfig:  # on the engine thread, between two steps
+            installed = e.update_config(new, moves)
+            if fleet_version is not None:
+                self.fleet_version = fleet_version
+            return installed
+
         try:
             if dry_run or not changes:
                 await self.engine.call(lambda e: e.check_lane_moves(new, moves))
                 return ChangeResult(False, current.version, changes, new)
-            installed = await self.engine.call(lambda e: e.update_config(new, moves))
+            installed = await self.engine.call(install)
         except LaneNotEmptyError as exc:
             raise ChangeError(409, "lane_not_empty", str(exc)) from None
         except ValueError as exc:

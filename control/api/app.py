@@ -37,6 +37,7 @@ from control.serve.bootstrap import build_parts
 from control.serve.engine_loop import AsyncEngine
 from control.serve.settings import LOOPBACK_HOSTS, ServeSettings
 from control.serve.state import ServerState
+from control.trace import export_route
 from control.trace import routes as trace_routes
 from control.trace.writer import TraceSettings, TraceWriter
 from control.whatif import routes as whatif_routes
@@ -141,6 +142,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     app.include_router(api_routes.router)
     app.include_router(vllm_routes.router)  # /health, /version, /tokenize, /detokenize
     app.include_router(trace_routes.router)
+    app.include_router(export_route.router)  # a fleet ingress pulls rows (docs/fleet.md)
     app.include_router(admin_routes.router)
     app.include_router(whatif_routes.router)  # POST /v1/whatif (docs/whatif.md)
     return app

@@ -39,7 +39,10 @@ def add_checklist_parser(sub: Any) -> None:
     where.add_argument("--url", metavar="URL",
                        help=f"a running server (default ${URL_ENV} when --trace-db is not"
                        " given)")
-    where.add_argument("--trace-db", metavar="FILE", help="a trace file (server stopped)")
+    where.add_argument("--trace-db", metavar="FILE", help="a trace file (server stopped); a"
+                       " quoted glob ('DIR/replica-*.duckdb') reads a fleet's files as one")
+    p.add_argument("--replica", metavar="ID",
+                   help="a fleet (`batchpilot fleet`): check this replica only")
     p.add_argument("--token-env", metavar="NAME", default=TOKEN_ENV,
                    help="environment variable holding the control API token (default"
                    " %(default)s)")
@@ -69,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         to_markdown,
         to_text,
     )
-    from control.trace.sources import FileSource, UrlSource
+    from control.trace.sources import UrlSource, open_source
 
     url = args.url or (None if args.trace_db else os.environ.get(URL_ENV))
     if not url and not args.trace_db:
@@ -77,9 +80,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec)
         if url:
-            source, control = UrlSource(url), ControlClient(url, args.token_env)
+            source = UrlSource(url, args.replica)
+            control = ControlClient(url, args.token_env, replica=args.replica)
         else:
-            source, control = FileSource(args.trace_db), None
+            source, control = open_source(db=args.trace_db, replica=args.replica), None
         loadtests = LoadtestFile(args.loadtest_db) if args.loadtest_db else None
         evidence = gather_evidence(source, control, repo_root=args.repo, spec=spec,
                                    loadtest_source=loadtests)

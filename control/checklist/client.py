@@ -1,7 +1,11 @@
 """The live server's side of the evidence: GET /metrics (text), /control/config and
 /control/history (JSON, with the bearer token from an environment variable, as
 `batchpilot ctl` sends it). Unreachable, or a refused token: ChecklistError (exit 2);
-a 404 (metrics or the control API off) or 503 (loading) is an answer: `Unavailable`."""
+a 404 (metrics or the control API off) or 503 (loading) is an answer: `Unavailable`.
+
+A fleet ingress (`batchpilot fleet`) answers for every replica, its /metrics labelled
+`replica="<id>"`; with `replica`, requests name it (X-Batchpilot-Replica) and /metrics keeps
+that replica's samples only."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Any
 
 from control.checklist.result import ChecklistError
 from control.cli.http_json import HTTPFailure, request_json
+from control.trace.sources import REPLICA_HEADER
 
 TOKEN_ENV = "BATCHPILOT_TOKEN"  # the same default as `batchpilot ctl`
 HTTP_TIMEOUT_S = 30.0
@@ -22,14 +27,17 @@ class Unavailable(Exception):
 
 
 class ControlClient:
-    def __init__(self, url: str, token_env: str = TOKEN_ENV):
+    def __init__(self, url: str, token_env: str = TOKEN_ENV, replica: str | None = None):
         if not url.startswith(("http://", "https://")):
             raise ChecklistError(f"--url {url!r} must start with http:// or https://")
-        self.url, self.token_env = url.rstrip("/"), token_env
+        self.url, self.token_env, self.replica = url.rstrip("/"), token_env, replica
         self.token = os.environ.get(token_env) or None
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        if self.replica is not None:
+            headers[REPLICA_HEADER] = self.replica
+        return headers
 
     def get_json(self, path: str) -> Any:
         try:
@@ -42,13 +50,16 @@ class ControlClient:
         request = urllib.request.Request(self.url + path, headers=self._headers())
         try:
             with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:
-                return resp.read().decode("utf-8", errors="replace")
+                text = resp.read().decode("utf-8", errors="replace")
         except urllib.error.HTTPError as exc:
             raise self._failure(exc.code, str(exc.reason), path) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise self._failure(None, f"cannot reach the server at {self.url}: {reason}",
                                 path) from None
+        if path == "/metrics" and self.replica is not None:
+            return only_replica(text, self.replica)
+        return text
 
     def _failure(self, status: int | None, message: str, path: str) -> Exception:
         if status is None:
@@ -61,3 +72,16 @@ class ControlClient:
         if status in (404, 503):
             return Unavailable(f"GET {path} answered {status}: {message}")
         return ChecklistError(f"GET {path}: the server answered {status}: {message}")
+
+
+def only_replica(text: str, replica: str) -> str:
+    """A fleet's merged /metrics -> one replica's samples (and every comment line); a
+    server's own /metrics (no replica label) is returned as it is."""
+    if f'replica="{replica}"' not in text and 'replica="' in text:
+        raise ChecklistError(f"replica={replica!r}: /metrics has no such replica")
+    if 'replica="' not in text:
+        raise ChecklistError(f"replica={replica!r}: this server is not a fleet ingress"
+                             " (its /metrics has no replica label)")
+    keep = [line for line in text.splitlines()
+            if line.startswith("#") or f'replica="{replica}"' in line]
+    return "\n".join(keep) + "\n"

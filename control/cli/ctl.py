@@ -6,6 +6,8 @@
     batchpilot ctl profile degrade --reason overload
     batchpilot ctl rollback 3 && batchpilot ctl history
     batchpilot ctl drain --reason deploy && batchpilot ctl resume
+    batchpilot ctl set max_num_seqs=1 --canary 1 --watch 5m   # a fleet: canary, then decide
+    batchpilot ctl canary --follow                           # the fleet's canary
 
 --url (default $BATCHPILOT_URL, else http://127.0.0.1:8000) names the server. The token is
 read from the environment variable named by --token-env (default BATCHPILOT_TOKEN), never
@@ -13,7 +15,7 @@ from a flag, which would land in the shell history; with none set, none is sent.
 
 Exit codes: 0 done; 1 the server could not be reached or failed, or has no such profile or
 version; 2 a usage error or a change the server refused (bad value, lane not empty, stale
-version); 3 the token is missing, wrong, or read-only.
+version); 3 the token is missing, wrong, or read-only; 4 a canary rolled the change back.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 import urllib.parse
 from typing import Any
 
+from control.cli import ctl_canary
 from control.cli.ctl_format import change_text, get_text, history_text, lanes_text
 from control.cli.http_json import HTTPFailure, request_json
 from control.trace.format import as_json
@@ -167,9 +170,13 @@ def _lanes(args: argparse.Namespace, client: Client) -> Any:
 def _set(args: argparse.Namespace, client: Client) -> Any:
     body = {"changes": build_patch(args.assignments), "lane_moves": parse_moves(args.move),
             "reason": args.reason}
+    if (args.watch or args.detach or args.min_requests is not None) and args.canary is None:
+        raise CtlError("--watch, --detach and --min-requests go with --canary N", 2)
     version = args.if_match
     if version is None:
         version = client.call("GET", "/control/config")["version"]
+    if args.canary is not None:
+        return ctl_canary.start_command(args, client, body, version)
     data = client.call("PATCH", "/control/config", body, dry_run=args.dry_run,
                        if_match=version)
     return data, lambda d: change_text(d, args.dry_run, version)
@@ -212,7 +219,7 @@ def _admission(args: argparse.Namespace, client: Client) -> Any:
 
 COMMANDS = {"get": _get, "set": _set, "lanes": _lanes, "profile": _post_change,
             "rollback": _post_change, "history": _history, "drain": _admission,
-            "resume": _admission}
+            "resume": _admission, "canary": ctl_canary.canary_command}
 
 
 # ---- the parser ------------------------------------------------------------------------
@@ -245,6 +252,14 @@ def add_ctl_parser(sub: Any) -> None:
 
     add("get", "the version, admission state, settings, lanes and profiles")
     p = add("set", "change live settings (a JSON merge patch built from KEY=VALUE)", change)
+    p.add_argument("--canary", type=int, metavar="N", help="a fleet: apply to N replicas"
+                   " first, compare them with the rest over --watch, then promote or roll"
+                   " back by itself (docs/fleet.md)")
+    p.add_argument("--watch", metavar="DURATION", help="the canary's window (30s, 5m, 1h;"
+                   " default 5m); progress is printed a line per poll")
+    p.add_argument("--detach", action="store_true", help="start the canary and return")
+    p.add_argument("--min-requests", type=int, metavar="N",
+                   help="requests each side needs for a decision (default 10)")
     p.add_argument("assignments", nargs="+", metavar="KEY=VALUE",
                    help="dotted KEY (max_num_seqs, lanes.batch.weight, tenant_lanes.acme);"
                    " VALUE is JSON if it parses, else text; lanes.NAME=null removes a lane")
@@ -256,6 +271,8 @@ def add_ctl_parser(sub: Any) -> None:
                    help="a version number from `history`, or `previous` (undo the latest"
                    " change)")
     add("history", "every config version: when, who, why, what changed")
+    p = add("canary", "a fleet's running (or last) canary and its decision")
+    p.add_argument("--follow", action="store_true", help="print each poll until it decides")
     add("drain", "stop admitting new requests (running ones finish)", reason)
     add("resume", "admit new requests again", reason)
 
@@ -282,9 +299,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         client = Client(args.url or os.environ.get(URL_ENV) or DEFAULT_URL,
                         args.token_env or TOKEN_ENV)
-        data, text = COMMANDS[args.ctl_command](args, client)
+        data, text, *code = COMMANDS[args.ctl_command](args, client)
     except CtlError as exc:
         print(f"batchpilot ctl: error: {exc}", file=sys.stderr)
         return exc.code
-    print(as_json(data) if args.json else text(data))
-    return 0
+    shown = as_json(data) if args.json else text(data)
+    if shown:
+        print(shown)
+    return code[0] if code else 0

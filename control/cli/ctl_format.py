@@ -28,8 +28,10 @@ def lanes_text(config: dict[str, Any], state: dict[str, Any], indent: str = "  "
 
 def get_text(data: dict[str, Any]) -> str:
     config = data["config"]
-    lines = [f"version {data['version']}   admission {data.get('admission', '-')}",
-             "settings"]
+    lines = [f"version {data['version']}   admission {data.get('admission', '-')}"]
+    if "converged" in data:  # a fleet's ingress: each replica's version until they agree
+        lines.append(fleet_text(data))
+    lines.append("settings")
     lines += table(["key", "value"], [[k, show(v)] for k, v in config.items()
                                       if k not in ("lanes", "tenant_lanes")])[1:]
     tenants = config.get("tenant_lanes") or {}
@@ -43,6 +45,18 @@ def get_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def fleet_text(data: dict[str, Any]) -> str:
+    replicas = "  ".join(f"{r['replica_id']}:v{r['fleet_version']}"
+                         + ("" if r["fleet_version"] == r["target_version"]
+                            else f"->v{r['target_version']}")
+                         + ("" if r["healthy"] else "(down)")
+                         for r in data.get("replicas", []))
+    canary = data.get("canary")
+    running = f"   canary {canary['canary_id']} {canary['status']}" if canary else ""
+    return (f"fleet {'converged' if data['converged'] else 'converging'}   replicas"
+            f" {replicas}{running}")
+
+
 def change_text(data: dict[str, Any], dry_run: bool, before: int | None = None) -> str:
     """The diff as `key: old -> new` lines, then what became of it."""
     lines = [f"{key}: {show(old)} -> {show(new)}" for key, (old, new) in
@@ -54,6 +68,11 @@ def change_text(data: dict[str, Any], dry_run: bool, before: int | None = None) 
     else:
         was = f" (was {before})" if before is not None else ""
         lines.append(f"applied: now version {data['version']}{was}")
+        if "converged" in data:  # a fleet: every replica took it between two steps
+            state = (f"every replica took it in {data['converge_s'] * 1000:.0f} ms"
+                     if data["converged"] else "not every replica took it yet (the fleet"
+                     " retries; `ctl get` shows each one)")
+            lines.append(f"fleet: {state}")
     return "\n".join(lines)
 
 
@@ -67,8 +86,12 @@ def history_text(data: dict[str, Any]) -> str:
     rows = [[v["version"], clock(v.get("time"), date=True)[:19], v.get("actor") or "-",
              v.get("source") or "-", v.get("reason") or "-", diff_summary(v.get("diff", {}))]
             for v in data.get("versions", [])]
-    return "\n".join(table([">version", "time", "actor", "source", "reason", "changes"],
-                           rows, indent=""))
+    lines = table([">version", "time", "actor", "source", "reason", "changes"], rows,
+                  indent="")
+    for event in data.get("events", []):  # a fleet's canaries: starts and verdicts
+        lines.append(f"{clock(event.get('time'), date=True)[:19]}  {event['kind']}"
+                     f"  {event.get('canary_id', '')}  {event.get('why', '')}")
+    return "\n".join(lines)
 
 
 # ---- subcommands -----------------------------------------------------------------------

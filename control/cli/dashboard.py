@@ -3,6 +3,7 @@ running server (--url: read and control APIs) or a trace file (--trace-db: postm
 
     batchpilot dashboard --url http://127.0.0.1:8000 --port 8501
     batchpilot dashboard --trace-db incident.duckdb
+    batchpilot dashboard --trace-db 'traces/replica-*.duckdb' --replica 1   # a fleet's files
 
 Runs `python -m streamlit run dashboard/app.py` bound to --host (127.0.0.1 by default),
 headless, without usage statistics or Streamlit's developer toolbar; it stops with Ctrl+C.
@@ -23,6 +24,8 @@ APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 
 def streamlit_command(args: argparse.Namespace) -> list[str]:
     source = ["--url", args.url] if args.url else ["--trace-db", os.path.abspath(args.trace_db)]
+    if getattr(args, "replica", None) is not None:
+        source += ["--replica", args.replica]
     return [sys.executable, "-m", "streamlit", "run", str(APP),
             "--server.address", args.host, "--server.port", str(args.port),
             "--server.headless", "true", "--browser.gatherUsageStats", "false",
@@ -33,10 +36,17 @@ def streamlit_command(args: argparse.Namespace) -> list[str]:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    if args.trace_db and not os.path.isfile(args.trace_db):
-        print(f"batchpilot dashboard: trace DB {args.trace_db!r} does not exist",
-              file=sys.stderr)
-        return 2
+    if args.trace_db:
+        from control.trace.fleet_db import expand, is_pattern
+
+        try:  # a glob (a fleet's files) must name files, and the replica one of them
+            if is_pattern(args.trace_db) or args.replica is not None:
+                expand(args.trace_db, args.replica)
+            elif not os.path.isfile(args.trace_db):
+                raise ValueError(f"trace DB {args.trace_db!r} does not exist")
+        except ValueError as exc:
+            print(f"batchpilot dashboard: {exc}", file=sys.stderr)
+            return 2
     if args.url and not args.url.startswith(("http://", "https://")):
         print(f"batchpilot dashboard: --url {args.url!r} must start with http:// or"
               " https://", file=sys.stderr)
@@ -53,7 +63,10 @@ def add_dashboard_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[0])
     source = p.add_mutually_exclusive_group()
     source.add_argument("--url", default=None, help=f"a running server (or ${URL_ENV})")
-    source.add_argument("--trace-db", metavar="FILE", help="a trace file, opened read-only")
+    source.add_argument("--trace-db", metavar="FILE", help="a trace file, opened read-only;"
+                        " a quoted glob ('DIR/replica-*.duckdb') reads a fleet's files as one")
+    p.add_argument("--replica", metavar="ID", help="a fleet: show this replica first (the"
+                   " sidebar switches between one replica and all)")
     p.add_argument("--host", default="127.0.0.1", help="default %(default)s")
     p.add_argument("--port", type=int, default=8501, help="default %(default)s")
     p.add_argument("--token-env", default=TOKEN_ENV, metavar="NAME",

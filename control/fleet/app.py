@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from control.admin.auth import load_tokens
 from control.fleet.ingress import FleetIngress
 from control.fleet.replica import EngineReplica
 from control.fleet.router import RoutingPolicy
@@ -55,9 +56,12 @@ class FleetSettings:
         return self
 
     def replica_settings(self, replica_id: int) -> ServeSettings:
+        # NOTE: no YAML watcher on a replica: a reload would change one replica's config
+        # behind the fleet's versions; changes go through the ingress's /control
+        serve = self.serve.replace(watch_config=False)
         if self.trace_dir is None:
-            return self.serve.replace(trace_db=None)  # one DuckDB file cannot take N writers
-        return self.serve.replace(trace_db=f"{self.trace_dir}/replica-{replica_id}.duckdb")
+            return serve.replace(trace_db=None)  # one DuckDB file cannot take N writers
+        return serve.replace(trace_db=f"{self.trace_dir}/replica-{replica_id}.duckdb")
 
 
 class _ServeReplica(EngineReplica):
@@ -94,7 +98,11 @@ def build_application(settings: FleetSettings) -> Any:
         serve.ingress()(FleetIngress), name="ingress", num_replicas=1,
         max_ongoing_requests=MAX_ONGOING,
         ray_actor_options={"num_cpus": settings.ingress_cpus})
-    return ingress.bind(handles, settings.policy)
+    # the caller's token is checked once, at the ingress (replicas are reached by handle)
+    tokens = load_tokens(settings.serve.control_tokens_path) if settings.serve.control_api \
+        else ()
+    return ingress.bind(handles, settings.policy, control_tokens=tokens,
+                        control_api=settings.serve.control_api)
 
 
 def start(settings: FleetSettings) -> Any:

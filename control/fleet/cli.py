@@ -2,6 +2,7 @@
 
     batchpilot fleet --replicas 2 --config serving.yaml                 # local Ray
     batchpilot fleet --replicas 8 --config serving.yaml --address auto  # join a cluster
+    batchpilot fleet restart --url http://INGRESS --grace 30  # rolling restart (restart_cli)
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from control.fleet.restart_cli import add_restart_parser
 from control.fleet.router import MODES, RoutingPolicy
 from control.serve.settings import DEFAULT_MODEL, ServeSettings
 
@@ -50,6 +52,7 @@ def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
     fleet.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug"])
     fleet.set_defaults(func=run_fleet)
+    add_restart_parser(fleet.add_subparsers(dest="fleet_command", metavar="{restart}"))
 
 
 def run_fleet(args: argparse.Namespace) -> int:

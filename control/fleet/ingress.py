@@ -5,12 +5,17 @@
     GET  /healthz                                this ingress answers
     GET  /readyz                                 200 while one replica is ready; each one's stats
     GET  /metrics                                every replica's, labelled replica="<id>"
-    anything else (/control, /v1/trace, ...)     the replica named by X-Batchpilot-Replica
+    GET  /v1/trace/*                             every replica's trace as one (trace_fanout.py)
+    /control/config, history, canary, ...        the fleet's control plane (control_routes.py)
+    /control/fleet/restart                       a rolling restart (restart.py)
+    anything else (/v1/whatif, ...)              the replica named by X-Batchpilot-Replica
                                                  (default: the first healthy one)
 
 Every answer from a replica carries `X-Batchpilot-Replica`. The class needs no Ray import:
 `handles` are anything with `.options(stream=True).http.remote(...)` and `.stats.remote()`
-and `.drain.remote(grace_s)` (Serve's DeploymentHandles, or local stand-ins in the bench).
+and `.drain.remote(grace_s)`, and for /control `.install`, `.window`, `.audit_event`,
+`.control_state`, `.retire` (Serve's DeploymentHandles, or local stand-ins in the bench and
+tests).
 """
 
 from __future__ import annotations
@@ -24,10 +29,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from control.admin.auth import Token
 from control.api.errors import APIError, install_error_handlers
+from control.fleet.control_plane import FleetControl
+from control.fleet.control_routes import fleet_control_router
 from control.fleet.forward import NotAccepted, open_call, relay, upstream_headers
 from control.fleet.loads import POLL_S, LoadTable, poll_forever
-from control.fleet.metrics_merge import merge_metrics
+from control.fleet.metrics_merge import ingress_metrics, merge_metrics
+from control.fleet.restart import restart_router
 from control.fleet.router import (
     Decision,
     NoReplicaAvailable,
@@ -36,6 +45,7 @@ from control.fleet.router import (
     choose,
     prompt_prefix,
 )
+from control.fleet.trace_fanout import install_trace_routes
 
 log = logging.getLogger("batchpilot.fleet")
 GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
@@ -44,7 +54,8 @@ REPLICA_HEADER = "x-batchpilot-replica"
 
 class FleetIngress:
     def __init__(self, handles: list[Any], policy: RoutingPolicy, poll_s: float = POLL_S,
-                 seed: int | None = None):
+                 seed: int | None = None, control_tokens: tuple[Token, ...] = (),
+                 control_api: bool = True):
         self.handles = list(handles)
         self.policy = policy.validate()
         self.poll_s = poll_s
@@ -52,13 +63,20 @@ class FleetIngress:
         self.rng = random.Random(seed)
         self.draining = False
         self.decisions: dict[str, int] = {}  # reason -> count, for /readyz and the bench
+        self.routed: dict[tuple[int, str], int] = {}  # (replica, reason) -> count: /metrics
         self._polls: list[asyncio.Task] = []
+        self.control_api, self.control_tokens = control_api, control_tokens
+        self.control = FleetControl(self)  # /control: fleet versions, canaries
+        self.restart: Any = None  # the running or last RestartRun (restart.py)
+        self.restarts = 0  # started so far: names the next one
 
     def start_polls(self) -> None:
         """On the event loop that serves the app: one poll loop per replica."""
         self._polls = [asyncio.ensure_future(poll_forever(
             self.table, i, lambda h=h: _await(h.stats.remote()), self.poll_s))
             for i, h in enumerate(self.handles)]
+        if self.control_api:  # pushes each replica its target fleet version until it has it
+            self._polls.append(asyncio.ensure_future(self.control.reconcile_forever()))
 
     async def __serve_build_asgi_app__(self) -> FastAPI:  # Serve: on the replica's loop
         self.start_polls()
@@ -76,6 +94,8 @@ class FleetIngress:
             raise APIError(503, str(exc), code="no_replica", headers={"Retry-After": "1"}) \
                 from None
         self.decisions[decision.reason] = self.decisions.get(decision.reason, 0) + 1
+        key = (decision.replica_id, decision.reason)
+        self.routed[key] = self.routed.get(key, 0) + 1
         return decision
 
     async def forward(self, request: Request, body: bytes, replica_id: int,
@@ -139,13 +159,24 @@ class FleetIngress:
                                          for h in self.handles), return_exceptions=True)
         return sum(r for r in results if isinstance(r, int))
 
+    def refuse_during_restart(self) -> None:
+        """409 while a rolling restart runs (a canary would lose its replicas under it)."""
+        run = self.restart
+        if run is not None and run.running:
+            busy = [s["replica_id"] for s in run.steps if s["phase"] not in ("waiting", "done")]
+            raise APIError(409, f"rolling restart {run.restart_id} is running (replica"
+                           f" {busy[0] if busy else '-'} of {[s['replica_id'] for s in run.steps]}"
+                           "): wait for it to end (GET /control/fleet/restart)",
+                           code="restart_running", extra={"restart_id": run.restart_id})
+
     def readiness(self) -> dict[str, Any]:
         views = self.table.views
         return {"status": "ready" if self.ready() else "not_ready",
                 "draining": self.draining, "routing": self.policy.mode,
                 "decisions": dict(self.decisions),
-                "replicas": [{"replica_id": v.replica_id, "healthy": v.healthy,
-                              "inflight": v.inflight, "failures": v.failures, **v.polled}
+                "replicas": [{**v.polled, "replica_id": v.replica_id, "healthy": v.healthy,
+                              "routable": v.routable, "ingress_inflight": v.inflight,
+                              "failures": v.failures}
                              for v in views]}
 
     def ready(self) -> bool:
@@ -204,7 +235,13 @@ def build_app(fleet: FleetIngress) -> FastAPI:
     async def metrics() -> Response:
         answers = await fleet.fan_out("GET", "/metrics")
         texts = [(i, body.decode()) for i, status, body in answers if status == 200]
-        return Response(merge_metrics(texts), media_type="text/plain; version=0.0.4")
+        own = ingress_metrics(fleet.routed, fleet.table.views)
+        return Response(merge_metrics(texts, own), media_type="text/plain; version=0.0.4")
+
+    install_trace_routes(app, fleet)  # /v1/trace/*: every replica's, as one trace
+
+    app.include_router(fleet_control_router(fleet))
+    app.include_router(restart_router(fleet))  # before the catch-all below
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     async def other(path: str, request: Request) -> Response:

@@ -5,6 +5,7 @@ does not all land on one replica).
 A replica is healthy while its last poll answered in time and said ready, and no call to it
 has failed since. A failed call marks it down at once (a killed replica stops getting new
 requests before the next poll); a poll that answers ready brings it back (Serve restarted it).
+It is routed to while healthy and not excluded (a rolling restart takes it out: restart.py).
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ class ReplicaView:
     polled: dict[str, Any] = field(default_factory=dict)
     polled_at: float | None = None  # time.monotonic() of the last answer
     failures: int = 0  # calls that failed (replica died under them), ever
+    routable: bool = True  # False while a rolling restart has taken it out (restart.py)
 
     def load(self) -> ReplicaLoad:
         p = self.polled
-        return ReplicaLoad(self.replica_id, self.healthy, int(p.get("waiting", 0)),
-                           int(p.get("running", 0)), self.inflight,
+        # the router sees an excluded replica as down; the control plane (which reads
+        # `healthy`) still pushes it config, so it converges before it is routed to again
+        return ReplicaLoad(self.replica_id, self.healthy and self.routable,
+                           int(p.get("waiting", 0)), int(p.get("running", 0)), self.inflight,
                            float(p.get("kv_usage", 0.0)))
 
 
@@ -52,6 +56,13 @@ class LoadTable:
 
     def done(self, replica_id: int) -> None:
         self.views[replica_id].inflight -= 1
+
+    def exclude(self, replica_id: int) -> None:
+        """No new requests to it; those already sent finish there (`inflight` counts them)."""
+        self.views[replica_id].routable = False
+
+    def include(self, replica_id: int) -> None:
+        self.views[replica_id].routable = True
 
     def failed(self, replica_id: int, why: str) -> None:
         view = self.views[replica_id]

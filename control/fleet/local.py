@@ -59,9 +59,19 @@ class LocalHandle:
     def drain(self) -> _Method:
         return _Method(lambda grace_s: self.replica.drain(grace_s))
 
+    def __getattr__(self, name: str) -> _Method:
+        """Any other replica method (install, window, audit_event, control_state), awaitable
+        as Serve's `handle.<method>.remote(...)` is."""
+        method = getattr(self.replica, name)
+        return _Method(lambda *args, **kwargs: _result(method(*args, **kwargs)))
+
 
 async def _now(value: Any) -> Any:
     return value
+
+
+async def _result(value: Any) -> Any:
+    return await value if asyncio.iscoroutine(value) else value
 
 
 async def wait_healthy(table_ready: Callable[[], bool], timeout_s: float = 30.0,

@@ -15,14 +15,19 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from control.api.app import create_app
 from control.fleet.asgi_call import call_asgi
+from control.fleet.replica_window import FleetTee
+from control.fleet.versioning import install_on
 from control.serve.settings import ServeSettings
+from engine.config_patch import live_to_dict, static_to_dict
 
 DRAIN_POLL_S = 0.05
+RETIRED = "retired by a rolling restart: Ray Serve is replacing this process"
 ABORT_FLUSH_S = 5.0  # after aborting the rest, time for their final chunks to go out
 
 
@@ -34,8 +39,16 @@ class EngineReplica:
         self.replica_id = replica_id
         self.app = create_app(settings)
         self.state = self.app.state.serving
+        store = self.state.config_store
+        if store is not None:
+            store.fleet_version = 0  # the YAML every replica starts from (versioning.py)
+        self.tee = FleetTee(self.state.engine.observer, store)  # stamps steps, keeps a window
+        self.state.engine.observer = self.tee
         self._lifespan: Any = None
         self.started_at = time.time()
+        # one per process: a rolling restart waits for a new one (pids repeat across nodes)
+        self.incarnation = uuid.uuid4().hex[:12]
+        self.retired = False  # set by retire(): check_health fails, Serve replaces us
 
     async def start(self) -> EngineReplica:
         """Start the engine loop (and the trace writer); return once the model is loaded
@@ -59,19 +72,60 @@ class EngineReplica:
         """What the router polls (~every 200 ms): cheap, read from the loop's last step."""
         engine = self.state.engine
         stats = engine.stats
+        problem = RETIRED if self.retired else engine.health()
         return {"replica_id": self.replica_id, "pid": os.getpid(),
-                "ready": engine.health() is None, "reason": engine.health(),
+                "incarnation": self.incarnation, "ready": problem is None, "reason": problem,
                 "waiting": stats.waiting, "running": stats.running,
                 "kv_usage": stats.kv_usage, "kv_blocks_used": stats.kv_blocks_used,
                 "inflight": self.state.inflight, "steps": stats.steps,
-                "started_at": self.started_at}
+                "started_at": self.started_at, "fleet_version": self.tee.fleet_version}
+
+    # ---- the fleet's control plane (control/fleet/control_plane.py calls these) ---------
+    async def install(self, config: dict[str, Any], fleet_version: int,
+                      **kwargs: Any) -> dict[str, Any]:
+        """Install fleet version `fleet_version` (its whole live config) between two steps;
+        -> {"ok": True, "applied", "config_version", "fleet_version"} or the refusal as
+        {"ok": False, "status", "code", "message"}. kwargs: actor, source, reason,
+        lane_moves, dry_run (ConfigStore.install_fleet)."""
+        return await install_on(self.state.config_store, config, fleet_version, kwargs)
+
+    def control_state(self) -> dict[str, Any] | None:
+        """The live config, static settings and profiles the fleet's version 0 starts
+        from (None: the control API is off)."""
+        store = self.state.config_store
+        if store is None:
+            return None
+        return {"config": live_to_dict(store.current()), "static": static_to_dict(store.static),
+                "profiles": store.profiles, "fleet_version": store.fleet_version}
+
+    def window(self, since: float, fleet_version: int | None = None) -> dict[str, Any]:
+        """Requests that ended since `since` (s since the epoch) under `fleet_version`."""
+        return {"replica_id": self.replica_id,
+                **self.tee.window.since(since, fleet_version)}
+
+    def audit_event(self, source: str, actor: str, change: dict[str, Any], note: str) -> bool:
+        """A fleet control decision (a canary's verdict) as a row of this replica's trace."""
+        if self.state.config_store is None:
+            return False
+        self.state.config_store.audit_event(source, actor, change, note)
+        return True
 
     def check_health(self) -> None:
         """Serve calls this periodically; raising makes it replace the replica. Only a dead
         or wedged engine loop counts (not draining, not paused admission)."""
-        problem = self.state.engine.serving_problem()
+        problem = RETIRED if self.retired else self.state.engine.serving_problem()
         if problem is not None:
             raise RuntimeError(f"replica {self.replica_id}: {problem}")
+
+    async def retire(self, grace_s: float) -> int:
+        """A rolling restart's last word to this process: drain (as `drain`), then fail
+        every health check, so Serve stops it (gracefully: `__del__` flushes the trace) and
+        starts a new one with a new `incarnation`. -> requests that had to be aborted.
+        NOTE: Serve replaces a replica after REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD (3)
+        failed checks in a row, `health_check_period_s` apart (app.py: 2 s)."""
+        aborted = await self.drain(grace_s)
+        self.retired = True
+        return aborted
 
     async def drain(self, grace_s: float) -> int:
         """Refuse new requests (503), give in-flight ones `grace_s`, abort the rest (their

@@ -5,6 +5,8 @@
     batchpilot trace --db trace.duckdb request req-42
     batchpilot trace --db trace.duckdb steps --at 14:02 --before 3 --after 3 --batch
     batchpilot trace --db trace.duckdb export --parquet /tmp/postmortem
+    batchpilot trace --db 'traces/replica-*.duckdb' summary      # a fleet's files, as one
+    batchpilot trace --url http://FLEET:8000 --replica 1 slow    # one replica of a fleet
 
 --db opens the file read-only and runs control/trace/queries.py in this process; --url (or
 $BATCHPILOT_URL) asks the server's /v1/trace/* API, which runs the same queries. Both give
@@ -25,7 +27,7 @@ from typing import Any
 from control.trace import format as fmt
 from control.trace import queries, report
 from control.trace.schema import TABLES
-from control.trace.sources import FileSource, TraceError, UrlSource
+from control.trace.sources import FileSource, TraceError, UrlSource, open_source
 from control.trace.timeparse import parse_time
 
 URL_ENV = "BATCHPILOT_URL"
@@ -152,7 +154,11 @@ def add_trace_parser(sub: Any) -> None:
 def _source_options(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument("--db", metavar="FILE", default=default,
                         help="a trace file, opened read-only (the server must be stopped, or"
-                        " use a copy made with its .wal)")
+                        " use a copy made with its .wal); a quoted glob such as"
+                        " 'DIR/replica-*.duckdb' reads a fleet's files as one")
+    parser.add_argument("--replica", metavar="ID", default=default,
+                        help="a fleet: read this replica only (its file among --db's, or"
+                        " through the ingress at --url)")
     parser.add_argument("--url", metavar="URL", default=default,
                         help=f"a running server, e.g. http://127.0.0.1:8000 (default:"
                         f" ${URL_ENV})")
@@ -174,14 +180,14 @@ def _source(args: argparse.Namespace) -> FileSource | UrlSource:
     if args.db is not None and args.url is not None:
         raise TraceError("give one of --db FILE or --url URL, not both", 2)
     if args.db is not None:
-        return FileSource(args.db)
+        return open_source(db=args.db, replica=args.replica)
     url = args.url if args.url is not None else os.environ.get(URL_ENV) or None
     if url is None:
         raise TraceError(f"which trace? give --db FILE (a stopped server's file, or a copy)"
                          f" or --url URL (a running server; or set ${URL_ENV})", 2)
     if not url.startswith(("http://", "https://")):
         raise TraceError(f"--url {url!r} must start with http:// or https://", 2)
-    return UrlSource(url)
+    return open_source(url=url, replica=args.replica)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: steps.fleet_version
 
 # type name -> (DuckDB type, Arrow type)
 TYPES: dict[str, tuple[str, pa.DataType]] = {
@@ -66,6 +66,9 @@ STEPS = Table("steps", (
     ("admitted", "str[]"),  # first scheduled in this step
     ("preempted", "str[]"), ("finished", "str[]"), ("finish_reasons", "str[]"),
     ("config_version", "int"), ("prefix_query_tokens", "int"), ("prefix_hit_tokens", "int"),
+    # NOTE: last, so a file from before it (schema 1) gains it by ALTER TABLE in the same
+    # position the writer's positional INSERT expects. NULL on a single server.
+    ("fleet_version", "int"),  # the fleet config version a replica ran the step under
 ), "start_time")
 
 REQUESTS = Table("requests", (
@@ -141,7 +144,12 @@ FROM ran JOIN request_ids USING (run_id, seq)
 
 
 def create_schema(con) -> None:
-    """Create every table and view (idempotent). `con`: a read-write DuckDB connection."""
+    """Create every table and view (idempotent). `con`: a read-write DuckDB connection.
+    A file written by an older batchpilot gains the columns added since (NULL in its rows);
+    new columns are only ever appended, so column positions stay as declared."""
     for table in TABLES.values():
         con.execute(table.ddl())
+        for name, kind in table.columns:
+            con.execute(f"ALTER TABLE {table.name} ADD COLUMN IF NOT EXISTS {name}"
+                        f" {TYPES[kind][0]}")
     con.execute(STEP_REQUESTS_VIEW)

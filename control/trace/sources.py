@@ -5,6 +5,10 @@ running server's read API. Both answer the same named questions with the same JS
     source = FileSource("trace.duckdb")   # or UrlSource("http://127.0.0.1:8000")
     source.ask("slow", limit=5)
     source.ask("series_steps", since=t0, buckets=300)
+
+A fleet reads as one: `open_source("DIR/*.duckdb")` (FleetFileSource: each replica's file)
+or a fleet ingress's URL (it fans trace reads out to every replica); rows then carry
+`replica`, and `replica="1"` reads one replica only (the ingress: X-Batchpilot-Replica).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from control.cli.http_json import HTTPFailure, request_json
 from control.trace import facts, queries, report_queries, series
 
 HTTP_TIMEOUT_S = 30.0
+REPLICA_HEADER = "X-Batchpilot-Replica"  # a fleet ingress: ask this replica only
 # question -> (the query over a connection, the server's route for it)
 QUESTIONS: dict[str, tuple[Callable[..., Any], str]] = {
     "summary": (queries.summary, "/v1/trace/summary"),
@@ -80,13 +85,107 @@ class FileSource:
         return json.loads(json.dumps(data, default=str))  # what the HTTP API would send
 
 
-class UrlSource:
-    """A running server's trace read API."""
+class FleetFileSource(FileSource):
+    """Trace files of a fleet's replicas (a glob), read as one: row questions ask each file
+    and merge (fleet_merge.py), aggregates run over the union of their tables (fleet_db.py).
+    Every file is opened read-only: the replicas must have stopped (or read copies)."""
 
-    def __init__(self, url: str):
-        self.url = url.rstrip("/")
+    def __init__(self, pattern: str, replica: str | None = None):
+        super().__init__(pattern)
+        self.replica = replica
+
+    def paths(self) -> dict[str, str]:
+        from control.trace.fleet_db import expand
+
+        try:
+            return expand(self.path, self.replica)
+        except ValueError as exc:
+            raise TraceError(str(exc), 2) from None
+
+    def connect(self) -> Any:
+        from control.trace.fleet_db import open_files
+
+        try:
+            return open_files(self.paths())
+        except ValueError as exc:
+            raise TraceError(str(exc), 2) from None
 
     def ask(self, question: str, **params: Any) -> Any:
+        from control.trace import fleet_merge
+
+        if question in fleet_merge.ROW_QUESTIONS:
+            answers = [(replica, _ask_file(FileSource(path), question, params))
+                       for replica, path in self.paths().items()]
+            data = fleet_merge.merge(question, params, answers)
+        else:
+            con = self.connect()
+            try:
+                data = fleet_merge.label_runs(con, _run(con, question, params))
+            finally:
+                con.close()
+        if data is None:
+            raise not_found(params["request_id"])
+        return json.loads(json.dumps(data, default=str))
+
+
+def _run(con: Any, question: str, params: dict[str, Any]) -> Any:
+    try:
+        return QUESTIONS[question][0](con, **params)
+    except ValueError as exc:
+        raise TraceError(str(exc), 2) from None
+
+
+def _ask_file(source: FileSource, question: str, params: dict[str, Any]) -> Any:
+    con = source.connect()
+    try:
+        return _run(con, question, params)
+    finally:
+        con.close()
+
+
+def open_source(db: str | None = None, url: str | None = None,
+                replica: str | None = None) -> FileSource | UrlSource:
+    """--db FILE (a glob: a fleet's files) or --url URL; `replica` picks one replica."""
+    from control.trace.fleet_db import is_pattern
+
+    if db is not None:
+        if is_pattern(db) or replica is not None:
+            return FleetFileSource(db, replica)
+        return FileSource(db)
+    if url is None:
+        raise TraceError("give a trace file (--db) or a server's URL (--url)", 2)
+    return UrlSource(url, replica)
+
+
+class UrlSource:
+    """A running server's trace read API (a fleet ingress's: every replica's, merged;
+    `replica` asks one, by the X-Batchpilot-Replica header)."""
+
+    def __init__(self, url: str, replica: str | None = None):
+        self.url = url.rstrip("/")
+        self.replica = replica
+        self._checked = replica is None
+
+    def _check_fleet(self) -> None:
+        """A replica can be named only at a fleet ingress (one server ignores the header):
+        its /readyz lists the replicas."""
+        try:
+            ready = request_json(self.url, "/readyz", timeout_s=HTTP_TIMEOUT_S)
+        except HTTPFailure as exc:
+            ready = exc.body if exc.status == 503 else None
+            if exc.status is None:
+                raise TraceError(exc.message, 1) from None
+        ids = [str(r.get("replica_id")) for r in (ready or {}).get("replicas") or ()]
+        if not ids:
+            raise TraceError(f"replica={self.replica!r}: {self.url} is not a fleet ingress"
+                             " (`batchpilot fleet`); one server has no replicas", 2)
+        if self.replica not in ids:
+            raise TraceError(f"replica={self.replica!r} must be one of {', '.join(ids)}", 2)
+        self._checked = True
+
+    def ask(self, question: str, **params: Any) -> Any:
+        if not self._checked:
+            self._check_fleet()
         route = QUESTIONS[question][1]
         if "request_id" in params:
             route = route.format(request_id=urllib.parse.quote(params.pop("request_id"),
@@ -94,8 +193,9 @@ class UrlSource:
         query = urllib.parse.urlencode({k: str(v).lower() if isinstance(v, bool) else v
                                         for k, v in params.items() if v is not None})
         try:
+            headers = {REPLICA_HEADER: self.replica} if self.replica is not None else None
             return request_json(self.url, route + (f"?{query}" if query else ""),
-                                timeout_s=HTTP_TIMEOUT_S)
+                                headers=headers, timeout_s=HTTP_TIMEOUT_S)
         except HTTPFailure as exc:
             if exc.status is None:
                 raise TraceError(exc.message, 1) from None

@@ -17,7 +17,9 @@ from control.trace.schema import TABLES
 
 def _explain(path: str, exc: Exception) -> str:
     text = str(exc)
-    if "lock" in text.lower():
+    # NOTE: another process holding the file: a lock error; this process (a fleet of
+    # in-process replicas, a test): DuckDB's "unique file handle conflict"
+    if "lock" in text.lower() or "file handle conflict" in text.lower():
         pid = re.search(r"PID (\d+)", text)
         holder = f" (process {pid.group(1)})" if pid else ""
         return (f"trace DB {path!r} is held by another process{holder}, probably a running"

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import charts
-from dashboard.context import ask, context, window
+from dashboard.context import ask, columns, context, window
 
 SLOW_BY = {"end-to-end": "e2e_s", "time to first token": "ttft_s",
            "queue delay": "queue_delay_s", "time per output token": "tpot_s"}
@@ -26,10 +26,10 @@ if not slow:
     st.info("No finished requests in this window.")
 table = charts.frame(slow, "arrival_time")
 if not table.empty:
-    st.dataframe(table[["request_id", "lane", "tenant", "outcome", "e2e_s", "ttft_s",
-                        "tpot_s", "queue_s", "prefill_s", "decode_s", "preempted_s",
-                        "num_preemptions", "num_prompt_tokens", "num_output_tokens",
-                        "arrival_time"]], hide_index=True, height=280)
+    st.dataframe(table[columns(table, [
+        "request_id", "lane", "tenant", "outcome", "e2e_s", "ttft_s", "tpot_s", "queue_s",
+        "prefill_s", "decode_s", "preempted_s", "num_preemptions", "num_prompt_tokens",
+        "num_output_tokens", "arrival_time"])], hide_index=True, height=280)
 
 st.subheader("One request")
 choices = [row["request_id"] for row in slow]
@@ -40,6 +40,8 @@ if not request_id:
     st.stop()
 timeline = ask(ctx, "request", request_id=request_id)
 record, breakdown = timeline.get("request"), timeline.get("breakdown")
+if timeline.get("replica") is not None:  # a fleet: the replica that ran it
+    st.caption(f"Ran on replica {timeline['replica']}")
 if record:
     cols = st.columns(5)
     cols[0].metric("Outcome", record["outcome"], record.get("finish_reason") or None,

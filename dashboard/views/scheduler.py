@@ -8,7 +8,7 @@ import altair as alt
 import streamlit as st
 
 from dashboard import charts
-from dashboard.context import ask, context, window
+from dashboard.context import ask, columns, context, window
 
 ctx = context()
 since, until = window(ctx)
@@ -77,7 +77,8 @@ if not raw.empty:
     budget = alt.Chart(raw).mark_tick(color="black", thickness=2).encode(
         x="step_id:O", y="token_budget:Q")
     st.altair_chart(alt.layer(bars_, budget), width="stretch")
-    st.dataframe(raw[["step_id", "start_time", "duration_s", "num_prefill_seqs",
-                      "num_decode_seqs", "num_prefill_tokens", "num_decode_tokens",
-                      "token_budget", "kv_usage", "waiting_by_reason", "preempted",
-                      "config_version"]].iloc[::-1], hide_index=True, height=300)
+    st.dataframe(raw[columns(raw, [
+        "step_id", "start_time", "duration_s", "num_prefill_seqs", "num_decode_seqs",
+        "num_prefill_tokens", "num_decode_tokens", "token_budget", "kv_usage",
+        "waiting_by_reason", "preempted", "config_version"])].iloc[::-1], hide_index=True,
+                 height=300)

@@ -33,6 +33,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "whatif_speed": [],
     "whatif_accuracy": [],
     "fleet_routing": [],
+    "fleet_control": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}

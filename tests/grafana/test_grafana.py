@@ -56,7 +56,7 @@ def test_board_is_consistent(path):
     uids = datasource_uids(board)
     assert uids and set(uids) == {DS_UID}
     variables = {v["name"]: v for v in board["templating"]["list"]}
-    assert set(variables) == {"model", "lane", "tenant"}
+    assert set(variables) == {"model", "replica", "lane", "tenant"}
     for v in variables.values():
         assert v["includeAll"] and v["allValue"] == ".*", v["name"]
         assert v["query"].startswith("label_values("), v["name"]

@@ -1,8 +1,9 @@
 """`batchpilot fleet` on a local Ray: two replicas of the tiny model behind one ingress.
 
-One Ray and one fleet for the whole module (Ray ~6-10 s, Serve and the replicas ~10-30 s
-on the shared 2-core VM); the tests run in order, the replica kill last. Skipped when Ray
-Serve is not installed, except under CI (`make test` installs the `fleet` extra).
+One Ray and one fleet for the whole session (tests/control/fleet/conftest.py's `fleet`,
+shared with the canary and restart tests); the tests run in order, the replica kill last.
+Skipped when Ray Serve is not installed, except under CI (`make test` installs the `fleet`
+extra).
 """
 
 from __future__ import annotations
@@ -11,15 +12,13 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import time
 
 import httpx
 import pytest
 
 try:
-    import ray
-    from ray import serve
+    import ray  # noqa: F401  (the fleet fixture is conftest.py's)
 except ImportError:
     if os.environ.get("CI"):
         raise RuntimeError("CI without Ray Serve: `make test` installs the fleet extra"
@@ -27,44 +26,10 @@ except ImportError:
     pytest.skip("Ray Serve is not installed (pip install -e '.[fleet]')",
                 allow_module_level=True)
 
-from control.fleet.app import FleetSettings, start
-from control.serve.settings import ServeSettings
-
 pytestmark = pytest.mark.timeout(240)
 LONG_TOKENS = 360  # + the 124-token prompt fits max_model_len 512; seconds a stream
 SYSTEM = "You are the scheduler's assistant. Each block of the cache holds sixteen tokens. " * 4
 assert len(SYSTEM) > 256  # longer than the prefix affinity hashes (RoutingPolicy.prefix_chars)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def fleet(tiny_llama_dir):
-    port = _free_port()
-    settings = FleetSettings(
-        ServeSettings(model=str(tiny_llama_dir), port=port, shutdown_grace_s=2.0,
-                      engine_overrides={"num_kv_blocks": 256}),
-        replicas=2, num_cpus=2, replica_cpus=0.5, ingress_cpus=0.25)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        try:
-            start(settings)
-        except ray.exceptions.ActorDiedError:
-            # NOTE: on a starved 2-core machine Serve's controller once killed its HTTP
-            # proxy before it ran (a missed health check) and serve.run raised; that is
-            # Serve's start-up under load, not the fleet: start once more
-            serve.shutdown()
-            start(settings)
-        url = f"http://127.0.0.1:{port}"
-        _wait(lambda: _ready_replicas(url) == 2, 60, "both replicas healthy")
-        yield url
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 def _readyz(url: str) -> dict:
@@ -195,7 +160,10 @@ def test_a_killed_replica_fails_its_streams_and_comes_back(fleet):
     assert {r.headers["x-batchpilot-replica"] for r in after} == {"1"}
     _wait(lambda: _idle(fleet, 1), 30, "the survivor to hold no KV")
     _wait(lambda: _ready_replicas(fleet) == 2, 90, "Ray Serve to restart replica 0")
-    assert _readyz(fleet)["replicas"][victim]["pid"] != old_pid
+    rows = _readyz(fleet)["replicas"]
+    assert rows[victim]["pid"] != old_pid
+    # every call to the dead process ended (none hangs, none is still counted against it)
+    assert [r["ingress_inflight"] for r in rows] == [0, 0]
     again = httpx.post(f"{fleet}/v1/completions", json={"prompt": "x", "max_tokens": 2},
                        timeout=60)
     assert again.status_code == 200

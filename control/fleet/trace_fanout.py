@@ -1,0 +1,181 @@
+"""The fleet's trace read API on the ingress: every `/v1/trace/*` question of one server
+(control/trace/routes.py), answered over all replicas as one trace.
+
+    row questions (slow, steps, a request, config changes, ...)  each replica answers;
+        the rows are merged as one trace would order them, each labelled `replica`
+        (control/trace/fleet_merge.py)
+    aggregates (summary, latency, kv, series, checklist facts, ...)  each replica's rows in
+        the window come over as Parquet (GET /v1/trace/export/{table}), and the same query
+        runs here over their union (control/trace/fleet_db.py): the fleet's own percentiles
+    X-Batchpilot-Replica: ID                                     that replica only, as is
+
+A replica that does not answer fails the read (502 naming it) rather than leaving its
+rows out: ask the others one by one with X-Batchpilot-Replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from control.api.errors import APIError
+from control.trace import fleet_merge
+from control.trace.export_route import WINDOWS
+from control.trace.sources import QUESTIONS
+from control.trace.timeparse import parse_time
+
+REPLICA_HEADER = "x-batchpilot-replica"
+TIMES = ("since", "until", "at")
+
+
+def install_trace_routes(app: FastAPI, fleet: Any) -> None:
+    """Mount one GET route per trace question (before the ingress's catch-all route)."""
+    for question, (fn, route) in QUESTIONS.items():
+        app.add_api_route(route, _handler(fleet, question, fn), methods=["GET"],
+                          name=f"fleet_trace_{question}", include_in_schema=False)
+
+
+def _handler(fleet: Any, question: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    async def handler(request: Request) -> Response:
+        if request.headers.get(REPLICA_HEADER) is not None:
+            return await fleet.forward(request, b"", fleet.named_replica(request),
+                                       retry=False)
+        params = typed_params(fn, request)
+        if question in fleet_merge.ROW_QUESTIONS:
+            return await _rows(fleet, question, params, request)
+        return await _aggregate(fleet, fn, params)
+
+    return handler
+
+
+def typed_params(fn: Callable[..., Any], request: Request) -> dict[str, Any]:
+    """The query (and path) parameters as the question's function takes them: times parsed
+    as the server parses them, numbers and flags by the function's defaults."""
+    signature = inspect.signature(fn).parameters
+    given = {**request.query_params, **request.path_params}
+    params: dict[str, Any] = {}
+    for name, text in given.items():
+        if name not in signature or name == "con":
+            raise APIError(400, f"{name}= is not a parameter of {request.url.path}",
+                           code="invalid_value", param=name)
+        default = signature[name].default
+        try:
+            if name in TIMES:
+                params[name] = parse_time(text)
+            elif isinstance(default, bool):
+                params[name] = text.lower() in ("1", "true", "yes")
+            elif isinstance(default, int):
+                params[name] = int(text)
+            elif isinstance(default, float):
+                params[name] = float(text)
+            else:
+                params[name] = text
+        except ValueError as exc:
+            raise APIError(400, f"{name}={text!r}: {exc}", code="invalid_value",
+                           param=name) from None
+    return params
+
+
+async def call(fleet: Any, replica_id: int, path: str, query: bytes = b"",
+               ) -> tuple[int, bytes]:
+    """One GET to one replica -> (status, body); (0, why) when it did not answer."""
+    status, chunks = 0, []
+    try:
+        async for message in fleet.handles[replica_id].options(stream=True).http.remote(
+                "GET", path, query, [], b""):
+            status = message.get("status", status)
+            chunks.append(message.get("body", b""))
+    except Exception as exc:  # down or restarting
+        return 0, repr(exc).encode()
+    return status, b"".join(chunks)
+
+
+def _error(body: bytes) -> dict[str, Any]:
+    try:
+        return json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return {"message": body.decode(errors="replace")[:200], "code": None}
+
+
+def _check(answers: list[tuple[int, int, bytes]], path: str, found_ok: bool = False) -> None:
+    """Raise what a failed read should answer: the replicas' 400 or 404 (trace off) as they
+    said it, a replica that did not answer as 502."""
+    down = [(i, status, body) for i, status, body in answers
+            if status == 0 or status >= 500]
+    if down:
+        names = ", ".join(f"replica {i} ({status or 'no answer'}:"
+                          f" {_error(body).get('message')})" for i, status, body in down)
+        raise APIError(502, f"{path}: {names} did not answer; the fleet's trace would miss"
+                       " their rows; ask each replica with X-Batchpilot-Replica",
+                       code="replica_failed", headers={"Retry-After": "1"})
+    for i, status, body in answers:
+        error = _error(body) if status != 200 else None
+        if error is None or (found_ok and status == 404 and error.get("code") == "not_found"):
+            continue
+        if error.get("code") == "trace_off":
+            raise APIError(404, f"tracing is off on replica {i}: start the fleet with"
+                           " --trace-dir DIR (each replica writes DIR/replica-<id>.duckdb)",
+                           code="trace_off")
+        raise APIError(status, f"replica {i}: {error.get('message')}",
+                       code=error.get("code") or "replica_error")
+
+
+async def _rows(fleet: Any, question: str, params: dict[str, Any],
+                request: Request) -> Response:
+    query = request.scope.get("query_string", b"")
+    path = request.url.path
+    answers = await asyncio.gather(*(_tagged(fleet, i, path, query)
+                                     for i in range(len(fleet.handles))))
+    _check(answers, path, found_ok=question == "request")
+    replies = [(str(i), json.loads(body) if status == 200 else None)
+               for i, status, body in answers]
+    merged = fleet_merge.merge(question, params, replies)
+    if merged is None:
+        raise APIError(404, f"request {params.get('request_id')!r} is not in any replica's"
+                       " trace (it may still be queued, or retention removed it)",
+                       code="not_found")
+    return JSONResponse(merged)
+
+
+async def _tagged(fleet: Any, i: int, path: str, query: bytes) -> tuple[int, int, bytes]:
+    return (i, *await call(fleet, i, path, query))
+
+
+async def _aggregate(fleet: Any, fn: Callable[..., Any], params: dict[str, Any]) -> Response:
+    window = {k: params[k] for k in ("since", "until") if params.get(k) is not None}
+    query = urllib.parse.urlencode(window).encode()
+    tables = list(WINDOWS)
+    jobs = [(i, t) for i in range(len(fleet.handles)) for t in tables]
+    answers = await asyncio.gather(*(call(fleet, i, f"/v1/trace/export/{t}", query)
+                                     for i, t in jobs))
+    # a table a replica does not have yet (the load-test tables) is left out, not an error
+    tagged = [(i, status, body) for (i, t), (status, body) in zip(jobs, answers, strict=True)
+              if not (status == 404 and _error(body).get("code") == "not_found")]
+    _check(tagged, "/v1/trace/export")
+    parts: dict[str, dict[str, bytes]] = {str(i): {} for i in range(len(fleet.handles))}
+    for (i, table), (status, body) in zip(jobs, answers, strict=True):
+        if status == 200:
+            parts[str(i)][table] = body
+    data = await asyncio.to_thread(_run_over, parts, fn, params)
+    return JSONResponse(data)
+
+
+def _run_over(parts: dict[str, dict[str, bytes]], fn: Callable[..., Any],
+              params: dict[str, Any]) -> Any:
+    from control.trace.fleet_db import open_parquet
+
+    con = open_parquet(parts)
+    try:
+        data = fleet_merge.label_runs(con, fn(con, **params))
+    except ValueError as exc:
+        raise APIError(400, str(exc), code="invalid_value") from None
+    finally:
+        con.close()
+    return json.loads(json.dumps(data, default=str))

@@ -1,0 +1,89 @@
+"""GET /v1/trace/export/{table}?since=&until=: one trace table's rows as Parquet.
+
+What a fleet ingress pulls from each replica to answer an aggregate question (summary,
+latency, series, ...) over the whole fleet (control/fleet/trace_fanout.py): a replica owns
+its DuckDB file, so the rows come over its HTTP API. The window keeps every row a
+question about [since, until] reads (a superset: requests by arrival OR finish time),
+so a long window costs a long transfer; `request_ids` is not exported (only the row
+questions use it, and those the ingress merges from each replica's own answer).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from control.api.errors import APIError
+from control.serve.state import get_state
+from control.trace.timeparse import parse_time
+
+router = APIRouter()
+PARQUET = "application/vnd.apache.parquet"
+SYNC_TIMEOUT_S = 2.0
+# table -> its time column, or None (exported whole); requests: see _window
+WINDOWS: dict[str, str | None] = {
+    "steps": "start_time", "requests": None, "admissions": "time", "kv_snapshots": "time",
+    "config_changes": "time", "runs": None, "loadtest_runs": None,
+    "loadtest_requests": None,
+}
+
+
+def _window(table: str, since: float | None, until: float | None) -> tuple[str, list[Any]]:
+    clauses, params = [], []
+    if table == "requests":  # arrived by `until` and not finished before `since`
+        if until is not None:
+            clauses.append("arrival_time <= ?")
+            params.append(until)
+        if since is not None:
+            clauses.append("(finished_time IS NULL OR finished_time >= ?)")
+            params.append(since)
+    elif WINDOWS[table] is not None:
+        column = WINDOWS[table]
+        if since is not None:
+            clauses.append(f"{column} >= ?")
+            params.append(since)
+        if until is not None:
+            clauses.append(f"{column} <= ?")
+            params.append(until)
+    return " AND ".join(clauses) or "TRUE", params
+
+
+def _time(value: str | None, name: str) -> float | None:
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise APIError(400, f"{name}: {exc}", code="invalid_value", param=name) from None
+
+
+@router.get("/v1/trace/export/{table}")
+def export_table(request: Request, table: str, since: str | None = None,
+                 until: str | None = None) -> Response:
+    if table not in WINDOWS:
+        raise APIError(404, f"table={table!r} must be one of {', '.join(WINDOWS)}",
+                       code="not_found", param="table")
+    writer = get_state(request).trace
+    if writer is None:
+        raise APIError(404, "tracing is off: start the server with --trace-db PATH",
+                       code="trace_off")
+    where, params = _window(table, _time(since, "since"), _time(until, "until"))
+    writer.sync(SYNC_TIMEOUT_S)
+    con = writer.cursor()
+    try:
+        exists = con.execute("SELECT count(*) FROM information_schema.tables WHERE"
+                             " table_name = ?", [table]).fetchone()[0]
+        if not exists:  # the load-test tables appear with the first stored load test
+            raise APIError(404, f"no table {table!r} in this trace", code="not_found")
+        with tempfile.TemporaryDirectory(prefix="bp-export-") as tmp:
+            path = os.path.join(tmp, f"{table}.parquet")
+            # NOTE: table is one of WINDOWS' names and the path ours: no caller text in SQL
+            con.execute(f"COPY (SELECT * FROM {table} WHERE {where}) TO '{path}'"
+                        " (FORMAT parquet)", params)
+            with open(path, "rb") as f:
+                data = f.read()
+    finally:
+        con.close()
+    return Response(data, media_type=PARQUET)

@@ -1,0 +1,61 @@
+"""The Ray fleet shared by the Ray tests of this folder (test_fleet_ray.py,
+test_fleet_canary_ray.py, test_fleet_restart_ray.py): one local Ray and one 2-replica fleet
+of the tiny model for the whole session (Ray ~6-10 s, Serve and the replicas ~10-30 s on
+the shared 2-core VM; a Ray cannot be started twice in one process cheaply). Its modules
+skip without Ray Serve, except under CI (`make test` installs the `fleet` extra)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _healthy_replicas(url: str) -> int:
+    try:
+        return sum(r["healthy"] for r in httpx.get(f"{url}/readyz", timeout=10)
+                   .json()["replicas"])
+    except (httpx.HTTPError, ValueError, KeyError):
+        return 0
+
+
+@pytest.fixture(scope="session")
+def fleet(tiny_llama_dir):
+    """The fleet's ingress URL."""
+    ray = pytest.importorskip("ray")
+    serve = pytest.importorskip("ray.serve")
+    from control.fleet.app import FleetSettings, start
+    from control.serve.settings import ServeSettings
+
+    port = _free_port()
+    settings = FleetSettings(
+        ServeSettings(model=str(tiny_llama_dir), port=port, shutdown_grace_s=2.0,
+                      engine_overrides={"num_kv_blocks": 256}),
+        replicas=2, num_cpus=2, replica_cpus=0.5, ingress_cpus=0.25)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        try:
+            start(settings)
+        except ray.exceptions.ActorDiedError:
+            # NOTE: on a starved 2-core machine Serve's controller once killed its HTTP
+            # proxy before it ran (a missed health check) and serve.run raised; that is
+            # Serve's start-up under load, not the fleet: start once more
+            serve.shutdown()
+            start(settings)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while _healthy_replicas(url) != 2:
+            assert time.monotonic() < deadline, "timed out waiting for both replicas healthy"
+            time.sleep(0.1)
+        yield url
+    finally:
+        serve.shutdown()
+        ray.shutdown()

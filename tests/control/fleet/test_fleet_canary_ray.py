@@ -1,0 +1,85 @@
+"""The fleet's control plane on local Ray (the 2-replica fleet of conftest.py's
+fixture): a plain change converges on both replicas, then `batchpilot ctl set
+max_num_seqs=1 --canary 1 --watch 8s` under a small concurrent load rolls itself back.
+
+One test, one fleet (start-up is most of its time). Skipped without Ray Serve, as there.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.control.fleet.test_fleet_ray import ray  # noqa: F401  (skips without Ray)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _load(url: str, stop: threading.Event, client_id: int) -> None:
+    """One client in a closed loop; tenants differ so routing spreads them."""
+    with httpx.Client(base_url=url, timeout=60) as client:
+        i = 0
+        while not stop.is_set():
+            client.post("/v1/completions", headers={"X-Tenant": f"t{client_id}-{i % 3}"},
+                        json={"prompt": f"Load {client_id} {i}", "max_tokens": 12,
+                              "ignore_eos": True})
+            i += 1
+
+
+def test_a_fleet_change_converges_and_a_bad_canary_rolls_back(fleet, capsys):  # noqa: F811
+    from control.cli.main import main
+
+    with httpx.Client(base_url=fleet, timeout=60) as client:
+        got = client.get("/control/config").json()
+        assert got["version"] == 0 and got["converged"]
+        start = time.monotonic()
+        changed = client.patch("/control/config", headers={"If-Match": "0"},
+                               json={"changes": {"max_num_seqs": 8}, "reason": "test"})
+        took = time.monotonic() - start
+        assert changed.status_code == 200, changed.text
+        body = changed.json()
+        assert body["version"] == 1 and body["converged"]
+        print(f"\nfleet change: every replica in {body['converge_s'] * 1000:.1f} ms"
+              f" (HTTP round trip {took * 1000:.1f} ms)")
+        got = client.get("/control/config").json()
+        assert got["converged"] and [r["fleet_version"] for r in got["replicas"]] == [1, 1]
+        assert got["config"]["max_num_seqs"] == 8
+
+    stop = threading.Event()
+    clients = [threading.Thread(target=_load, args=(fleet, stop, i), daemon=True)
+               for i in range(6)]
+    for t in clients:
+        t.start()
+    try:
+        time.sleep(1.0)  # the load is flowing on both replicas
+        code = main(["ctl", "--url", fleet, "set", "max_num_seqs=1", "--canary", "1",
+                     "--watch", "8s", "--min-requests", "5", "--reason", "canary test"])
+    finally:
+        stop.set()
+        for t in clients:
+            t.join(60)
+    out = capsys.readouterr().out
+    print(out)
+    assert code == 4, out  # rolled back
+    assert "canary-2: fleet version 2 (max_num_seqs 8 -> 1) on replica(s) 0" in out
+    assert "-> rollback" in out and "rolled_back (regression:" in out
+    with httpx.Client(base_url=fleet, timeout=60) as client:
+        run = client.get("/control/canary").json()["canary"]
+        decision = run["decision"]
+        assert run["status"] == "rolled_back" and decision["fleet_version"] == 1
+        assert decision["canary"]["requests"] >= 5 and decision["baseline"]["requests"] >= 5
+        assert any(c["regressed"] for c in decision["checks"])
+        deadline = time.monotonic() + 30
+        while True:  # the canary goes back to version 1
+            got = client.get("/control/config").json()
+            if got["converged"]:
+                break
+            assert time.monotonic() < deadline, got
+            time.sleep(0.2)
+        assert [r["fleet_version"] for r in got["replicas"]] == [1, 1]
+        assert got["config"]["max_num_seqs"] == 8 and got["version"] == 1
+        events = client.get("/control/history").json()["events"]
+        assert [e["kind"] for e in events] == ["canary_start", "canary_rollback"]

@@ -1,0 +1,187 @@
+"""The ingress's /control over stand-in replicas (no Ray, no engine): fleet versions, the
+single server's errors, convergence and reconciliation, and canaries that promote, roll
+back, or run out of requests. Each fake replica answers what EngineReplica would."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from fixtures.fleet_fakes import FakeReplica, good_window
+
+from control.admin.auth import Token
+from control.fleet.ingress import FleetIngress, build_app
+from control.fleet.local import LocalHandle, wait_healthy
+from control.fleet.router import RoutingPolicy
+from engine.config import LiveConfig, StaticConfig
+from engine.config_patch import apply_patch, live_to_dict
+
+
+def run_fleet(scenario, n: int = 3, tokens: tuple[Token, ...] = ()):
+    async def main():
+        fakes = [FakeReplica(i) for i in range(n)]
+        fleet = FleetIngress([LocalHandle(f) for f in fakes], RoutingPolicy(), poll_s=0.02,
+                             control_tokens=tokens)
+        fleet.start_polls()
+        await wait_healthy(lambda: all(v.healthy for v in fleet.table.views))
+        transport = httpx.ASGITransport(app=build_app(fleet))
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://fleet") as c:
+                return await scenario(c, fakes, fleet)
+        finally:
+            await fleet.stop_polls()
+    return asyncio.run(main())
+
+
+async def until(predicate, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def test_a_change_is_versioned_pushed_to_every_replica_and_converges():
+    async def scenario(c, fakes, fleet):
+        assert (await c.get("/control/config")).json()["converged"] is True
+        body = {"changes": {"max_num_seqs": 16}, "reason": "incident 7"}
+        no_match = await c.patch("/control/config", json=body)
+        assert no_match.status_code == 428
+        stale = await c.patch("/control/config", json=body, headers={"If-Match": "5"})
+        assert stale.status_code == 412 and stale.json()["current_version"] == 0
+        bad = await c.patch("/control/config", json={"changes": {"max_num_seqs": 0}},
+                            headers={"If-Match": "0"})
+        try:  # the very words one server answers with
+            apply_patch(LiveConfig(), StaticConfig(), {"max_num_seqs": 0})
+        except ValueError as exc:
+            assert bad.status_code == 400 and bad.json()["error"]["message"] == str(exc)
+        ok = await c.patch("/control/config", json=body, headers={"If-Match": "0"})
+        assert ok.status_code == 200 and ok.headers["etag"] == '"1"'
+        data = ok.json()
+        assert data["applied"] and data["version"] == 1 and data["converged"]
+        assert data["diff"]["max_num_seqs"][1] == 16 and data["converge_s"] > 0
+        assert [f.installs for f in fakes] == [[1], [1], [1]]
+        fakes[2].fleet_version = 0  # Serve restarted it: it runs the YAML again
+        await until(lambda: fleet.table.views[2].polled["fleet_version"] == 0)
+        got = (await c.get("/control/config")).json()
+        assert got["converged"] is False and got["replicas"][2]["target_version"] == 1
+        await until(lambda: fakes[2].installs == [1, 1])  # the reconcile loop pushed it
+        await until(lambda: fleet.table.views[2].polled["fleet_version"] == 1)
+        assert (await c.get("/control/config")).json()["converged"] is True
+        back = await c.post("/control/rollback/0", json={"reason": "undo"})
+        assert back.json()["version"] == 2 and back.json()["config"] == \
+            live_to_dict(LiveConfig())
+        history = (await c.get("/control/history")).json()["versions"]
+        assert [(v["version"], v["source"], v["actor"]) for v in history] == [
+            (0, "startup", "fleet"), (1, "api", "local"), (2, "rollback:0", "local")]
+        assert history[1]["reason"] == "incident 7"
+        profile = await c.post("/control/profiles/degrade")
+        assert profile.json()["config"]["max_num_seqs"] == 8
+        named = await c.patch("/control/config", json=body, headers={
+            "If-Match": "3", "X-Batchpilot-Replica": "1"})
+        assert named.status_code == 409 and named.json()["error"]["code"] == "fleet_managed"
+    run_fleet(scenario)
+
+
+def test_a_replica_that_is_down_gets_the_change_when_it_is_back():
+    async def scenario(c, fakes, fleet):
+        fakes[1].ready = False  # not ready (draining, restarting): not routed, not pushed
+        await until(lambda: not fleet.table.views[1].healthy)
+        ok = await c.patch("/control/config", headers={"If-Match": "0"},
+                           json={"changes": {"max_num_seqs": 32}})
+        data = ok.json()
+        assert ok.status_code == 200 and data["version"] == 1 and not data["converged"]
+        assert data["replicas"][1]["code"] == "replica_down" and fakes[1].installs == []
+        got = (await c.get("/control/config")).json()
+        assert not got["converged"] and not got["replicas"][1]["healthy"]
+        fakes[1].ready = True
+        await until(lambda: fakes[1].installs == [1])  # the reconcile loop
+        await until(lambda: fleet.table.views[1].polled.get("fleet_version") == 1)
+        assert (await c.get("/control/config")).json()["converged"]
+    run_fleet(scenario)
+
+
+def test_the_fleet_control_api_checks_tokens_as_one_server_does():
+    tokens = (Token("alice", "admin", "secret-admin"), Token("graf", "read", "secret-read"))
+
+    async def scenario(c, fakes, fleet):
+        assert (await c.get("/control/config")).status_code == 401
+        read = {"Authorization": "Bearer secret-read"}
+        assert (await c.get("/control/config", headers=read)).status_code == 200
+        denied = await c.patch("/control/config", json={"changes": {"max_num_seqs": 9}},
+                               headers={**read, "If-Match": "0"})
+        assert denied.status_code == 403
+        done = await c.patch("/control/config", json={"changes": {"max_num_seqs": 9}},
+                             headers={"Authorization": "Bearer secret-admin",
+                                      "If-Match": "0"})
+        assert done.status_code == 200
+        history = (await c.get("/control/history", headers=read)).json()["versions"]
+        assert history[-1]["actor"] == "alice"
+    run_fleet(scenario, tokens=tokens)
+
+
+async def start_canary(c, watch_s: float = 0.4, **extra) -> httpx.Response:
+    return await c.post("/control/canary", headers={"If-Match": "0"}, json={
+        "changes": {"max_num_seqs": 1}, "replicas": 1, "watch_s": watch_s,
+        "reason": "try it", **extra})
+
+
+async def wait_decided(c) -> dict:
+    for _ in range(500):
+        run = (await c.get("/control/canary")).json()["canary"]
+        if run["status"] != "watching":
+            return run
+        await asyncio.sleep(0.02)
+    raise AssertionError("the canary never decided")
+
+
+def test_a_bad_canary_rolls_back_with_its_evidence_and_blocks_changes_meanwhile():
+    async def scenario(c, fakes, fleet):
+        fakes[0].windows[1] = good_window(20, ttft=0.8)  # the canary's candidate: slow
+        for f in fakes[1:]:
+            f.windows[0] = good_window(20, ttft=0.05)
+        started = await start_canary(c, watch_s=2.0)
+        assert started.status_code == 202, started.text
+        assert started.json()["canaries"] == [0] and started.json()["baseline"] == [1, 2]
+        assert fakes[0].fleet_version == 1 and fakes[1].fleet_version == 0
+        blocked = await c.patch("/control/config", json={"changes": {"max_num_seqs": 4}},
+                                headers={"If-Match": "0"})
+        assert blocked.status_code == 409 and "canary-1" in blocked.json()["error"]["message"]
+        run = await wait_decided(c)
+        assert run["status"] == "rolled_back"
+        decision = run["decision"]
+        assert decision["canary"]["ttft_p99_s"] > 0.7 and decision["baseline"]["requests"] == 40
+        assert decision["thresholds"]["ttft_rel"] == 0.25 and "ttft_p99_s" in decision["why"]
+        await until(lambda: fakes[0].fleet_version == 0)  # the canary went back
+        config = (await c.get("/control/config")).json()
+        assert config["version"] == 0 and config["converged"]
+        events = (await c.get("/control/history")).json()["events"]
+        assert [e["kind"] for e in events] == ["canary_start", "canary_rollback"]
+        await until(lambda: all("canary_rollback" in [s for s, _ in f.events] for f in fakes))
+    run_fleet(scenario)
+
+
+def test_a_good_canary_is_promoted_to_every_replica():
+    async def scenario(c, fakes, fleet):
+        fakes[0].windows[1] = good_window(20, ttft=0.05)
+        for f in fakes[1:]:
+            f.windows[0] = good_window(20, ttft=0.05)
+        assert (await start_canary(c)).status_code == 202
+        run = await wait_decided(c)
+        assert run["status"] == "promoted" and run["decision"]["converged"]
+        assert [f.fleet_version for f in fakes] == [1, 1, 1]
+        assert (await c.get("/control/config")).json()["version"] == 1
+    run_fleet(scenario)
+
+
+def test_a_canary_with_too_few_requests_extends_then_rolls_back():
+    async def scenario(c, fakes, fleet):
+        fakes[0].windows[1] = good_window(2, ttft=0.05)
+        for f in fakes[1:]:
+            f.windows[0] = good_window(20, ttft=0.05)
+        assert (await start_canary(c, watch_s=0.3)).status_code == 202
+        run = await wait_decided(c)
+        assert run["status"] == "rolled_back" and run["extensions"] == 1
+        assert run["decision"]["why"].startswith("inconclusive")
+        bad = await start_canary(c, replicas=3)  # no baseline left
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "canary"
+    run_fleet(scenario)

@@ -1,0 +1,76 @@
+"""The dashboard over a fleet's trace files, as a person sees it (headless Chromium, as
+`make screenshots` drives it): `batchpilot dashboard --trace-db 'DIR/replica-*.duckdb'`
+reads both replicas as one, the sidebar offers All or one replica, and the Requests page's
+table leads with the replica column while rows come from both. Screenshots go to
+$FLEET_SHOTS (default /tmp/fleet-ui) for a person to look at."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from fixtures.browser import CHROMIUM, NO_CHROMIUM, dashboard
+from fixtures.trace_data import fill_trace
+
+sync_api = pytest.importorskip("playwright.sync_api")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+SHOTS = Path(os.environ.get("FLEET_SHOTS", "/tmp/fleet-ui"))
+DONE = ("!document.querySelector('[data-testid=stStatusWidget]')"
+        " && !document.querySelector('[data-testid=stSkeleton]')")
+GRID = "[data-testid=stDataFrame]"
+
+
+@pytest.fixture(scope="module")
+def fleet_glob(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("fleet-browser")
+    fill_trace(str(folder / "replica-0.duckdb"), run_id="run-a").stop()
+    fill_trace(str(folder / "replica-1.duckdb"), run_id="run-b").stop()
+    return str(folder / "replica-*.duckdb")
+
+
+def settle(page) -> None:
+    page.wait_for_selector("[data-testid=stMainBlockContainer] h1", timeout=60_000)
+    page.wait_for_function(DONE, timeout=60_000)
+    page.wait_for_timeout(1500)  # the grid and charts draw
+
+
+def grid_header(page) -> str:
+    """The data grid's column headers (its accessible table mirrors the canvas), once it
+    has drawn (on a busy machine, seconds after the page's script finished)."""
+    page.wait_for_selector(f"{GRID} th", timeout=60_000)
+    return " ".join(page.locator(f"{GRID} th").all_inner_texts())
+
+
+def test_requests_of_both_replicas_then_one(fleet_glob, tmp_path):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with dashboard(tmp_path, trace_db=fleet_glob) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            page.goto(f"{url}/requests")
+            settle(page)
+            assert page.locator("[data-testid=stException]").count() == 0
+            sidebar = page.locator("[data-testid=stSidebar]")
+            assert "trace files" in sidebar.inner_text()
+            header = grid_header(page)
+            assert header.split()[:2] == ["replica", "request_id"], header
+            page.screenshot(path=str(SHOTS / "requests_all_replicas.png"), full_page=True)
+
+            sidebar.locator("[data-testid=stSelectbox]").filter(has_text="Replica").locator(
+                "input").click()
+            page.get_by_role("option", name="1", exact=True).click()
+            page.wait_for_timeout(500)
+            settle(page)
+            assert "replica 1" in sidebar.inner_text()
+            header = grid_header(page)
+            assert header.split()[0] == "request_id", header  # one replica: no column
+            assert page.locator("[data-testid=stException]").count() == 0
+            page.screenshot(path=str(SHOTS / "requests_replica_1.png"), full_page=True)
+
+            page.goto(f"{url}/")
+            settle(page)
+            assert page.locator("[data-testid=stException]").count() == 0
+            page.screenshot(path=str(SHOTS / "overview_fleet.png"), full_page=True)
+        finally:
+            browser.close()
