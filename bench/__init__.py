@@ -20,6 +20,8 @@ CPU, side by side in one run:
                          on a long-prompt replay (`--against REF`: before / after)
     cpu_roofline         measured fp32/bf16 GEMM and weight-streaming ceilings beside the
                          engine's step split (projections, attention, sampling, other)
+    cpu_attention_ab     CPU attention: committed vs torch path vs native decode kernel,
+                         per layer stack and per engine step, batch 1/16/64 and mixed
     whatif_speed         `batchpilot whatif` over a synthetic day and an hour of it: read,
                          fit, replays, each timed (goals: 60 s and 5 s)
     whatif_accuracy      what-if predictions vs live load-test runs on the bundled model:

@@ -5,8 +5,9 @@ or the environment variable BATCHPILOT_ATTENTION, read when a backend is request
 Attention layer requests one when it is built):
 
     reference  torch reference (any device): the oracle the other backends are tested against
-    cpu        batched torch path for CPU tensors (kernels/cpu_attention.py): all of a step's
-               decodes in one gather and two matmuls per layer
+    cpu        CPU tensors (kernels/cpu_attention.py): decodes read the paged cache in place
+               in a native kernel (kernels/cpu_native.py, compiled on first use; without a
+               C compiler, all of a step's decodes in one torch gather and two matmuls)
     triton     Triton kernels (kernels/triton_*.py): CUDA tensors, or CPU tensors under
                TRITON_INTERPRET=1 (tests); anything else raises BackendUnavailableError
     auto       the default: per call, Triton for CUDA tensors (the reference when triton does
@@ -28,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from kernels import cpu_attention, reference
+from kernels import cpu_attention, cpu_plan, reference
 from kernels.reference import reference_attention
 
 ATTENTION_ENV_VAR = "BATCHPILOT_ATTENTION"
@@ -49,7 +50,7 @@ class BackendUnavailableError(RuntimeError):
 
 
 _REFERENCE = AttentionBackend("reference", reference.write_kv, reference.paged_attention)
-_CPU = AttentionBackend("cpu", reference.write_kv, cpu_attention.paged_attention)
+_CPU = AttentionBackend("cpu", cpu_plan.write_kv, cpu_attention.paged_attention)
 _FALLBACK_HINT = f"set {ATTENTION_ENV_VAR}=reference (or auto) to use the torch reference"
 
 

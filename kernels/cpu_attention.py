@@ -1,11 +1,19 @@
-"""Paged attention for CPU tensors: every decode of a step in one batched gather and matmul.
+"""Paged attention for CPU tensors: decodes read the paged cache in place, or in one gather.
 
 Same signature and result as `kernels.reference.paged_attention` (the oracle; tests compare
-the two), without its Python loop per length group and per KV head.
+the two), without its Python loop per length group and per KV head. The decode / prefill
+split of a step is worked out once per step, not per layer (kernels/cpu_plan.py).
 
-Decodes (one query per sequence, the last position, so it sees its whole context) are cut
-into KV chunks of at most `chunk_blocks` blocks, split-K style (as vLLM's paged attention
-v2 and flash-decoding do):
+Decodes go to the native kernel (kernels/cpu_native.py, kernels/cpu_decode.c) wherever it
+builds: it walks each block table and reads every key and value row where it lies, with an
+online softmax, so nothing is copied; over SmolLM2's 30 layers at 1-64 decodes of 128
+tokens it measured 1.9-2.7x faster than the torch path below (bench/cpu_attention_ab.py,
+shared machine, 1 and 2 threads). NATIVE_DECODE = False, or a machine without a C
+compiler, keeps the torch path:
+
+Torch path: decodes (one query per sequence, the last position, so it sees its whole
+context) are cut into KV chunks of at most `chunk_blocks` blocks, split-K style (as vLLM's
+paged attention v2 and flash-decoding do):
 
     sequence s owns ceil(ctx_s / block_size) blocks -> ceil(owned_s / chunk_blocks) chunks
     chunk c (of sequence seq[c]) covers key positions [c0, c0 + chunk_blocks * block_size)
@@ -35,8 +43,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from kernels import cpu_native
+from kernels.cpu_plan import step_plan
 from kernels.reference import causal_mask, gather_kv
 from kernels.workspace import workspace
+
+# Decodes go through the native kernel (kernels/cpu_native.py: reads the paged cache in
+# place) when it builds here; False: the torch path below (A/B runs, tests of that path).
+NATIVE_DECODE = True
 
 # Blocks per KV chunk of a decode. Measured on SmolLM2 shapes (9 heads, 3 KV heads, d 64,
 # block 16, 2 threads), docs/architecture.md "Attention backends": 8 blocks = 128 tokens.
@@ -66,7 +80,7 @@ def paged_attention(
     block_size, kvh, d]; block_tables int32 [S, max_blocks]; context_lens int32 [S];
     query_start_loc int32 [S + 1]. Returns [T, nh, d] in q.dtype, computed in float32.
     """
-    del max_query_len, max_context_len  # host copies below carry the same information
+    del max_query_len, max_context_len  # the step plan carries the same information
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
     if q.device.type != "cpu" or k_cache.device.type != "cpu":
@@ -74,36 +88,56 @@ def paged_attention(
                          f"the cache on {k_cache.device}; use BATCHPILOT_ATTENTION=auto")
     if num_heads % num_kv_heads != 0:
         raise ValueError(f"{num_heads=} must be a multiple of {num_kv_heads=}")
-    starts = query_start_loc.tolist()
-    ctx_lens = context_lens.tolist()
-    if starts[-1] != num_tokens:
-        raise ValueError(f"query_start_loc[-1]={starts[-1]} must equal q.shape[0]={num_tokens}")
+    plan = step_plan(num_tokens, block_tables, context_lens, query_start_loc, k_cache.shape[1])
     out = torch.empty(num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
-    decodes, rows = [], []
-    for s, context_len in enumerate(ctx_lens):
-        lo, hi = starts[s], starts[s + 1]
-        q_len = hi - lo
-        if q_len == 0:
-            continue
-        if not 0 < q_len <= context_len:
-            raise ValueError(f"sequence {s}: {q_len=} must be in 1..{context_len=}")
-        if q_len == 1:
-            decodes.append(s)
-            rows.append(lo)
-        else:
-            out[lo:hi] = _prefill_attention(q[lo:hi], k_cache, v_cache, block_tables[s],
-                                            context_len, scale)
-    if len(decodes) <= FEW_DECODES:  # one SDPA call each beats the batch's fixed cost
-        for s, lo in zip(decodes, rows, strict=True):
+    for s, lo, hi, context_len in plan.prefills:
+        out[lo:hi] = _prefill_attention(q[lo:hi], k_cache, v_cache, block_tables[s],
+                                        context_len, scale)
+    num_decodes = len(plan.decode_ctx)
+    if num_decodes and NATIVE_DECODE and _native_ok(q, k_cache, v_cache, block_tables,
+                                                    context_lens):
+        _check_owned_blocks(plan, k_cache.shape[0])
+        q32 = q if q.dtype == torch.float32 and q.stride(2) == 1 and \
+            q.stride(1) == head_dim else q.float().contiguous()
+        cpu_native.decode_attention(cpu_native.load(), q32, k_cache, v_cache, block_tables,
+                                    context_lens, plan.decode_seqs32, plan.decode_rows32,
+                                    scale, out, cpu_native.threads_for(plan.decode_keys,
+                                                                       num_heads))
+    elif num_decodes <= FEW_DECODES:  # one SDPA call each beats the batch's fixed cost
+        for s, lo, context_len in zip(plan.decode_seqs.tolist(), plan.decode_rows.tolist(),
+                                      plan.decode_ctx, strict=True):
             out[lo:lo + 1] = _prefill_attention(q[lo:lo + 1], k_cache, v_cache,
-                                                block_tables[s], ctx_lens[s], scale)
+                                                block_tables[s], context_len, scale)
     else:
-        seqs = torch.tensor(decodes, device=q.device)
-        row_index = torch.tensor(rows, device=q.device)
-        out[row_index] = decode_attention(
-            q.index_select(0, row_index), k_cache, v_cache, block_tables.index_select(0, seqs),
+        seqs, rows = plan.decode_seqs, plan.decode_rows
+        result = decode_attention(
+            q.index_select(0, rows), k_cache, v_cache, block_tables.index_select(0, seqs),
             context_lens.index_select(0, seqs), scale)
+        if plan.all_decodes:
+            out = result
+        else:
+            out[rows] = result
     return out.to(q.dtype)
+
+
+def _check_owned_blocks(plan, num_blocks: int) -> None:
+    """The native kernel reads raw memory: every block a decode owns must be in the cache
+    (torch would raise IndexError; C would read out of bounds)."""
+    ids = plan.decode_block_ids
+    if ids is None or ids[0] < 0 or ids[1] >= num_blocks:
+        raise ValueError(f"block_tables must give every decode ceil(context_len / block_size)"
+                         f" block ids in 0..{num_blocks - 1}; got ids in {ids} (None: a row"
+                         f" too short)")
+
+
+def _native_ok(q, k_cache, v_cache, block_tables, context_lens) -> bool:
+    """Whether the native kernel can read these tensors as they are (raw pointers: the
+    caches, block table and lengths must be contiguous int32 / float rows)."""
+    return (k_cache.is_contiguous() and v_cache.is_contiguous()
+            and k_cache.dtype == v_cache.dtype
+            and block_tables.dtype == torch.int32 and block_tables.stride(1) == 1
+            and context_lens.dtype == torch.int32 and context_lens.is_contiguous()
+            and cpu_native.supports(q, k_cache))
 
 
 def _prefill_attention(q, k_cache, v_cache, table_row, context_len: int, scale: float):

@@ -33,6 +33,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "whatif_speed": [],
     "whatif_accuracy": [],
     "fleet_routing": [],
+    "cpu_attention_ab": [],
     "fleet_control": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)

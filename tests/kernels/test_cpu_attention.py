@@ -69,6 +69,7 @@ MIXED = [(1000, 1), (5, 1), (128, 1), (129, 1), (127, 1), (1, 1), (300, 40), (17
 def test_mixed_batch_matches_reference(monkeypatch, few_decodes, dtype, num_kv_heads, group,
                                        block_size):
     monkeypatch.setattr(cpu_attention, "FEW_DECODES", few_decodes)
+    monkeypatch.setattr(cpu_attention, "NATIVE_DECODE", False)  # the torch decode paths
     seqs = MIXED if block_size > 1 else MIXED[1:]  # 1000 one-token blocks: slow, not new
     check_matches_reference(make_paged(seqs, block_size, num_kv_heads, group, 64, dtype, 11))
 
@@ -80,6 +81,7 @@ def test_chunk_merge_and_table_padding(monkeypatch, chunk_blocks, pad_value):
     # a padding entry of the block table used as an index would read garbage or raise.
     monkeypatch.setattr(cpu_attention, "CHUNK_BLOCKS", chunk_blocks)
     monkeypatch.setattr(cpu_attention, "FEW_DECODES", 0)  # the batched path merges chunks
+    monkeypatch.setattr(cpu_attention, "NATIVE_DECODE", False)
     check_matches_reference(make_paged(MIXED, 4, 2, 3, 16, torch.float32, 5, pad_value))
 
 
@@ -101,12 +103,14 @@ def test_random_mixed_batches_match_reference(lens, block_size, kv_group, chunk_
     num_kv_heads, group = kv_group
     original = cpu_attention.CHUNK_BLOCKS, cpu_attention.FEW_DECODES
     cpu_attention.CHUNK_BLOCKS = chunk_blocks  # hypothesis: no function-scoped monkeypatch
-    cpu_attention.FEW_DECODES = seed % 2 * 8  # both decode paths
+    cpu_attention.FEW_DECODES = seed % 2 * 8  # both torch decode paths
+    cpu_attention.NATIVE_DECODE = False  # test_cpu_native.py covers the native kernel
     try:
         check_matches_reference(make_paged(lens, block_size, num_kv_heads, group, 8, dtype,
                                            seed))
     finally:
         cpu_attention.CHUNK_BLOCKS, cpu_attention.FEW_DECODES = original
+        cpu_attention.NATIVE_DECODE = True
 
 
 def test_decodes_match_dense_attention():

@@ -1,0 +1,148 @@
+"""The native CPU decode kernel (kernels/cpu_decode.c): compiled on first use, loaded by ctypes.
+
+Why native: torch has no op that reads a paged cache in place, so the torch decode path
+(kernels/cpu_attention.decode_attention) copies every decode's context out of the cache
+once per layer and then runs small batched matmuls over the copy; at 64 decodes of 128
+tokens (SmolLM2 shapes) the copy and the matmuls were ~85% of attention. The C kernel walks
+the block table and reads each key and value row where it lies (see its header comment).
+
+Build: `gcc -O3 -march=native -fopenmp` into a shared library cached under
+$BATCHPILOT_KERNEL_CACHE (default ~/.cache/batchpilot/kernels), named by a hash of the
+source, the flags, the compiler's version and this CPU's model and flags, so a changed
+source, compiler or machine rebuilds; a build takes ~1 s and happens once per machine.
+No torch headers are involved (ctypes, raw pointers), so any C compiler with OpenMP works.
+Where there is no compiler, the build fails, or BATCHPILOT_CPU_NATIVE=0, `load()` returns
+None (the reason in `unavailable_reason()`, warned once) and callers keep the torch path.
+
+NOTE: the library links libgomp.so.1 by soname; torch's wheel ships and loads its own
+libgomp.so.1 first, so the dynamic linker reuses it and torch and the kernel share one
+OpenMP thread pool (two runtimes would oversubscribe the cores).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("cpu_decode.c")
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
+NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
+CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
+MAX_HEADS, MAX_HEADS_X_DIM = 128, 16384  # MAX_H, MAX_HD of cpu_decode.c
+PARALLEL_MIN_WORK = 4096  # key x query-head pairs per layer: below, one thread (threads_for)
+
+_reason: list[str] = []  # why load() returned None (one entry once it has)
+
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_ARGTYPES = [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _I64, _PTR,
+             _PTR, _PTR, ctypes.c_float, _PTR, _I64]
+
+
+def unavailable_reason() -> str | None:
+    """Why the native kernel is not in use (None: it is, or load() was not called yet)."""
+    return _reason[0] if _reason else None
+
+
+def _cache_dir() -> Path:
+    configured = os.environ.get(CACHE_ENV_VAR)
+    return Path(configured) if configured else Path.home() / ".cache" / "batchpilot" / "kernels"
+
+
+def _library_name(compiler: str) -> str:
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                             check=False, timeout=30).stdout
+    try:  # -march=native: the CPU's model and flags are part of what was built
+        cpu = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
+               if line.startswith(("model name", "flags"))][:2]
+    except OSError:
+        cpu = []
+    key = "\n".join([SOURCE.read_text(), " ".join(FLAGS), version, *cpu])
+    return f"cpu_decode_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
+
+
+def _build(compiler: str, target: Path) -> None:
+    """Compile into a temporary file, then rename: concurrent builders never see half a
+    library."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True,
+                              text=True, check=False, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@functools.cache
+def load() -> ctypes.CDLL | None:
+    """The compiled kernel library (built if needed), or None when it cannot be had here."""
+    if os.environ.get(NATIVE_ENV_VAR, "1").strip() == "0":
+        _reason.append(f"{NATIVE_ENV_VAR}=0")
+        return None
+    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    try:
+        if compiler is None:
+            raise RuntimeError("no C compiler (gcc or cc) on PATH")
+        target = _cache_dir() / _library_name(compiler)
+        if not target.exists():
+            _build(compiler, target)
+        lib = ctypes.CDLL(str(target))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        _reason.append(f"native CPU decode kernel unavailable ({exc}); using the torch path")
+        warnings.warn(_reason[0], stacklevel=2)
+        return None
+    lib.bp_decode_attention.argtypes = _ARGTYPES
+    lib.bp_decode_attention.restype = ctypes.c_int
+    return lib
+
+
+def threads_for(keys: int, num_heads: int) -> int:
+    """OpenMP threads for a step whose decodes read `keys` keys in all: one below
+    PARALLEL_MIN_WORK key-heads (~50 us of work), where waking a second thread costs more
+    than it saves (and on a busy machine can stall far longer), else torch's thread count."""
+    return 1 if keys * num_heads < PARALLEL_MIN_WORK else torch.get_num_threads()
+
+
+def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """Whether the kernel takes these shapes and dtypes (else the caller's torch path)."""
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    return (k_cache.dtype in (torch.float32, torch.bfloat16) and num_heads <= MAX_HEADS
+            and num_heads * head_dim <= MAX_HEADS_X_DIM and load() is not None)
+
+
+def decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor,
+                     v_cache: torch.Tensor, block_tables: torch.Tensor,
+                     context_lens: torch.Tensor, seqs: torch.Tensor, rows: torch.Tensor,
+                     scale: float, out: torch.Tensor, num_threads: int) -> None:
+    """out[rows[i]] = attention of q[rows[i]] over sequence seqs[i]'s whole context, in place.
+
+    q: float32 [T, nh, d] with heads and d contiguous (q.stride(1) == d, any row stride);
+    caches contiguous [num_blocks, bs, kvh, d] in float32 or bfloat16; block_tables int32
+    [S, max_blocks] and context_lens int32 [S] (>= 1 where used), rows of contiguous
+    memory; seqs, rows int32 [D] contiguous; out float32 contiguous [T, nh, d]. The caller
+    validates shapes (cpu_attention.paged_attention); nothing else may touch these tensors
+    while the kernel runs (it reads raw pointers). num_threads: OpenMP threads (1: none)."""
+    num_heads, head_dim = q.shape[1], q.shape[2]
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    status = lib.bp_decode_attention(
+        q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(),
+        int(k_cache.dtype == torch.bfloat16), seqs.shape[0], num_heads, num_kv_heads,
+        head_dim, block_size, block_tables.data_ptr(), block_tables.stride(0),
+        seqs.data_ptr(), rows.data_ptr(), context_lens.data_ptr(), scale, out.data_ptr(),
+        num_threads)
+    if status != 0:
+        raise ValueError(f"{num_heads=} and {head_dim=} must satisfy num_heads <= {MAX_HEADS}"
+                         f" and num_heads * head_dim <= {MAX_HEADS_X_DIM} (native kernel)")
