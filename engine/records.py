@@ -38,6 +38,7 @@ class SchedulerOutput:
     token_budget: int
     num_decode_tokens: int = 0
     num_prefill_tokens: int = 0
+    predicted_s: float | None = None  # the step law's time of this work (engine/step_time.py)
 
     @property
     def num_tokens(self) -> int:
@@ -117,6 +118,9 @@ class StepRecord:
     # The fleet config version the step ran under (stamped by a fleet replica, see
     # control/fleet/replica_window.py); None on a single server.
     fleet_version: int | None = None
+    # The start-up step law's prediction of this step's time (s), when the steps are held
+    # to target_step_ms by it (engine/step_time.py); None otherwise.
+    predicted_step_s: float | None = None
 
     @property
     def scheduled(self) -> list[tuple[str, str, int]]:

@@ -126,4 +126,6 @@ class StepPlan:
         num_decodes = out.num_decode_tokens = len(out.decodes)
         num_prefill = out.num_prefill_tokens = sum(c.num_tokens for c in out.prefills)
         budget.check(out.step_id, num_decodes + num_prefill, num_decodes + len(out.prefills))
+        if self.time is not None:
+            out.predicted_s = self.time.predicted_s
         return out

@@ -31,6 +31,7 @@ class StepTime:
     """Seconds left of one step by the law, and the running set's decode cost."""
 
     law: StepLaw
+    target_s: float
     left_s: float
     decode_share_s: float
     running_decode_s: float | None = None  # summed at the first start tried this step
@@ -38,7 +39,12 @@ class StepTime:
     @classmethod
     def start(cls, law: StepLaw, target_s: float) -> StepTime:
         room = target_s - law.fixed_s
-        return cls(law, room, DECODE_SHARE * room)
+        return cls(law, target_s, room, DECODE_SHARE * room)
+
+    @property
+    def predicted_s(self) -> float:
+        """The law's time of the work charged so far (the fixed cost included)."""
+        return self.target_s - self.left_s
 
     def take_decodes(self, num_decodes: int, context: int) -> None:
         """Charge `num_decodes` decodes attending `context` KV tokens in all."""

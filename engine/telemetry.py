@@ -35,7 +35,7 @@ def step_record(out: SchedulerOutput, stats: SchedulerStats, scheduler: Schedule
         config_version=out.config_version,
         decode_ids=list(map(_request_id, out.decodes)),
         prefill_chunks=[(c.request.request_id, c.num_tokens) for c in out.prefills],
-        stats=stats,
+        stats=stats, predicted_step_s=out.predicted_s,
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: steps.fleet_version
+SCHEMA_VERSION = 2  # 2: steps.fleet_version, steps.predicted_step_s
 
 # type name -> (DuckDB type, Arrow type)
 TYPES: dict[str, tuple[str, pa.DataType]] = {
@@ -69,6 +69,7 @@ STEPS = Table("steps", (
     # NOTE: last, so a file from before it (schema 1) gains it by ALTER TABLE in the same
     # position the writer's positional INSERT expects. NULL on a single server.
     ("fleet_version", "int"),  # the fleet config version a replica ran the step under
+    ("predicted_step_s", "float"),  # the start-up step law's time of the step; NULL: none
 ), "start_time")
 
 REQUESTS = Table("requests", (

@@ -93,6 +93,8 @@ def test_chunks_deep_into_a_long_prompt_shrink_to_keep_the_step_under_the_target
     assert chunks[0] == 128 and chunks[-2] < 128  # the budget's chunk, then cut by time
     assert sum(chunks) == 4000
     assert max(t for _, t, _ in steps) <= TARGET_MS / 1000 + 1e-9
+    # the scheduler's own prediction (traced as steps.predicted_step_s) is the law's
+    assert [out.predicted_s for out, _, _ in steps] == pytest.approx([t for _, t, _ in steps])
 
 
 def test_without_a_law_chunks_keep_their_size_and_steps_run_over():
@@ -101,6 +103,7 @@ def test_without_a_law_chunks_keep_their_size_and_steps_run_over():
     steps = run_capturing(engine, driver)
     chunks = [out.prefills[0].num_tokens for out, _, _ in steps if out.prefills]
     assert set(chunks[:-1]) == {128}
+    assert {out.predicted_s for out, _, _ in steps} == {None}
     assert max(t for _, t, _ in steps) > TARGET_MS / 1000  # what the law prevents
 
 
