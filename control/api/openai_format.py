@@ -3,7 +3,8 @@
 A stream is: [chat only: a role chunk] text chunks ... a finish chunk (finish_reason, the
 `batchpilot` object with usage and timing, and `error` when the server ended it) [a usage
 chunk with `choices: []` when stream_options.include_usage] `data: [DONE]`. With
-include_usage every other chunk has `"usage": null`, as OpenAI's API does. With n > 1 each
+include_usage every other chunk has `"usage": null`, as OpenAI's API does (with vLLM's
+continuous_usage_stats too, the usage so far: completion tokens of every choice). With n > 1 each
 choice's chunks carry its `index` and come as its tokens do (interleaved); each choice has
 its finish chunk, and the usage chunk and [DONE] follow the last one. Usage counts the
 prompt once and the completion tokens of every choice (as OpenAI's API).
@@ -68,6 +69,7 @@ class ResponseFormat:
     prompt_tokens: int
     meta: RequestMeta
     include_usage: bool = False
+    continuous_usage: bool = False  # vLLM's continuous_usage_stats: usage on every chunk
     lane: str = ""  # admission's lane (the engine's record has the final word)
     estimated_wait_s: float | None = None
     created: int = field(default_factory=lambda: int(time.time()))
@@ -164,9 +166,11 @@ class ResponseFormat:
     # ---- streaming ---------------------------------------------------------------------
     def role_chunk(self, index: int = 0) -> bytes:
         return self._chunk({"index": index, "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None, "finish_reason": None})
+                            "logprobs": None, "finish_reason": None}, tokens=0)
 
-    def text_chunk(self, text: str, entries: Sequence[Logprob] = (), index: int = 0) -> bytes:
+    def text_chunk(self, text: str, entries: Sequence[Logprob] = (), index: int = 0,
+                   tokens: int | None = None) -> bytes:
+        """`tokens`: completion tokens of every choice so far (continuous usage)."""
         logprobs = self.logprobs(entries, index=index)
         if self.kind == "chat":
             choice = {"index": index, "delta": {"content": text}, "logprobs": logprobs,
@@ -174,7 +178,7 @@ class ResponseFormat:
         else:
             choice = {"index": index, "text": text, "logprobs": logprobs,
                       "finish_reason": None}
-        return self._chunk(choice)
+        return self._chunk(choice, tokens=tokens)
 
     def prompt_chunk(self, prompt: Sequence[Logprob] | None, index: int = 0) -> bytes | None:
         """The chunk before the first text: completions' echoed prompt (with its logprobs)
@@ -184,11 +188,11 @@ class ResponseFormat:
         extra = self._prompt_extra(prompt)
         if self.kind == "chat":
             return self._chunk({"index": index, "delta": {}, "logprobs": None,
-                                "finish_reason": None}, **extra)
+                                "finish_reason": None}, tokens=0, **extra)
         text = self.echo.text if self.echo is not None else ""
         logprobs = self.logprobs((), prompt or (), index) if self.echo is not None else None
         return self._chunk({"index": index, "text": text, "logprobs": logprobs,
-                            "finish_reason": None, **extra})
+                            "finish_reason": None, **extra}, tokens=0)
 
     def finish_chunks(self, event: StreamEvent | None, completion_tokens: int,
                       finish_reason: str, error: dict[str, Any] | None = None,
@@ -209,7 +213,7 @@ class ResponseFormat:
         extra: dict[str, Any] = {"batchpilot": info}
         if error is not None:
             extra["error"] = error
-        chunks = [self._chunk(choice, **extra)]
+        chunks = [self._chunk(choice, tokens=completion_tokens, **extra)]
         if not last:
             return chunks
         if self.include_usage:
@@ -218,12 +222,15 @@ class ResponseFormat:
         chunks.append(b"data: [DONE]\n\n")
         return chunks
 
-    def _chunk(self, choice: dict[str, Any] | None, **extra: Any) -> bytes:
+    def _chunk(self, choice: dict[str, Any] | None, tokens: int | None = None,
+               **extra: Any) -> bytes:
+        """`tokens`: completion tokens so far, the usage a continuous-usage chunk carries."""
         obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
         data: dict[str, Any] = {"id": self.request_id, "object": obj, "created": self.created,
                                 "model": self.model, "choices": [choice] if choice else []}
         if self.include_usage:
-            data["usage"] = None
+            data["usage"] = (self.usage(tokens).model_dump()
+                             if self.continuous_usage and tokens is not None else None)
         data.update(extra)
         return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 

@@ -125,7 +125,8 @@ async def _sse_body(gens: list[Generation], fmt: ResponseFormat) -> AsyncIterato
                     yield prompt_chunk
             c.pending.extend(event.delta_logprobs)
             if event.delta_text:
-                yield fmt.text_chunk(event.delta_text, c.pending, index)  # resumes once sent
+                yield fmt.text_chunk(event.delta_text, c.pending, index,
+                                     _tokens(choices))  # resumes once sent
                 c.pending = []
                 gens[index].delivered(event, "first_token" if c.first else "token")
                 c.first = False

@@ -149,7 +149,8 @@ async def _generate(state: ServerState, request: Request,
     prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
     request_id = prefix + uuid.uuid4().hex
     fmt = ResponseFormat(kind, request_id, state.settings.model_name, len(ids), meta,
-                         include_usage=body.include_usage, lane=meta.lane or "")
+                         include_usage=body.include_usage,
+                         continuous_usage=body.continuous_usage, lane=meta.lane or "")
     await with_logprobs(state, body, fmt, text, ids)  # a 400 when the engine has none
     submission = Submission(request_id, text, ids, params, tenant=meta.tenant,
                             lane=meta.lane, priority=meta.priority, deadline=meta.deadline,

@@ -36,6 +36,7 @@ MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value, either sign
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: with include_usage, usage on every chunk
 
 
 class _GenerationRequest(BaseModel):
@@ -166,6 +167,12 @@ class _GenerationRequest(BaseModel):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        """vLLM's stream_options.continuous_usage_stats (GuideLLM asks for it): every chunk
+        carries the usage so far; it needs include_usage, as in vLLM."""
+        return self.include_usage and bool(self.stream_options.continuous_usage_stats)
 
 
 class CompletionRequest(_GenerationRequest):
