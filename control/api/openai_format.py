@@ -26,7 +26,7 @@ from typing import Any
 
 from control.api.logprobs_format import CompletionLogprobs, chat_logprobs, vllm_prompt_logprobs
 from control.api.request_meta import RequestMeta
-from control.api.schemas import BatchpilotInfo, Timing, Usage
+from control.api.response_schemas import BatchpilotInfo, Timing, Usage
 from control.serve.streams import StreamEvent
 from engine.output_processor import Logprob
 from engine.records import AdmissionDecision

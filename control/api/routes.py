@@ -31,16 +31,15 @@ from control.api.generation import ClientDisconnected, EngineUnresponsive
 from control.api.logprobs_fields import with_logprobs
 from control.api.openai_format import ResponseFormat, from_decision
 from control.api.request_meta import RequestMeta, read_meta
-from control.api.responses import collect, sse_response
-from control.api.schemas import (
-    ChatCompletionRequest,
+from control.api.response_schemas import (
     ChatCompletionResponse,
-    CompletionRequest,
     CompletionResponse,
     ErrorResponse,
     ModelCard,
     ModelList,
 )
+from control.api.responses import collect, sse_response
+from control.api.schemas import ChatCompletionRequest, CompletionRequest
 from control.api.structured import with_grammar
 from control.serve.state import ServerState, get_state
 from control.serve.streams import Submission

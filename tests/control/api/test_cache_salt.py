@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from fixtures.serving import asgi_client, make_engine
 
-from control.api.schemas import CompletionResponse, ErrorResponse
+from control.api.response_schemas import CompletionResponse, ErrorResponse
 
 # Long enough for several full 16-token blocks of the tiny model's tokenizer.
 PROMPT = ("Each block of the key value cache holds sixteen tokens of one sequence; when the"

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from fixtures.serving import asgi_client, make_engine, wait_until_idle
 
-from control.api.schemas import ErrorResponse
+from control.api.response_schemas import ErrorResponse
 from engine.request import SamplingParams
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}

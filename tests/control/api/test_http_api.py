@@ -6,7 +6,7 @@ import asyncio
 
 from fixtures.serving import asgi_client, kv_in_use, make_engine, sse_events, wait_until_idle
 
-from control.api.schemas import (
+from control.api.response_schemas import (
     ChatCompletionChunk,
     ChatCompletionResponse,
     CompletionResponse,

@@ -11,7 +11,7 @@ import logging
 import pytest
 from fixtures.serving import asgi_client, make_engine
 
-from control.api.schemas import ErrorResponse
+from control.api.response_schemas import ErrorResponse
 
 CHAT = {"messages": [{"role": "user", "content": "Tell me about the scheduler"}]}
 PROMPT = {"prompt": "The scheduler picks the running decodes"}

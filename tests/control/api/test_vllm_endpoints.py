@@ -14,7 +14,7 @@ import pytest
 from fixtures.serving import asgi_client, make_engine
 
 from control.api.app import create_app
-from control.api.schemas import ErrorResponse
+from control.api.response_schemas import ErrorResponse
 from control.api.vllm_schemas import DetokenizeResponse, TokenizeResponse
 from control.serve.engine_loop import AsyncEngine
 from control.serve.settings import ServeSettings
