@@ -19,6 +19,7 @@ from fastapi.responses import Response
 
 from control.api.errors import APIError
 from control.serve.state import get_state
+from control.trace.queries import time_window
 from control.trace.timeparse import parse_time
 
 router = APIRouter()
@@ -42,13 +43,7 @@ def _window(table: str, since: float | None, until: float | None) -> tuple[str, 
             clauses.append("(finished_time IS NULL OR finished_time >= ?)")
             params.append(since)
     elif WINDOWS[table] is not None:
-        column = WINDOWS[table]
-        if since is not None:
-            clauses.append(f"{column} >= ?")
-            params.append(since)
-        if until is not None:
-            clauses.append(f"{column} <= ?")
-            params.append(until)
+        return time_window(WINDOWS[table], since, until)
     return " AND ".join(clauses) or "TRUE", params
 
 

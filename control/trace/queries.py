@@ -30,7 +30,8 @@ def _rows(con, sql: str, params: list[Any]) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
-def _window(column: str, since: float | None, until: float | None) -> tuple[str, list]:
+def time_window(column: str, since: float | None, until: float | None) -> tuple[str, list]:
+    """A WHERE clause (and its parameters) keeping `column` within [since, until]."""
     clauses, params = [], []
     if since is not None:
         clauses.append(f"{column} >= ?")
@@ -50,7 +51,7 @@ def _limit(limit: int) -> int:
 def steps(con, since: float | None = None, until: float | None = None, limit: int = 1000,
           batch: bool = False) -> list[dict[str, Any]]:
     """Steps in a window, oldest first; `batch` adds which requests ran (id lists)."""
-    where, params = _window("start_time", since, until)
+    where, params = time_window("start_time", since, until)
     cols = STEP_COLUMNS + (", " + BATCH_COLUMNS if batch else "")
     found = _rows(con, f"SELECT {cols} FROM steps WHERE {where} ORDER BY start_time"
                   f" LIMIT {_limit(limit)}", params)
@@ -103,7 +104,7 @@ def request_timeline(con, request_id: str) -> dict[str, Any] | None:
     run_id = record["run_id"] if record else admissions[0]["run_id"]
     lo = record["arrival_time"] if record else admissions[0]["time"]
     hi = record["finished_time"] if record and record["finished_time"] else None
-    where, params = _window("start_time", lo, hi)
+    where, params = time_window("start_time", lo, hi)
     seq = con.execute("SELECT seq FROM request_ids WHERE run_id = ? AND request_id = ?",
                       [run_id, request_id]).fetchone()
     ran = []
@@ -158,7 +159,7 @@ def latency(con, since: float | None = None, until: float | None = None,
     """Per group (lane, tenant, outcome or model): counts, percentiles, mean breakdown."""
     if by not in GROUPS:
         raise ValueError(f"by={by!r} must be one of {', '.join(GROUPS)}")
-    where, params = _window("finished_time", since, until)
+    where, params = time_window("finished_time", since, until)
     ran = "FILTER (WHERE outcome <> 'rejected')"  # a rejection's e2e is 0: not a latency
     pcts = ", ".join(
         f"quantile_cont({c}, 0.5) {ran} AS {c}_p50, quantile_cont({c}, 0.9) {ran} AS {c}_p90,"
@@ -180,14 +181,14 @@ def kv_usage(con, since: float | None = None, until: float | None = None,
     """KV usage over time (per bucket, from every step) and the snapshots by lane/tenant."""
     if bucket_s <= 0:
         raise ValueError(f"bucket_s={bucket_s} must be > 0")
-    where, params = _window("start_time", since, until)
+    where, params = time_window("start_time", since, until)
     series = _rows(con, f"""
         SELECT floor(start_time / ?) * ? AS time, avg(kv_usage) AS usage_mean,
                max(kv_usage) AS usage_max, max(kv_blocks_used) AS blocks_used_max,
                avg(kv_blocks_cached) AS blocks_cached_mean, count(*) AS steps
         FROM steps WHERE {where} GROUP BY 1 ORDER BY 1 LIMIT {MAX_ROWS}""",
                    [bucket_s, bucket_s] + params)
-    where, params = _window("time", since, until)
+    where, params = time_window("time", since, until)
     snaps = _rows(con, f"SELECT time, step_id, trigger, used, free, cached, total, usage,"
                   f" high_watermark, reject_watermark, by_lane, by_tenant FROM kv_snapshots"
                   f" WHERE {where} ORDER BY time LIMIT {MAX_ROWS}", params)
@@ -199,7 +200,7 @@ def slow(con, since: float | None = None, until: float | None = None, limit: int
     """The slowest requests and where their time went."""
     if by not in SLOW_BY:
         raise ValueError(f"by={by!r} must be one of {', '.join(SLOW_BY)}")
-    where, params = _window("finished_time", since, until)
+    where, params = time_window("finished_time", since, until)
     return _rows(con, f"""
         SELECT request_id, lane, tenant, outcome, finish_reason, e2e_s, ttft_s, tpot_s,
                queue_delay_s AS queue_s, prefill_time_s AS prefill_s,
@@ -210,7 +211,7 @@ def slow(con, since: float | None = None, until: float | None = None, limit: int
 
 
 def summary(con, since: float | None = None, until: float | None = None) -> dict[str, Any]:
-    where, params = _window("start_time", since, until)
+    where, params = time_window("start_time", since, until)
     step = _rows(con, f"""
         SELECT count(*) AS steps, min(start_time) AS first, max(end_time) AS last,
                sum(num_prefill_tokens) AS prefill_tokens, sum(num_decode_tokens)
@@ -223,11 +224,11 @@ def summary(con, since: float | None = None, until: float | None = None) -> dict
     busy = (step["last"] or 0) - (step["first"] or 0)
     step["tokens_per_s"] = ((step["prefill_tokens"] or 0) + (step["decode_tokens"] or 0)) / \
         busy if busy > 0 else None
-    rwhere, rparams = _window("finished_time", since, until)
+    rwhere, rparams = time_window("finished_time", since, until)
     outcomes = _rows(con, f"SELECT outcome, finish_detail AS reason, count(*) AS requests"
                      f" FROM requests WHERE {rwhere} GROUP BY ALL ORDER BY 3 DESC", rparams)
     overall = latency(con, since, until, by="model")
-    awhere, aparams = _window("time", since, until)
+    awhere, aparams = time_window("time", since, until)
     waits = _rows(con, f"SELECT reason, count(*) AS waits, sum(wait_s) AS wait_s FROM"
                   f" admissions WHERE kind IN ('queued', 'requeued') AND wait_s > 0"
                   f" AND {awhere}"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from control.trace.queries import LATENCIES, MAX_ROWS, _rows, _window
+from control.trace.queries import LATENCIES, MAX_ROWS, _rows, time_window
 
 QUANTILES = (0.5, 0.95, 0.99)
 
@@ -63,7 +63,7 @@ def cohort_latency(con, since: float | None = None,
 def kv_crossings(con, since: float | None = None,
                  until: float | None = None) -> list[dict[str, Any]]:
     """KV snapshots taken because usage crossed the high or reject watermark, oldest first."""
-    where, params = _window("time", since, until)
+    where, params = time_window("time", since, until)
     return _rows(con, f"""
         SELECT time, step_id, trigger, usage, used, total, high_watermark, reject_watermark
         FROM kv_snapshots WHERE {where} AND trigger <> 'periodic'

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from control.trace.queries import GROUPS, LATENCIES, _rows, _window
+from control.trace.queries import GROUPS, LATENCIES, _rows, time_window
 
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600)
 MAX_BUCKETS = 2000
@@ -41,7 +41,7 @@ def _frame(con, table: str, column: str, since: float | None, until: float | Non
     """WHERE clause, its parameters and the bucket size for a window over `table`."""
     lo, hi = _span(con, table, column, since, until)
     bucket_s = bucket_seconds((hi - lo) if lo is not None and hi is not None else 0, buckets)
-    where, params = _window(column, since, until)
+    where, params = time_window(column, since, until)
     return where, params, bucket_s
 
 
@@ -121,7 +121,7 @@ def outcome_series(con, since: float | None = None, until: float | None = None,
 def config_changes(con, since: float | None = None,
                    until: float | None = None) -> list[dict[str, Any]]:
     """Every config change in the window: time, version, source, actor, diff (JSON), note."""
-    where, params = _window("time", since, until)
+    where, params = time_window("time", since, until)
     return _rows(con, f"SELECT time, version, source, actor, change, note FROM config_changes"
                  f" WHERE {where} ORDER BY time, version", params)
 

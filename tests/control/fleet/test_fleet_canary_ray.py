@@ -13,20 +13,10 @@ import time
 import httpx
 import pytest
 
+from bench.fleet_control import load as _load  # one closed-loop client
 from tests.control.fleet.test_fleet_ray import ray  # noqa: F401  (skips without Ray)
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _load(url: str, stop: threading.Event, client_id: int) -> None:
-    """One client in a closed loop; tenants differ so routing spreads them."""
-    with httpx.Client(base_url=url, timeout=60) as client:
-        i = 0
-        while not stop.is_set():
-            client.post("/v1/completions", headers={"X-Tenant": f"t{client_id}-{i % 3}"},
-                        json={"prompt": f"Load {client_id} {i}", "max_tokens": 12,
-                              "ignore_eos": True})
-            i += 1
 
 
 def test_a_fleet_change_converges_and_a_bad_canary_rolls_back(fleet, capsys):  # noqa: F811

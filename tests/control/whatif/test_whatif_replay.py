@@ -5,26 +5,20 @@ direction, and near the amount, that the same workload recorded under it shows."
 from __future__ import annotations
 
 import pytest
-from whatif_sim_trace import STATIC, record
+from whatif_sim_trace import STATIC, read_trace_window, record
 
-from control.trace.store import open_read_only
 from control.whatif.calibrate import calibrate
 from control.whatif.compare import PREDICTED, RECORDED
 from control.whatif.replay import replay
 from control.whatif.run import predict
 from control.whatif.summary import predicted_summary, recorded_summary
-from control.whatif.window import Window, read_window
+from control.whatif.window import Window
 from engine.config import EngineConfig, LiveConfig
 
 LIVE = LiveConfig(max_num_seqs=16, max_num_batched_tokens=256, prefill_chunk_size=128)
 
 
-def _window(path: str) -> Window:
-    con = open_read_only(path)
-    try:
-        return read_window(con, None, None)
-    finally:
-        con.close()
+_window = read_trace_window
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,11 @@ import dataclasses
 import json
 
 import pytest
-from whatif_sim_trace import STATIC, record
+from whatif_sim_trace import STATIC, read_trace_window, record
 
-from control.trace.store import open_read_only
 from control.whatif.compare import PREDICTED, RECORDED
 from control.whatif.run import predict
-from control.whatif.window import Window, read_window
+from control.whatif.window import Window
 from engine.config import EngineConfig, LiveConfig
 from engine.step_law import StepLaw
 
@@ -23,12 +22,7 @@ TIMED = dataclasses.replace(STATIC, target_step_ms=40)
 LAW = StepLaw(0.004, 0.0002, 2e-7, 2e-5)
 
 
-def _window(path: str) -> Window:
-    con = open_read_only(path)
-    try:
-        return read_window(con, None, None)
-    finally:
-        con.close()
+_window = read_trace_window
 
 
 @pytest.fixture(scope="module")

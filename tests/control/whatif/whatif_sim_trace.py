@@ -83,3 +83,15 @@ def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
     observer.stop()
     writer.stop()
     return LAW
+
+
+def read_trace_window(path: str):
+    """The whole trace at `path` as a what-if Window (control/whatif/window.py)."""
+    from control.trace.store import open_read_only
+    from control.whatif.window import read_window
+
+    con = open_read_only(path)
+    try:
+        return read_window(con, None, None)
+    finally:
+        con.close()
