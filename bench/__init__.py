@@ -30,6 +30,8 @@ CPU, side by side in one run:
                          replicas (no Ray): prefix hit rate, client TTFT p50/p99
     fleet_control        a fleet config change's time to reach every replica, idle vs
                          under load, and canaries of a bad and a good change (local Ray)
+    fleet_scaling        1 vs 2 replicas on local Ray: burst capacity, and throughput, TTFT
+                         and TPOT at one replica's capacity (A B A B, one fleet per side)
 GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the CPU check):
     kernel_check         Triton kernels against the torch reference at real sizes
     kernel_speed         decode bandwidth and prefill TFLOP/s, against torch SDPA

@@ -35,6 +35,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "fleet_routing": [],
     "cpu_attention_ab": [],
     "fleet_control": [],
+    "fleet_scaling": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
