@@ -142,7 +142,7 @@ def main() -> None:
 
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
             model = str(tiny_checkpoint(folder))
-        print(json.dumps(run(args, model), indent=1), flush=True)
+        print(json.dumps(run(args, model)), flush=True)  # one line: the last is the result
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ GPU_MODULES = ("bench.kernel_check", "bench.kernel_speed", "bench.gpu_parity",
                "kernels.triton_attention", "kernels.reference", "engine.llm", "engine.models",
                "tests.fixtures.tiny_models")
 GPU_MACHINE_DISTRIBUTIONS = ("torch", "triton", "transformers")
+# Imported by an allowed distribution only when installed (torch.utils.data imports dill if
+# it can; here guidellm's datasets brings it): absent on the GPU machine, skipped there.
+OPTIONAL_IMPORTS = {"dill"}
 
 
 def script_steps() -> list[str]:
@@ -90,7 +93,8 @@ def test_gpu_steps_import_only_what_the_gpu_machine_has():
     owners = metadata.packages_distributions()  # import name -> distributions
     foreign = {}
     for top in json.loads(done.stdout.strip().splitlines()[-1]):
-        if (top in sys.stdlib_module_names or top in ("bench", "engine", "kernels", "tests")
+        if (top in sys.stdlib_module_names or top in OPTIONAL_IMPORTS
+                or top in ("bench", "engine", "kernels", "tests")
                 or top.startswith(("__", "_sysconfigdata"))):  # the interpreter's own
             continue
         dists = {d.lower().replace("_", "-") for d in owners.get(top, [])}

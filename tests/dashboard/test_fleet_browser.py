@@ -38,7 +38,7 @@ def settle(page) -> None:
 def grid_header(page) -> str:
     """The data grid's column headers (its accessible table mirrors the canvas), once it
     has drawn (on a busy machine, seconds after the page's script finished)."""
-    page.wait_for_selector(f"{GRID} th", timeout=60_000)
+    page.wait_for_selector(f"{GRID} th", state="attached", timeout=60_000)
     return " ".join(page.locator(f"{GRID} th").all_inner_texts())
 
 
