@@ -232,6 +232,7 @@ class Engine:
                              (t0, *run.marks), finished)
         record.prefix_query_tokens = bm.prefix_query_tokens - q0
         record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
+        self.scheduler.law_scale.observe(run.out.predicted_s, run.end - start)
         result = self._drain_pending(record)
         result.rows, result.sampled = run.rows, run.sampled
         result.stop_reasons = {r.request_id: r.finish_reason or "" for r in finished}

@@ -33,7 +33,7 @@ from engine.records import SchedulerOutput, SchedulerStats
 from engine.request import Request, RequestStatus
 from engine.step_budget import SchedulerInvariantError, StepPlan
 from engine.step_law import StepLaw
-from engine.step_time import MIN_PROGRESS
+from engine.step_time import MIN_PROGRESS, LawScale
 from engine.step_update import apply_sampled
 
 
@@ -44,6 +44,7 @@ class Scheduler:
         step is held to static.target_step_ms (engine/step_time.py)."""
         self.static = static
         self.step_law = step_law
+        self.law_scale = LawScale()  # measured / predicted: Engine.step feeds it
         self.live = live
         self.block_manager = block_manager
         self.lanes = LaneSet(live.lanes)
@@ -70,7 +71,7 @@ class Scheduler:
         """This step's work, and what the scheduling decided besides it."""
         self.step_id += 1
         step = StepPlan.new(self.step_id, self.live, self.step_law,  # one config snapshot
-                            self.static.target_step_ms / 1000)
+                            self.law_scale.step_target_s(self.static.target_step_ms / 1000))
         self._schedule_running(step)
         charges = tally_running(self.lanes, step.out)  # the running set's work is final now
         self._schedule_new(step, charges, now)

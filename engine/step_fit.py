@@ -24,8 +24,8 @@ Two things follow from the law, with `target_s = target_step_ms / 1000`:
 
 2. The step's time budget (`Engine(step_law=...)`, engine/step_time.py): the scheduler
    predicts each step's time by the law as it adds work, shrinks a chunk deep into a long
-   prompt to what the time left allows, and starts no request whose decodes would take
-   the running set's decodes past half the step (wait reason `step_time`). Tokens alone
+   prompt to what the time left allows, and starts no request while the running set's
+   decodes take more than half the step (wait reason `step_time`). Tokens alone
    cannot do this: a 128-token chunk at position 4k costs ~4x one at position 0, a decode
    over a 2k context ~15x a decode over 128 tokens.
 
@@ -99,10 +99,10 @@ class StepFit:
                         " within the target by the law (never fewer than the fixed cost's"
                         " worth) and at least 3/2 of the chunk; prefill_chunk_size = the"
                         " largest power of two <= 2/3 of them; neither above the built-in"
-                        " default. Each step is also held to the target by the law: chunks"
-                        " deep into long prompts shrink, and no request starts whose"
-                        " decodes would take the running set's past half the step"
-                        " (wait reason step_time)",
+                        " default. Each step is also held to 90% of the target by the law"
+                        " (scaled by measured / predicted): chunks deep into long prompts"
+                        " shrink, and no request starts while the running set's decodes"
+                        " take more than half the step (wait reason step_time)",
                 "summary": self.summary(), "note": self.note}
 
 
