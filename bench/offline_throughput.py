@@ -25,7 +25,7 @@ auto sampled fp32 hf_static hf_cb [ref], auto sampled ...; tokens/s per side: al
 over all seconds, and the per-round median [min-max]. Last line: one JSON object.
 
     python -m bench.offline_throughput [--requests 64] [--rounds 2] [--model smollm2-135m]
-        [--against REF] [--threads N]
+        [--against REF] [--threads N] [--sides auto,sampled]
     python -m bench.offline_throughput --smoke   # the tests' tiny model, 4 requests, 1 round
 """
 
@@ -137,6 +137,8 @@ def build_sides(model: str, args, stack: ExitStack) -> tuple[dict, list[list[int
     }
     sides = {}
     for name, runner in runners.items():
+        if args.sides and name not in args.sides:
+            continue
         try:  # warm-up, untimed; transformers' CB is new API: a failure drops the side only
             runner(prompts[:WARMUP_REQUESTS], outputs[:WARMUP_REQUESTS])
         except Exception as exc:
@@ -201,9 +203,15 @@ def main() -> None:
     ap.add_argument("--model", default=DEFAULT_MODEL, help="alias or checkpoint directory")
     ap.add_argument("--against", metavar="REF", help="also time this commit's engine")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
+    ap.add_argument("--sides", type=lambda s: s.split(","), default=None,
+                    help="only these sides, e.g. auto,sampled (default: all)")
     ap.add_argument("--smoke", action="store_true",
                     help=f"the test suite's tiny random model, {SMOKE}")
     args = ap.parse_args()
+    unknown = set(args.sides or ()) - {"auto", "sampled", "fp32", "hf_static", "hf_cb"}
+    if unknown:
+        ap.error(f"--sides: unknown {sorted(unknown)}; the sides are auto, sampled, fp32,"
+                 " hf_static, hf_cb (ref: --against)")
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:

@@ -121,16 +121,37 @@ def _top_k(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> None:
 def _top_p(logits: torch.Tensor, top_p: torch.Tensor) -> None:
     """In place: drop a token when the more likely tokens before it already cover the row's
     top_p; the most likely token always stays. Rows with top_p = +inf keep everything."""
+    candidates = int(torch.isfinite(logits).sum(dim=-1).max())
+    if candidates <= logits.shape[-1] // 4:
+        _top_p_of_candidates(logits, top_p, candidates)
+        return
     shape, device = tuple(logits.shape), logits.device
     sorted_logits = workspace("sampler.sorted", shape, torch.float32, device)
     order = workspace("sampler.order", shape, torch.int64, device)
     # stable: tied logits keep vocabulary order, so the cut is the same in any batch
     torch.sort(logits, dim=-1, descending=True, stable=True, out=(sorted_logits, order))
+    _cut(logits, top_p, sorted_logits, order)
+
+
+def _top_p_of_candidates(logits: torch.Tensor, top_p: torch.Tensor, n: int) -> None:
+    """_top_p when top-k left at most n finite logits a row: the same cut, from a sort of
+    the n candidates instead of the whole vocabulary ([R, n]: 50 of 49,152 for top_k 50)."""
+    values, index = torch.topk(logits, n, dim=-1)  # every finite logit of every row
+    index, by_index = torch.sort(index, dim=-1)  # vocabulary order first, then a stable
+    values = values.gather(1, by_index)  # sort by value: the full stable sort's order
+    sorted_logits, by_value = torch.sort(values, dim=-1, descending=True, stable=True)
+    _cut(logits, top_p, sorted_logits, index.gather(1, by_value))
+
+
+def _cut(logits: torch.Tensor, top_p: torch.Tensor, sorted_logits: torch.Tensor,
+         order: torch.Tensor) -> None:
+    """Mask, in `logits`, the tokens (`order`: their ids, by falling logit) past top_p."""
     probs = torch.softmax(sorted_logits, dim=-1)
     before = torch.cumsum(probs, dim=-1, out=sorted_logits).sub_(probs)  # mass before each
-    drop = before >= top_p[:, None]  # (R, V), sorted order
+    drop = before >= top_p[:, None]  # (R, n), sorted order
     drop[:, 0] = False
-    logits.masked_fill_(torch.zeros_like(drop).scatter_(1, order, drop), float("-inf"))
+    mask = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+    logits.masked_fill_(mask.scatter_(1, order, drop), float("-inf"))
 
 
 @dataclass(frozen=True)
