@@ -45,6 +45,7 @@ import httpx
 import yaml
 
 from bench.loadtest_goals import BURST_RATE, SCENARIOS
+from control.fleet.app import replica_torch_threads
 
 SIDES = {"A": 1, "B": 2}  # side -> replicas
 QUEUE_TIMEOUT_MS = 600_000  # a queued request's limit before it ends as a timeout
@@ -162,9 +163,9 @@ def run_side(side: str, pair: int, rate: float | None, args, model: str, scenari
     with fleet(model, replicas, cpus, args.port) as (url, start_s):
         model_id = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
         warm_up(url, model_id, replicas)
-        # torch threads per replica: Ray sets OMP_NUM_THREADS = floor(num_cpus), >= 1
         row: dict[str, Any] = {"replicas": replicas, "replica_cpus": cpus,
-                               "torch_threads": max(1, int(cpus)), "start_s": round(start_s, 1)}
+                               "torch_threads": replica_torch_threads(cpus),
+                               "start_s": round(start_s, 1)}
         row["burst"] = measure(url, scenario, BURST_RATE, args, out / f"{side}{pair}-burst")
         rate = rate if rate is not None else row["burst"]["request_rps"]
         row["at_c1"] = measure(url, scenario, rate, args, out / f"{side}{pair}-rate")

@@ -74,6 +74,11 @@ class _ServeReplica(EngineReplica):
         await self.shutdown()
 
 
+def replica_torch_threads(replica_cpus: float) -> int:
+    """Torch threads of a CPU replica: its CPUs less one for its event loop, at least 1."""
+    return max(1, math.floor(replica_cpus) - 1)
+
+
 def _actor_options(settings: FleetSettings) -> dict[str, Any]:
     import torch
 
@@ -83,7 +88,7 @@ def _actor_options(settings: FleetSettings) -> dict[str, Any]:
     # spinning torch threads beside its own event loop, which then waited for the step and
     # the step for it (bench.fleet_scaling: 2.7x slower than two 1-CPU replicas on the same
     # cores). As `batchpilot serve` does, torch gets one thread fewer than the CPUs.
-    threads = max(1, math.floor(settings.replica_cpus) - 1)
+    threads = replica_torch_threads(settings.replica_cpus)
     return {"num_cpus": settings.replica_cpus,
             "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}}
 
