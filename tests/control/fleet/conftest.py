@@ -28,7 +28,13 @@ def _healthy_replicas(url: str) -> int:
 
 
 @pytest.fixture(scope="session")
-def fleet(tiny_llama_dir):
+def fleet_trace_dir(tmp_path_factory):
+    """Where the Ray fleet's replicas write their traces (replica-<id>.duckdb)."""
+    return tmp_path_factory.mktemp("fleet-trace")
+
+
+@pytest.fixture(scope="session")
+def fleet(tiny_llama_dir, fleet_trace_dir):
     """The fleet's ingress URL."""
     ray = pytest.importorskip("ray")
     serve = pytest.importorskip("ray.serve")
@@ -39,7 +45,8 @@ def fleet(tiny_llama_dir):
     settings = FleetSettings(
         ServeSettings(model=str(tiny_llama_dir), port=port, shutdown_grace_s=2.0,
                       engine_overrides={"num_kv_blocks": 256}),
-        replicas=2, num_cpus=2, replica_cpus=0.5, ingress_cpus=0.25)
+        replicas=2, num_cpus=2, replica_cpus=0.5, ingress_cpus=0.25,
+        trace_dir=str(fleet_trace_dir))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         try:

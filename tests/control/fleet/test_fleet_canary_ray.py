@@ -73,3 +73,41 @@ def test_a_fleet_change_converges_and_a_bad_canary_rolls_back(fleet, capsys):  #
         assert got["config"]["max_num_seqs"] == 8 and got["version"] == 1
         events = client.get("/control/history").json()["events"]
         assert [e["kind"] for e in events] == ["canary_start", "canary_rollback"]
+
+
+def test_a_good_canary_promotes_itself_to_every_replica(fleet, capsys):
+    """After the bad one: max_num_seqs 8 -> 16 under the same load (6 clients never fill 8
+    sequences a replica, so the canary runs as well as the rest) is promoted."""
+    from control.cli.main import main
+
+    with httpx.Client(base_url=fleet, timeout=60) as client:
+        version = client.get("/control/config").json()["version"]
+    stop = threading.Event()
+    clients = [threading.Thread(target=_load, args=(fleet, stop, i), daemon=True)
+               for i in range(6)]
+    for t in clients:
+        t.start()
+    try:
+        time.sleep(1.0)
+        code = main(["ctl", "--url", fleet, "set", "max_num_seqs=16", "--canary", "1",
+                     "--watch", "8s", "--min-requests", "5", "--reason", "good canary"])
+    finally:
+        stop.set()
+        for t in clients:
+            t.join(60)
+    out = capsys.readouterr().out
+    print(out)
+    assert code == 0, out  # promoted
+    assert "promoted" in out
+    with httpx.Client(base_url=fleet, timeout=60) as client:
+        deadline = time.monotonic() + 30
+        while True:
+            got = client.get("/control/config").json()
+            if got["converged"] and got["version"] > version:
+                break
+            assert time.monotonic() < deadline, got
+            time.sleep(0.2)
+        assert got["config"]["max_num_seqs"] == 16
+        assert all(r["fleet_version"] == got["version"] for r in got["replicas"])
+        kinds = [e["kind"] for e in client.get("/control/history").json()["events"]]
+        assert kinds[-2:] == ["canary_start", "canary_promote"]
