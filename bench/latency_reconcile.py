@@ -134,11 +134,27 @@ def _waits(db: Path) -> dict:
             totals[name] = totals.get(name, 0.0) + seconds
     queued = sum(d or 0.0 for d, _ in rows)
     steps = con.execute("SELECT duration_s FROM steps").fetchall()
+    # measured / predicted of the steps the start-up law predicted (none before it existed)
+    ratios = _law_ratios(con)
     con.close()
     return {"requests": len(rows), "queue_delay_total_s": round(queued, 3),
             "by_reason_s": {k: round(v, 3) for k, v in sorted(totals.items())},
-            "step_s": _dist([d for (d,) in steps]),
-            "steps_over_target": sum(1 for (d,) in steps if d > TARGET_STEP_S)}
+            "step_s": _dist([d for (d,) in steps]), "steps": len(steps),
+            "steps_over_target": sum(1 for (d,) in steps if d > TARGET_STEP_S),
+            "measured_over_predicted": _dist(ratios)}
+
+
+def _law_ratios(con) -> list[float]:
+    """Each step's measured engine-clock span over the step law's prediction, where the
+    trace has one (steps.predicted_step_s: schema 2 and fitted budgets)."""
+    columns = {c for (c,) in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'steps'"
+    ).fetchall()}
+    if "predicted_step_s" not in columns:
+        return []
+    rows = con.execute("SELECT end_time - start_time, predicted_step_s FROM steps"
+                       " WHERE predicted_step_s > 0").fetchall()
+    return [measured / predicted for measured, predicted in rows]
 
 
 @contextlib.contextmanager
