@@ -28,27 +28,14 @@ a step where no row asks computes none.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 import torch
 
 from engine.logprobs import SampledTokens, TokenLogprob
 from engine.request import Request, SamplingParams
+from engine.sampler_race import race
 from kernels.workspace import workspace
-
-_seed_source = random.SystemRandom()
-
-
-def request_generator(req: Request, device: torch.device) -> torch.Generator:
-    """The request's generator, created on its first sample (kept on the Request)."""
-    gen = req.sampling_state
-    if gen is None:
-        seed = req.sampling_params.seed
-        gen = torch.Generator(device=device)
-        gen.manual_seed(seed if seed is not None else _seed_source.getrandbits(63))
-        req.sampling_state = gen
-    return gen
 
 
 @dataclass(frozen=True)
@@ -246,15 +233,6 @@ def apply_processors(logits: torch.Tensor, procs: ProcessorTensors) -> torch.Ten
     return buf[:, :vocab]
 
 
-def draw_noise(requests: list[Request], vocab: int, device: torch.device) -> torch.Tensor:
-    """Exp(1) noise [R, V] (the "sampler.noise" workspace): row i from requests[i]'s own
-    generator, one vocab-sized draw."""
-    noise = workspace("sampler.noise", (len(requests), vocab), torch.float32, device)
-    for row, req in zip(noise, requests, strict=True):  # NOTE: one generator per tensor
-        row.exponential_(generator=request_generator(req, device))
-    return noise
-
-
 def sample(logits: torch.Tensor, requests: list[Request]) -> SampledTokens:
     """One token per row of `logits` `[R, V]` (float32) for `requests` (same order), with
     the logprobs of the rows that ask for them (of these raw logits: engine/logprobs.py)."""
@@ -298,9 +276,7 @@ def _sample_tokens(logits: torch.Tensor, requests: list[Request]) -> torch.Tenso
     params = SamplingTensors.from_params([r.sampling_params for r in sampled_requests],
                                          logits.shape[-1], logits.device)
     picked = logits if not greedy else logits.index_select(0, rows)
-    probs = torch.softmax(filter_logits(picked, params), dim=-1)
-    noise = draw_noise(sampled_requests, logits.shape[-1], logits.device)
-    tokens[rows] = torch.argmax(torch.div(probs, noise, out=noise), dim=-1)  # the race
+    tokens[rows] = race(filter_logits(picked, params), sampled_requests)
     return tokens
 
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from engine.request import Request, SamplingParams
-from engine.sampler import request_generator, sample
+from engine.sampler import sample
+from engine.sampler_race import CANDIDATE_SHARE, request_generator
 
 VOCAB = 1000
 
@@ -42,9 +43,18 @@ def old_sample(logits: torch.Tensor, requests: list[Request]) -> list[int]:
         if params.temperature == 0.0:
             tokens.append(int(torch.argmax(logits[i])))
             continue
-        probs = torch.softmax(old_filter_logits(logits[i], params), dim=-1)
-        noise = torch.empty_like(probs).exponential_(generator=request_generator(
-            req, logits.device))
+        filtered = old_filter_logits(logits[i], params)
+        finite = torch.isfinite(filtered)
+        gen = request_generator(req, logits.device)
+        if int(finite.sum()) <= filtered.shape[-1] // CANDIDATE_SHARE:
+            # few candidates: the race over them only, noise in vocabulary order
+            candidates = finite.nonzero()[:, 0]
+            probs = torch.softmax(filtered[candidates], dim=-1)
+            noise = torch.empty_like(probs).exponential_(generator=gen)
+            tokens.append(int(candidates[torch.argmax(probs / noise)]))
+            continue
+        probs = torch.softmax(filtered, dim=-1)
+        noise = torch.empty_like(probs).exponential_(generator=gen)
         tokens.append(int(torch.argmax(probs / noise)))
     return tokens
 

@@ -1,0 +1,87 @@
+"""The race that picks each sampled row's token, and each request's random generator.
+
+    token = argmax(p / E),  E ~ Exp(1) independently per token
+
+samples exactly from p (the exponential form of the Gumbel-max trick), one argmax a row.
+A row whose filters (top-k, top-p, min_p) left few candidates, at most vocab /
+CANDIDATE_SHARE finite logits, races over those only: its softmax and its noise cover the
+candidates (50 of 49,152 for top_k 50) instead of the whole vocabulary, whose noise was
+most of a sampled step (63 of 119 ms at 64 rows on one CPU thread). Its noise is drawn, in
+vocabulary order, for its own candidates from its own generator, so a row's token depends
+on its logits, settings and generator only, never on its neighbours; the path a row takes
+is decided by its own candidate count.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from engine.request import Request
+from kernels.workspace import workspace
+
+CANDIDATE_SHARE = 4
+
+_seed_source = random.SystemRandom()
+
+
+def request_generator(req: Request, device: torch.device) -> torch.Generator:
+    """The request's generator, created on its first sample (kept on the Request)."""
+    gen = req.sampling_state
+    if gen is None:
+        seed = req.sampling_params.seed
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed if seed is not None else _seed_source.getrandbits(63))
+        req.sampling_state = gen
+    return gen
+
+
+def draw_noise(requests: list[Request], vocab: int, device: torch.device) -> torch.Tensor:
+    """Exp(1) noise [R, V] (the "sampler.noise" workspace): row i from requests[i]'s own
+    generator, one vocab-sized draw."""
+    noise = workspace("sampler.noise", (len(requests), vocab), torch.float32, device)
+    for row, req in zip(noise, requests, strict=True):  # NOTE: one generator per tensor
+        row.exponential_(generator=request_generator(req, device))
+    return noise
+
+
+def race(filtered: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+    """filtered [S, V]: the sampled rows' logits after temperature and filters (-inf where
+    dropped) -> int64 [S], one token each."""
+    rows, vocab = filtered.shape
+    counts = torch.isfinite(filtered).sum(dim=-1)  # [S]
+    few = (counts <= vocab // CANDIDATE_SHARE).tolist()
+    if all(few):
+        return _race_candidates(filtered, requests, counts)
+    if not any(few):
+        return _race_vocabulary(filtered, requests)
+    tokens = torch.empty(rows, dtype=torch.int64, device=filtered.device)
+    for flag, race_of in ((True, _race_candidates), (False, _race_vocabulary)):
+        group = [i for i, f in enumerate(few) if f is flag]
+        index = torch.tensor(group, device=filtered.device)
+        args = (filtered.index_select(0, index), [requests[i] for i in group])
+        tokens[index] = race_of(*args, counts[index]) if flag else race_of(*args)
+    return tokens
+
+
+def _race_vocabulary(filtered: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+    probs = torch.softmax(filtered, dim=-1)
+    noise = draw_noise(requests, filtered.shape[-1], filtered.device)
+    return torch.argmax(torch.div(probs, noise, out=noise), dim=-1)
+
+
+def _race_candidates(filtered: torch.Tensor, requests: list[Request],
+                     counts: torch.Tensor) -> torch.Tensor:
+    """The race over each row's finite logits (`counts` of them) only."""
+    values, index = torch.topk(filtered, int(counts.max()), dim=-1)  # every candidate
+    index, by_index = torch.sort(index, dim=-1)  # vocabulary order
+    values = values.gather(1, by_index)
+    probs = torch.softmax(values, dim=-1)  # the dropped (-inf) ones: 0
+    finite = torch.isfinite(values)
+    noise = torch.ones_like(probs)
+    for i, req in enumerate(requests):
+        draw = torch.empty(int(counts[i]), device=filtered.device)
+        noise[i, finite[i]] = draw.exponential_(generator=request_generator(req, draw.device))
+    pick = torch.argmax(probs.div_(noise), dim=-1)
+    return index.gather(1, pick[:, None])[:, 0]
