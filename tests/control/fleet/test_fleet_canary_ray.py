@@ -19,8 +19,26 @@ from tests.control.fleet.test_fleet_ray import ray  # noqa: F401  (skips without
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_a_fleet_change_converges_and_a_bad_canary_rolls_back(fleet, capsys):  # noqa: F811
+def canary_under_load(fleet: str, change: str, reason: str) -> int:
+    """`ctl set CHANGE --canary 1 --watch 8s` while 6 closed-loop clients run: its exit code."""
     from control.cli.main import main
+
+    stop = threading.Event()
+    clients = [threading.Thread(target=_load, args=(fleet, stop, i), daemon=True)
+               for i in range(6)]
+    for t in clients:
+        t.start()
+    try:
+        time.sleep(1.0)  # the load is flowing on both replicas
+        return main(["ctl", "--url", fleet, "set", change, "--canary", "1", "--watch", "8s",
+                     "--min-requests", "5", "--reason", reason])
+    finally:
+        stop.set()
+        for t in clients:
+            t.join(60)
+
+
+def test_a_fleet_change_converges_and_a_bad_canary_rolls_back(fleet, capsys):  # noqa: F811
 
     with httpx.Client(base_url=fleet, timeout=60) as client:
         got = client.get("/control/config").json()
@@ -38,19 +56,7 @@ def test_a_fleet_change_converges_and_a_bad_canary_rolls_back(fleet, capsys):  #
         assert got["converged"] and [r["fleet_version"] for r in got["replicas"]] == [1, 1]
         assert got["config"]["max_num_seqs"] == 8
 
-    stop = threading.Event()
-    clients = [threading.Thread(target=_load, args=(fleet, stop, i), daemon=True)
-               for i in range(6)]
-    for t in clients:
-        t.start()
-    try:
-        time.sleep(1.0)  # the load is flowing on both replicas
-        code = main(["ctl", "--url", fleet, "set", "max_num_seqs=1", "--canary", "1",
-                     "--watch", "8s", "--min-requests", "5", "--reason", "canary test"])
-    finally:
-        stop.set()
-        for t in clients:
-            t.join(60)
+    code = canary_under_load(fleet, "max_num_seqs=1", "canary test")
     out = capsys.readouterr().out
     print(out)
     assert code == 4, out  # rolled back
@@ -78,23 +84,10 @@ def test_a_fleet_change_converges_and_a_bad_canary_rolls_back(fleet, capsys):  #
 def test_a_good_canary_promotes_itself_to_every_replica(fleet, capsys):
     """After the bad one: max_num_seqs 8 -> 16 under the same load (6 clients never fill 8
     sequences a replica, so the canary runs as well as the rest) is promoted."""
-    from control.cli.main import main
 
     with httpx.Client(base_url=fleet, timeout=60) as client:
         version = client.get("/control/config").json()["version"]
-    stop = threading.Event()
-    clients = [threading.Thread(target=_load, args=(fleet, stop, i), daemon=True)
-               for i in range(6)]
-    for t in clients:
-        t.start()
-    try:
-        time.sleep(1.0)
-        code = main(["ctl", "--url", fleet, "set", "max_num_seqs=16", "--canary", "1",
-                     "--watch", "8s", "--min-requests", "5", "--reason", "good canary"])
-    finally:
-        stop.set()
-        for t in clients:
-            t.join(60)
+    code = canary_under_load(fleet, "max_num_seqs=16", "good canary")
     out = capsys.readouterr().out
     print(out)
     assert code == 0, out  # promoted
