@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import os
 import re
@@ -44,6 +43,7 @@ from typing import Any
 import httpx
 import yaml
 
+from bench import loadtest_goals
 from bench.loadtest_goals import BURST_RATE, SCENARIOS
 from control.fleet.app import replica_torch_threads
 
@@ -66,20 +66,8 @@ def write_scenario(out: Path, output_tokens: int, concurrency: int) -> Path:
 
 def loadtest(url: str, scenario: Path, rate: float, requests: int, tokenizer: str | None,
              out: Path) -> dict[str, Any]:
-    """`batchpilot loadtest --json` in this process (a subprocess would pay its imports and
-    tokenizer load, seconds, per run) -> its summary."""
-    from control.cli.main import main as batchpilot
-
-    argv = ["loadtest", "--scenario", str(scenario), "--url", url, "--rate", str(rate),
-            "--requests", str(requests), "--json", "--out", str(out),
-            "--db", str(out / "loadtest.duckdb")]
-    argv += ["--tokenizer", tokenizer] if tokenizer else []
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        code = batchpilot(argv)
-    if code != 0:
-        raise RuntimeError(f"batchpilot {' '.join(argv)} failed ({code})")
-    return json.loads(printed.getvalue())[0]
+    """One `batchpilot loadtest` run in this process -> its summary."""
+    return loadtest_goals.loadtest(url, scenario, [], 1, out, rate, requests, tokenizer)[0]
 
 
 def routed_by_replica(url: str) -> dict[str, float]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import signal
@@ -87,14 +88,27 @@ def served(args: argparse.Namespace, smoke: dict, prefix: str) -> Iterator[tuple
             proc.wait(60)
 
 
-def loadtest(url: str, scenario: str, compare: list[str], rounds: int, out: Path,
+def batchpilot(argv: list[str]) -> str:
+    """`batchpilot ARGV` in this process (a subprocess would pay its imports and tokenizer
+    load, seconds, per run) -> what it printed; RuntimeError if it failed."""
+    from control.cli.main import main
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(argv)
+    if code != 0:
+        raise RuntimeError(f"batchpilot {' '.join(argv)} failed ({code})")
+    return printed.getvalue()
+
+
+def loadtest(url: str, scenario: str | Path, compare: list[str], rounds: int, out: Path,
              rate: float | None, requests: int | None = None,
              tokenizer: str | None = None) -> list[dict]:
-    """`batchpilot loadtest --compare ...`: one summary per config. rate (req/s) and
-    requests override the scenario's; tokenizer: for a server whose model is not an alias."""
-    cmd = [sys.executable, "-m", "control.cli.main", "loadtest", "--scenario",
-           str(SCENARIOS / scenario), "--url", url, "--rounds", str(rounds), "--json",
-           "--out", str(out), "--db", str(out / "loadtest.duckdb")]
+    """`batchpilot loadtest [--compare ...]`: one summary per config. `scenario`: a name in
+    playbooks/scenarios or a path; rate (req/s) and requests override the scenario's;
+    tokenizer: for a server whose model is not an alias."""
+    cmd = ["loadtest", "--scenario", str(SCENARIOS / scenario), "--url", url, "--rounds",
+           str(rounds), "--json", "--out", str(out), "--db", str(out / "loadtest.duckdb")]
     for spec in compare:
         cmd += ["--compare", spec]
     if rate is not None:
@@ -103,19 +117,15 @@ def loadtest(url: str, scenario: str, compare: list[str], rounds: int, out: Path
         cmd += ["--requests", str(requests)]
     if tokenizer is not None:
         cmd += ["--tokenizer", tokenizer]
-    done = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"loadtest failed ({done.returncode})")
-    return json.loads(done.stdout)
+    return json.loads(batchpilot(cmd))
 
 
 def capacity_rps(url: str, scenario: str, config: str, out: Path, args) -> float:
     """Completed requests per second of `scenario` under `config` with every request
     sent at once (the scenario's own concurrency limit still holds)."""
     name, _, changes = config.partition(":")
-    subprocess.run([sys.executable, "-m", "control.cli.main", "ctl", "set", "--url", url,
-                    "--reason", f"bench.loadtest_goals: capacity under {name}",
-                    *changes.split(",")], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    batchpilot(["ctl", "set", "--url", url, "--reason",
+                f"bench.loadtest_goals: capacity under {name}", *changes.split(",")])
     s = loadtest(url, scenario, [], 1, out, BURST_RATE, args.requests, args.tokenizer)
     rps = s[0]["request_rps"]
     print(f"{scenario} capacity under {config.split(':')[0]}: {rps:.3f} req/s"
