@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 from control.serve.server import READY_LINE
 
@@ -35,6 +36,9 @@ def _pump(proc: subprocess.Popen) -> None:
     """The server's log, as it comes."""
     for line in proc.stdout:
         sys.stdout.write(line)
+
+
+STOP_TIMEOUT_S = 60.0  # Ctrl+C: both processes' drain, then they are killed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,11 +68,13 @@ def main(argv: list[str] | None = None) -> int:
         for proc in (dashboard, server):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + STOP_TIMEOUT_S  # one deadline for both, not one each
         for proc in (dashboard, server):
             try:
-                proc.wait(60)
+                proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
     return server.returncode or 0
 
 

@@ -54,7 +54,7 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
         assert wait_for(f"http://127.0.0.1:{port}/_stcore/health") == 200
     finally:
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(60)
+        code = proc.wait(120)  # run_all's own deadline for both children is 60 s
     assert code == 0
     assert (tmp_path / "t.duckdb").exists()
     con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
