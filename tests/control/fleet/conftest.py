@@ -33,6 +33,28 @@ def fleet_trace_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("fleet-trace")
 
 
+# NOTE: session-scoped so the Ray test modules share one fleet, but stopped after the last
+# test that uses it, not at the session's end: a live Ray (replicas, raylet, the ingress's
+# polls) took CPU from every later test on a 2-core machine, and `make run`'s test timed out.
+_LAST_USER: list = []
+_STOPS: list = []
+
+
+def pytest_collection_modifyitems(session, config, items):
+    users = [item for item in items if "fleet" in getattr(item, "fixturenames", ())]
+    _LAST_USER[:] = users[-1:]
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if _LAST_USER and item is _LAST_USER[0]:
+        _stop_fleet()
+
+
+def _stop_fleet() -> None:
+    while _STOPS:
+        _STOPS.pop()()
+
+
 @pytest.fixture(scope="session")
 def fleet(tiny_llama_dir, fleet_trace_dir):
     """The fleet's ingress URL."""
@@ -48,6 +70,7 @@ def fleet(tiny_llama_dir, fleet_trace_dir):
         replicas=2, num_cpus=2, replica_cpus=0.5, ingress_cpus=0.25,
         trace_dir=str(fleet_trace_dir))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    _STOPS.append(lambda: (serve.shutdown(), ray.shutdown()))
     try:
         try:
             start(settings)
@@ -64,5 +87,4 @@ def fleet(tiny_llama_dir, fleet_trace_dir):
             time.sleep(0.1)
         yield url
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        _stop_fleet()  # unless pytest_runtest_teardown did, after the fleet's last user
