@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -46,6 +47,10 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
             lines.append(line)
             if line.strip().startswith("dashboard"):
                 break
+        # keep reading: run_all copies the server's log to its stdout, and a pipe nobody
+        # reads fills, blocks that copy and then run_all's own exit (its flush)
+        rest: list[str] = []
+        threading.Thread(target=lambda: rest.extend(proc.stdout), daemon=True).start()
         text = "".join(lines)
         api = next(w for w in text.split() if w.startswith("http://") and ":" + str(port)
                    not in w)
