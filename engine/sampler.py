@@ -34,7 +34,7 @@ import torch
 
 from engine.logprobs import SampledTokens, TokenLogprob
 from engine.request import Request, SamplingParams
-from engine.sampler_race import race
+from engine.sampler_race import candidates, race
 from kernels.workspace import workspace
 
 
@@ -123,10 +123,9 @@ def _top_p(logits: torch.Tensor, top_p: torch.Tensor) -> None:
 def _top_p_of_candidates(logits: torch.Tensor, top_p: torch.Tensor, n: int) -> None:
     """_top_p when top-k left at most n finite logits a row: the same cut, from a sort of
     the n candidates instead of the whole vocabulary ([R, n]: 50 of 49,152 for top_k 50)."""
-    values, index = torch.topk(logits, n, dim=-1)  # every finite logit of every row
-    index, by_index = torch.sort(index, dim=-1)  # vocabulary order first, then a stable
-    values = values.gather(1, by_index)  # sort by value: the full stable sort's order
-    sorted_logits, by_value = torch.sort(values, dim=-1, descending=True, stable=True)
+    values, index = candidates(logits, n)  # in vocabulary order, so a stable sort by value
+    sorted_logits, by_value = torch.sort(values, dim=-1, descending=True, stable=True)  # is
+    # the full stable sort's order
     _cut(logits, top_p, sorted_logits, index.gather(1, by_value))
 
 

@@ -71,12 +71,18 @@ def _race_vocabulary(filtered: torch.Tensor, requests: list[Request]) -> torch.T
     return torch.argmax(torch.div(probs, noise, out=noise), dim=-1)
 
 
+def candidates(logits: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[R, V] logits with at most n finite a row -> (values, token ids) [R, n] holding every
+    row's finite logits, in vocabulary order (a row with fewer has -inf entries too)."""
+    values, index = torch.topk(logits, n, dim=-1)
+    index, by_index = torch.sort(index, dim=-1)
+    return values.gather(1, by_index), index
+
+
 def _race_candidates(filtered: torch.Tensor, requests: list[Request],
                      counts: torch.Tensor) -> torch.Tensor:
     """The race over each row's finite logits (`counts` of them) only."""
-    values, index = torch.topk(filtered, int(counts.max()), dim=-1)  # every candidate
-    index, by_index = torch.sort(index, dim=-1)  # vocabulary order
-    values = values.gather(1, by_index)
+    values, index = candidates(filtered, int(counts.max()))
     probs = torch.softmax(values, dim=-1)  # the dropped (-inf) ones: 0
     finite = torch.isfinite(values)
     noise = torch.ones_like(probs)

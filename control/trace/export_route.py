@@ -20,7 +20,7 @@ from fastapi.responses import Response
 from control.api.errors import APIError
 from control.serve.state import get_state
 from control.trace.queries import time_window
-from control.trace.timeparse import parse_time
+from control.trace.routes import query_time
 
 router = APIRouter()
 PARQUET = "application/vnd.apache.parquet"
@@ -47,13 +47,6 @@ def _window(table: str, since: float | None, until: float | None) -> tuple[str, 
     return " AND ".join(clauses) or "TRUE", params
 
 
-def _time(value: str | None, name: str) -> float | None:
-    try:
-        return parse_time(value)
-    except ValueError as exc:
-        raise APIError(400, f"{name}: {exc}", code="invalid_value", param=name) from None
-
-
 @router.get("/v1/trace/export/{table}")
 def export_table(request: Request, table: str, since: str | None = None,
                  until: str | None = None) -> Response:
@@ -64,7 +57,7 @@ def export_table(request: Request, table: str, since: str | None = None,
     if writer is None:
         raise APIError(404, "tracing is off: start the server with --trace-db PATH",
                        code="trace_off")
-    where, params = _window(table, _time(since, "since"), _time(until, "until"))
+    where, params = _window(table, query_time(since, "since"), query_time(until, "until"))
     writer.sync(SYNC_TIMEOUT_S)
     con = writer.cursor()
     try:

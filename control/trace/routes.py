@@ -66,11 +66,15 @@ def _read(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
         con.close()
 
 
-def _t(value: str | None, name: str) -> float | None:
+def query_time(value: str | None, name: str) -> float | None:
+    """A `since`/`until` query value as epoch seconds; 400 naming it when unreadable."""
     try:
         return parse_time(value)
     except ValueError as exc:
         raise APIError(400, f"{name}: {exc}", code="invalid_value", param=name) from None
+
+
+_t = query_time  # short, for the routes below
 
 
 @router.get("/v1/trace/summary")
