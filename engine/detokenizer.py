@@ -3,6 +3,8 @@
 Text is decoded over a short sliding window of token ids: the new text is what the window
 decodes to beyond what its already-emitted part decoded to. A token that ends inside a
 multi-byte character decodes to U+FFFD; its text waits for the tokens that complete it.
+When the output ends first, the final delta shows what is left as it decodes (U+FFFD), so
+the text is always the whole decode of the output: nothing sampled is dropped unseen.
 
 Stop strings: the text stops right before the first stop string; while streaming, the
 last (longest stop string - 1) characters are held back, since they may begin one.
@@ -44,10 +46,23 @@ class IncrementalDetokenizer:
             before = self._decode(self._ids[self._prefix:self._read])
             after = self._decode(self._ids[self._prefix:])
             if len(after) > len(before) and not after.endswith("\ufffd"):
-                start = len(self.text)
-                self.text += after[len(before):]
-                self._prefix, self._read = self._read, len(self._ids)
-                self._check_stop(start)
+                self._append(after[len(before):])
+
+    def _append(self, new_text: str) -> None:
+        start = len(self.text)
+        self.text += new_text
+        self._prefix, self._read = self._read, len(self._ids)
+        self._check_stop(start)
+
+    def _flush_incomplete(self) -> None:
+        """At the end of the output: the tokens still waiting for a character's last bytes
+        join the text as they decode (with U+FFFD for the missing bytes)."""
+        if self.stopped_on is not None or self._read == len(self._ids):
+            return
+        before = self._decode(self._ids[self._prefix:self._read])
+        after = self._decode(self._ids[self._prefix:])
+        if len(after) > len(before):
+            self._append(after[len(before):])
 
     def _check_stop(self, new_from: int) -> None:
         if not self.stop:
@@ -63,6 +78,8 @@ class IncrementalDetokenizer:
 
     def take_delta(self, final: bool) -> str:
         """Text not yet handed out; holds back a possible stop-string start unless final."""
+        if final:
+            self._flush_incomplete()
         end = len(self.text)
         if not final and self.stop and self.stopped_on is None:
             end = max(self.emitted, end - (max(len(s) for s in self.stop) - 1))

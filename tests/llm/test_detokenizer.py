@@ -40,3 +40,19 @@ def test_stop_string_held_back_then_cut(tokenizer):
     streamed += detok.take_delta(final=True)
     assert detok.stopped_on == "brown"
     assert streamed == "the quick "
+
+
+def test_an_output_ending_inside_a_character_still_shows_its_bytes(tokenizer):
+    """A length limit can cut a multi-byte character: the final delta carries what is left
+    (as U+FFFD, as the whole decode shows it) instead of dropping those tokens' text."""
+    ids = tokenizer.encode("ok 🚀", add_special_tokens=False)
+    cut = next(n for n in range(1, len(ids)) if tokenizer.decode(ids[:n]).endswith("\ufffd"))
+    detok = IncrementalDetokenizer(tokenizer, [])
+    streamed = ""
+    for token in ids[:cut]:
+        detok.add_tokens([token])
+        streamed += detok.take_delta(final=False)
+    assert "\ufffd" not in streamed  # held back while the character may still complete
+    streamed += detok.take_delta(final=True)
+    assert streamed == tokenizer.decode(ids[:cut]) and streamed.endswith("\ufffd")
+    assert detok.text == streamed
