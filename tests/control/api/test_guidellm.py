@@ -88,6 +88,14 @@ def trace_requests(db: Path) -> dict[str, dict[str, Any]]:
         con.close()
 
 
+def text_late(output: str) -> bool:
+    """GuideLLM's TTFT is the first chunk with text, the server's the first token. They
+    differ when the first tokens show no text yet: the random model's output may begin with
+    bytes of an unfinished character (shown as U+FFFD once a later token or the end settles
+    them) or be only skipped special tokens (no text at all, no TTFT in GuideLLM)."""
+    return output.startswith("\ufffd")
+
+
 def test_guidellm_runs_and_agrees_with_the_trace(tiny_llama_dir, tmp_path):
     db = tmp_path / "trace.duckdb"
     model = str(tiny_llama_dir)  # the model id is the checkpoint's path, as vLLM's
@@ -112,14 +120,20 @@ def test_guidellm_runs_and_agrees_with_the_trace(tiny_llama_dir, tmp_path):
         assert seen["output_tokens"] == row["num_output_tokens"] == OUTPUT_TOKENS, (seen, row)
         assert seen["prompt_tokens"] == row["num_prompt_tokens"], (seen, row)
         timings = seen["info"]["timings"]
+        assert row["arrival_time"] >= timings["request_start"] - CLOCK_SLACK_S, (rid, row)
+        if seen["time_to_first_token_ms"] is None:  # no chunk carried text: see text_late
+            assert seen["output"] == "", seen
+            continue
         client_ttft_s = seen["time_to_first_token_ms"] / 1e3
         assert client_ttft_s == pytest.approx(
             timings["first_token_iteration"] - timings["request_start"], abs=1e-6)
-        assert row["arrival_time"] >= timings["request_start"] - CLOCK_SLACK_S, (rid, row)
         assert row["first_token_time"] <= timings["first_token_iteration"] + CLOCK_SLACK_S
+        if text_late(seen["output"]):
+            continue
         gap = client_ttft_s - row["ttft_s"]
         assert -CLOCK_SLACK_S <= gap <= TTFT_GAP_S, (rid, client_ttft_s, row["ttft_s"])
         gaps.append(gap)
+    assert len(gaps) >= len(client) // 2, "most outputs show text from their first token"
     print(f"TTFT gap client - server: median {statistics.median(gaps) * 1e3:.1f} ms,"
           f" max {max(gaps) * 1e3:.1f} ms over {len(gaps)} requests")
     assert statistics.median(gaps) <= MEDIAN_TTFT_GAP_S, gaps
