@@ -190,31 +190,46 @@ static void NAME(const float *q, const void *kc, const void *vc, int64_t kvh, in
 DEFINE_ITEM(item_f32, float, f32)
 DEFINE_ITEM(item_bf16, uint16_t, bf16)
 
-/* Returns 0, or -1 when the heads do not fit the stack buffers (nothing written then).
-   An item is a whole decode (all heads: each K/V row is read once, in order) when there
-   are at least 4 decodes per thread; else one KV head of a decode, so that a few long
-   decodes still spread over the threads. */
+/* Item `it` of a step's decode attention, `per_seq` items per decode (see below): the
+   query heads of decode it / per_seq that read KV heads h0 .. h0 + kvh / per_seq - 1.
+   Also run by kernels/cpu_layers.c inside its own parallel region. */
+void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_stride,
+                       const void *k_cache, const void *v_cache, int64_t cache_is_bf16,
+                       int64_t nh, int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
+                       int64_t table_stride, const int32_t *seqs, const int32_t *rows,
+                       const int32_t *ctx, float scale, float *out) {
+    const int64_t g = nh / kvh, kv_per_item = kvh / per_seq;
+    const int64_t i = it / per_seq, h0 = (it % per_seq) * kv_per_item, s = seqs[i];
+    const float *qi = q + (int64_t)rows[i] * q_stride + h0 * g * d;
+    float *oi = out + ((int64_t)rows[i] * nh + h0 * g) * d;
+    const int32_t *table = tables + s * table_stride;
+    if (cache_is_bf16)
+        item_bf16(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs, h0, table, ctx[s],
+                  scale, oi);
+    else
+        item_f32(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs, h0, table, ctx[s],
+                 scale, oi);
+}
+
+/* Items per decode: a whole decode (all heads: each K/V row is read once, in order) when
+   there are at least 4 decodes per thread; else one KV head of a decode, so that a few
+   long decodes still spread over the threads. */
+int64_t bp_attention_items_per_decode(int64_t num_decodes, int64_t kvh, int64_t num_threads) {
+    return num_decodes >= 4 * num_threads ? 1 : kvh;
+}
+
+/* Returns 0, or -1 when the heads do not fit the stack buffers (nothing written then). */
 int bp_decode_attention(const float *q, int64_t q_stride, const void *k_cache,
                         const void *v_cache, int64_t cache_is_bf16, int64_t num_decodes,
                         int64_t nh, int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
                         int64_t table_stride, const int32_t *seqs, const int32_t *rows,
                         const int32_t *ctx, float scale, float *out, int64_t num_threads) {
-    const int64_t g = nh / kvh;
-    if (nh > MAX_H || nh * d > MAX_HD || g * kvh != nh) return -1;
-    const int64_t per_seq = num_decodes >= 4 * num_threads ? 1 : kvh; /* items per decode */
-    const int64_t kv_per_item = kvh / per_seq, items = num_decodes * per_seq;
+    if (nh > MAX_H || nh * d > MAX_HD || (nh / kvh) * kvh != nh) return -1;
+    const int64_t per_seq = bp_attention_items_per_decode(num_decodes, kvh, num_threads);
+    const int64_t items = num_decodes * per_seq;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads) if (num_threads > 1)
-    for (int64_t it = 0; it < items; ++it) {
-        const int64_t i = it / per_seq, h0 = (it % per_seq) * kv_per_item, s = seqs[i];
-        const float *qi = q + (int64_t)rows[i] * q_stride + h0 * g * d;
-        float *oi = out + ((int64_t)rows[i] * nh + h0 * g) * d;
-        const int32_t *table = tables + s * table_stride;
-        if (cache_is_bf16)
-            item_bf16(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs, h0, table, ctx[s],
-                      scale, oi);
-        else
-            item_f32(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs, h0, table, ctx[s],
-                     scale, oi);
-    }
+    for (int64_t it = 0; it < items; ++it)
+        bp_attention_item(it, per_seq, q, q_stride, k_cache, v_cache, cache_is_bf16, nh, kvh,
+                          d, bs, tables, table_stride, seqs, rows, ctx, scale, out);
     return 0;
 }

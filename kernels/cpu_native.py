@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("cpu_decode.c")
+# cpu_decode.c: decode attention; cpu_layers.c: whole small decode steps (uses the former)
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("cpu_decode.c", "cpu_layers.c"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
@@ -65,7 +66,7 @@ def _library_name(compiler: str) -> str:
                if line.startswith(("model name", "flags"))][:2]
     except OSError:
         cpu = []
-    key = "\n".join([SOURCE.read_text(), " ".join(FLAGS), version, *cpu])
+    key = "\n".join([*(src.read_text() for src in SOURCES), " ".join(FLAGS), version, *cpu])
     return f"cpu_decode_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
 
 
@@ -76,8 +77,8 @@ def _build(compiler: str, target: Path) -> None:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True,
-                              text=True, check=False, timeout=300)
+        done = subprocess.run([compiler, *FLAGS, *map(str, SOURCES), "-o", tmp],
+                              capture_output=True, text=True, check=False, timeout=300)
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
         os.replace(tmp, target)
@@ -106,6 +107,8 @@ def load() -> ctypes.CDLL | None:
         return None
     lib.bp_decode_attention.argtypes = _ARGTYPES
     lib.bp_decode_attention.restype = ctypes.c_int
+    lib.bp_decode_layers.argtypes = [_PTR, _I64, _PTR, _PTR]
+    lib.bp_decode_layers.restype = ctypes.c_int
     return lib
 
 

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.models.attention import Attention, AttentionMetadata, KVCache
+from engine.models.native_decode import run_native_decode
 from engine.models.projections import Projection, fuse_parts_on_load
 from engine.models.rope import RotaryEmbedding
 
@@ -194,8 +195,9 @@ class LlamaForCausalLM(nn.Module):
         x = self.model.embed_tokens(input_ids)  # [T, D]
         rope = rope_for_rotate(*self.model.rotary_emb(positions, x.dtype))
         bf16 = self.uses_bf16(x.shape[0])
-        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(x, rope, kv_cache, meta, bf16)
+        if not run_native_decode(self, x, rope, kv_caches, meta, bf16):  # small decode steps
+            for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+                x = layer(x, rope, kv_cache, meta, bf16)
         return self.model.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

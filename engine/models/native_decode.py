@@ -1,0 +1,127 @@
+"""Small decode steps of the Llama family through the native layers (kernels/cpu_layers.py).
+
+`run_native_decode` runs every decoder layer of a step in one native call when the step
+is what that kernel takes, and returns False, having done nothing, otherwise (the model's
+torch layers then run). It takes a step when:
+
+- the native library builds here (kernels/cpu_native.py) and kernels.cpu_layers.NATIVE_LAYERS;
+- every row is one sequence's decode (one query token each), at most NATIVE_MAX_ROWS rows;
+- the activations are float32 on CPU, the KV caches float32 and contiguous;
+- the weights the step would use are all float32, or all bf16 copies (model.uses_bf16);
+- every slot and every block the decodes own lies inside the caches (C reads raw memory).
+
+The arithmetic is the torch layers' (engine/models/llama.py) in float32, in another
+summation order: tests/kernels/test_cpu_layers.py holds the two within float32 rounding.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+import weakref
+
+import torch
+
+from engine.models.attention import AttentionMetadata, KVCache
+from kernels import cpu_layers, cpu_native
+from kernels.cpu_plan import step_plan
+
+
+def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                      kv_caches: list[KVCache], meta: AttentionMetadata, bf16: bool) -> bool:
+    """x: float32 [T, D] embeddings -> the last layer's output, in place (True); or False
+    with nothing done when the step is not one the native layers take."""
+    rows = x.shape[0]
+    if not (cpu_layers.NATIVE_LAYERS and x.device.type == "cpu" and x.dtype == torch.float32
+            and 1 <= rows <= cpu_layers.NATIVE_MAX_ROWS and meta.max_query_len == 1
+            and meta.num_seqs == rows and x.is_contiguous()):
+        return False
+    k0, v0 = kv_caches[0]
+    if not all(k.dtype == v.dtype == torch.float32 and k.is_contiguous() and v.is_contiguous()
+               for k, v in kv_caches):
+        return False
+    table = _layer_table(model, kv_caches, bf16)
+    if table is None or cpu_native.load() is None or not _metadata_ok(meta, k0):
+        return False
+    cos, ssin = (t.reshape(rows, -1).contiguous() for t in rope)
+    attn = model.model.layers[0].self_attn
+    dims = cpu_layers.Dims(model.config.hidden_size, attn.num_heads, attn.num_kv_heads,
+                           attn.head_dim, model.config.intermediate_size,
+                           model.model.layers[0].input_layernorm.eps, attn.attn.scale)
+    if dims.heads > cpu_native.MAX_HEADS or dims.heads * dims.head_dim > \
+            cpu_native.MAX_HEADS_X_DIM or dims.head_dim % 2:
+        return False
+    cpu_layers.decode_layers(table, dims, x, cos.float(), ssin.float(), meta.slot_mapping,
+                             meta.block_tables, meta.context_lens)
+    return True
+
+
+def _metadata_ok(meta: AttentionMetadata, k_cache: torch.Tensor) -> bool:
+    """Every row a decode of its own sequence, its slot and its blocks inside the cache,
+    and the index tensors laid out as the kernel reads them."""
+    num_blocks, block_size = k_cache.shape[0], k_cache.shape[1]
+    tables, ctx, slots = meta.block_tables, meta.context_lens, meta.slot_mapping
+    if not (tables.dtype == ctx.dtype == torch.int32 and tables.stride(1) == 1
+            and ctx.is_contiguous() and slots.dtype == torch.int64 and slots.is_contiguous()):
+        return False
+    plan = step_plan(len(slots), tables, ctx, meta.query_start_loc, block_size)
+    ids = plan.decode_block_ids
+    if not plan.all_decodes or ids is None or ids[0] < 0 or ids[1] >= num_blocks:
+        return False
+    lo, hi = torch.aminmax(slots)
+    return int(lo) >= 0 and int(hi) < num_blocks * block_size
+
+
+_local = threading.local()  # .layers: (key tensors, [LayerTensors], C table) of the last step
+_sources: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> per-layer dicts
+
+
+def _layer_sources(model) -> list[tuple[dict, ...]]:
+    """Per layer, the parameter / buffer dicts of its projections and norms (read per step
+    as plain dicts: nn.Module attribute lookups cost ~1 us each, ~500 a step)."""
+    if model not in _sources:
+        _sources[model] = [
+            (*(d for proj in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
+                              layer.mlp.gate_up_proj, layer.mlp.down_proj)
+               for d in (proj._parameters, proj._buffers)),
+             layer.input_layernorm._parameters, layer.post_attention_layernorm._parameters)
+            for layer in model.model.layers]
+    return _sources[model]
+
+
+def _layer_table(model, kv_caches: list[KVCache], bf16: bool):
+    """The kernel's layer table for the tensors the step uses (the bf16 copies on a bf16
+    step), or None when some weight is in another dtype than the rest or not contiguous.
+    Checked once per set of tensors: a step passing the very same tensors as the last
+    reuses its table (the cache holds the tensors, so their ids cannot be reused)."""
+    weight = "weight_bf16" if bf16 else "weight"
+    key = []
+    for (qp, qb, op, ob, gp, gb, dp, db, ln1, ln2), (k_cache, v_cache) in zip(
+            _layer_sources(model), kv_caches, strict=True):
+        key += ((qb if bf16 else qp)[weight], qp["bias"], (ob if bf16 else op)[weight],
+                op["bias"], (gb if bf16 else gp)[weight], gp["bias"],
+                (db if bf16 else dp)[weight], dp["bias"], ln1["weight"], ln2["weight"],
+                k_cache, v_cache)
+    cached = getattr(_local, "layers", None)
+    if cached is not None and len(cached[0]) == len(key) and all(
+            map(operator.is_, cached[0], key)):
+        return cached[1]
+    layers = _checked_layers(key, torch.bfloat16 if bf16 else torch.float32)
+    table = None if layers is None else cpu_layers.layer_table(layers)
+    _local.layers = (key, table)
+    return table
+
+
+def _checked_layers(key: list, weight_dtype: torch.dtype) -> list[cpu_layers.LayerTensors] | None:
+    """LayerTensors from the flat key (per layer: 4 x (weight, bias), 2 norms, 2 caches)."""
+    layers = []
+    for i in range(0, len(key), 12):
+        weights, biases = key[i:i + 8:2], key[i + 1:i + 8:2]
+        norms, caches = key[i + 8:i + 10], key[i + 10:i + 12]
+        if any(w is None or w.dtype != weight_dtype or not w.is_contiguous() for w in weights):
+            return None
+        if any(t is not None and (t.dtype != torch.float32 or not t.is_contiguous())
+               for t in (*biases, *norms)):
+            return None
+        layers.append(cpu_layers.LayerTensors(*weights, *biases, *norms, *caches))
+    return layers

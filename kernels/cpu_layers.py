@@ -1,0 +1,143 @@
+"""Every decoder layer of a small decode step in one native call (kernels/cpu_layers.c).
+
+A decode step of a few rows is weight streaming plus, per layer, ~15 small torch ops and
+~10 module calls; on two threads each op is a dispatch and a thread hand-off. The native
+call runs all layers in one OpenMP region and reads each weight row once for all rows.
+engine/models/native_decode.py decides per step whether it applies (else the model's torch
+layers run) and hands over the tensors; this module only lays them out for C.
+
+The layer table (one C struct of pointers per layer, layer_table) is made by the caller
+and may be reused while the same tensors stay alive: native_decode keeps it with the
+tensors it was made from and reuses it while a step passes the very same tensors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, fields
+
+import torch
+
+from kernels import cpu_native
+
+MAX_ROWS = 32  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
+# The most rows of a step that engine/models/native_decode.py runs here: measured with
+# bench/native_layers_ab.py (SmolLM2-135M, 2 threads, bf16 copies), the native layers are
+# 1.9x the best torch path at 1 row, 1.3x at 8, 1.13x at 16 and 0.93x at 24, where
+# oneDNN's blocked GEMM on AMX overtakes these GEMVs.
+NATIVE_MAX_ROWS = 16
+# False: the torch layers always (A/B runs, tests of the torch path).
+NATIVE_LAYERS = True
+
+_PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
+_local = threading.local()  # .seq_rows: {rows: int32 arange}
+
+
+def available() -> bool:
+    """Whether small decode steps run natively here (NATIVE_LAYERS on and the library
+    builds; the first call may compile it, ~1 s once per machine)."""
+    return NATIVE_LAYERS and cpu_native.load() is not None
+
+
+@dataclass(frozen=True)
+class LayerTensors:
+    """One decoder layer as the kernel reads it: weights [out, in] contiguous, all float32
+    or all bfloat16; biases float32 [out] or None; norms float32 [D]; caches float32
+    contiguous [num_blocks, block_size, kvh, d]."""
+
+    qkv_w: torch.Tensor
+    o_w: torch.Tensor
+    gate_up_w: torch.Tensor
+    down_w: torch.Tensor
+    qkv_b: torch.Tensor | None
+    o_b: torch.Tensor | None
+    gate_up_b: torch.Tensor | None
+    down_b: torch.Tensor | None
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+
+
+class _Layer(ctypes.Structure):
+    _fields_ = [(f.name, _PTR) for f in fields(LayerTensors)]  # the order of bp_layer
+
+
+class _Step(ctypes.Structure):  # bp_step
+    _fields_ = [*((name, _I64) for name in (
+        "rows", "hidden", "heads", "kv_heads", "head_dim", "inter", "block_size",
+        "table_stride", "weights_bf16", "num_threads")),
+        *((name, _PTR) for name in ("cos", "ssin", "slots", "tables", "ctx", "seq_rows",
+                                    "scratch")),
+        ("eps", ctypes.c_float), ("scale", ctypes.c_float)]
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The model's sizes: hidden D, query / KV heads, head_dim d, intermediate I."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    inter: int
+    eps: float
+    scale: float
+
+
+@dataclass(frozen=True)
+class LayerTable:
+    """The kernel's view of a model's layers: one bp_layer struct of raw pointers each."""
+
+    structs: ctypes.Array
+    block_size: int
+    weights_bf16: bool
+
+
+def layer_table(layers: list[LayerTensors]) -> LayerTable:
+    """The table of `layers`. It holds no reference to the tensors: the caller keeps them
+    alive and in place while the table is used."""
+    structs = (_Layer * len(layers))()
+    for entry, layer in zip(structs, layers, strict=True):
+        for f in fields(layer):
+            tensor = getattr(layer, f.name)
+            setattr(entry, f.name, None if tensor is None else tensor.data_ptr())
+    return LayerTable(structs, layers[0].k_cache.shape[1],
+                      layers[0].qkv_w.dtype == torch.bfloat16)
+
+
+def _seq_rows(rows: int) -> torch.Tensor:
+    cache = getattr(_local, "seq_rows", None)
+    if cache is None:
+        cache = _local.seq_rows = {}
+    if rows not in cache:
+        cache[rows] = torch.arange(rows, dtype=torch.int32)
+    return cache[rows]
+
+
+def decode_layers(table: LayerTable, dims: Dims, x: torch.Tensor, cos: torch.Tensor,
+                  ssin: torch.Tensor, slots: torch.Tensor, block_tables: torch.Tensor,
+                  context_lens: torch.Tensor) -> None:
+    """Run the layers of `table` over x in place. x float32 contiguous [T, D], T <=
+    MAX_ROWS, row t the decode of sequence t; cos, ssin float32 contiguous [T, d]; slots
+    int64 [T] (each a valid slot of the caches); block_tables int32 [T, max_blocks] with
+    unit column stride and context_lens int32 [T], contiguous, whose blocks lie in the
+    caches (the caller checks: C reads raw memory)."""
+    rows = x.shape[0]
+    qkv_width = (dims.heads + 2 * dims.kv_heads) * dims.head_dim
+    scratch = torch.empty(rows * (dims.hidden + qkv_width + dims.heads * dims.head_dim
+                                  + 3 * dims.inter), dtype=torch.float32)
+    seq_rows = _seq_rows(rows)
+    step = _Step(rows, dims.hidden, dims.heads, dims.kv_heads, dims.head_dim, dims.inter,
+                 table.block_size, block_tables.stride(0), int(table.weights_bf16),
+                 torch.get_num_threads(),
+                 cos.data_ptr(), ssin.data_ptr(), slots.data_ptr(), block_tables.data_ptr(),
+                 context_lens.data_ptr(), seq_rows.data_ptr(), scratch.data_ptr(),
+                 dims.eps, dims.scale)
+    status = cpu_native.load().bp_decode_layers(table.structs, len(table.structs),
+                                                ctypes.byref(step), x.data_ptr())
+    if status != 0:
+        raise ValueError(f"{rows=} and {dims} are outside the native kernel's limits"
+                         f" (rows <= {MAX_ROWS}, heads <= {cpu_native.MAX_HEADS},"
+                         f" heads * head_dim <= {cpu_native.MAX_HEADS_X_DIM}, even head_dim)")

@@ -1,0 +1,126 @@
+"""The native decode layers (kernels/cpu_layers.c via engine/models/native_decode.py)
+against the model's own torch layers, on the tiny Llama (no biases) and Qwen2 (qkv bias).
+
+Caches are random-filled and block ids reversed, so a wrong block, slot, head or row
+changes the result. The bf16 path reads bf16 weights with float32 activations, which no
+torch path does: it is checked against the float32 layers run on the bf16-rounded weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from unittest import mock
+
+import pytest
+import torch
+
+from engine.models import load_model, native_decode
+from engine.models.attention import allocate_kv_caches, build_attention_metadata
+from engine.models.llama import rope_for_rotate
+from kernels import cpu_layers, cpu_native
+
+needs_native = pytest.mark.skipif(cpu_native.load() is None,
+                                  reason=f"{cpu_native.unavailable_reason()}")
+BLOCK_SIZE = 4
+
+
+@pytest.fixture(autouse=True)
+def every_row_count(monkeypatch):
+    """Every step the kernel can take goes native here, not only those it is faster at."""
+    monkeypatch.setattr(cpu_layers, "NATIVE_MAX_ROWS", cpu_layers.MAX_ROWS)
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def model(request, tiny_llama_dir, tiny_qwen2_dir):
+    path = tiny_llama_dir if request.param == "llama" else tiny_qwen2_dir
+    return load_model(path, dtype=torch.float32).model
+
+
+def decode_step(model, rows: int, seed: int = 0):
+    """Token ids, positions, metadata and random caches for `rows` decodes of different
+    context lengths, each sequence's blocks in reverse order."""
+    gen = torch.Generator().manual_seed(seed)
+    contexts = [3 + 9 * i for i in range(rows)]
+    tables, used = [], 0
+    for ctx in contexts:
+        owned = -(-ctx // BLOCK_SIZE)
+        tables.append(list(range(used, used + owned))[::-1])
+        used += owned
+    caches = allocate_kv_caches(model.num_layers, used + 2, BLOCK_SIZE, model.num_kv_heads,
+                                model.head_dim, torch.float32)
+    for k, v in caches:
+        k.normal_(generator=gen)
+        v.normal_(generator=gen)
+    positions, meta = build_attention_metadata(tables, contexts, [1] * rows, BLOCK_SIZE)
+    ids = torch.randint(0, model.config.vocab_size, (rows,), generator=gen)
+    return ids, positions, meta, caches
+
+
+def run(model, step, native: bool):
+    """Hidden states and the caches after one forward, native layers on or off; asserts
+    the native call ran exactly when asked for."""
+    ids, positions, meta, caches = step
+    caches = [(k.clone(), v.clone()) for k, v in caches]
+    with mock.patch.object(cpu_layers, "NATIVE_LAYERS", native), \
+            mock.patch.object(cpu_layers, "decode_layers",
+                              wraps=cpu_layers.decode_layers) as spy, torch.inference_mode():
+        hidden = model(ids, positions, caches, meta)
+    assert spy.call_count == int(native)
+    return hidden, caches
+
+
+def assert_same_step(a, b, tol: float) -> None:
+    torch.testing.assert_close(a[0], b[0], atol=tol, rtol=tol)
+    for (ka, va), (kb, vb) in zip(a[1], b[1], strict=True):
+        torch.testing.assert_close(ka, kb, atol=tol, rtol=tol)
+        torch.testing.assert_close(va, vb, atol=tol, rtol=tol)
+
+
+@needs_native
+@pytest.mark.parametrize("rows", [1, 2, 5, 13, cpu_layers.MAX_ROWS])
+def test_float32_layers_match_the_torch_layers(model, rows):
+    step = decode_step(model, rows, seed=rows)
+    assert_same_step(run(model, step, native=True), run(model, step, native=False), 2e-5)
+
+
+@needs_native
+@pytest.mark.parametrize("rows", [1, 4])
+def test_bf16_weights_match_float32_layers_on_the_rounded_weights(model, rows):
+    step = decode_step(model, rows, seed=10 + rows)
+    model.keep_bf16_copies(1)
+    try:
+        native = run(model, step, native=True)
+    finally:
+        model.keep_bf16_copies(None)
+    rounded = {name: p.detach().clone() for name, p in model.named_parameters()}
+    try:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("proj.weight"):
+                    p.copy_(p.to(torch.bfloat16).float())
+        reference = run(model, step, native=False)
+    finally:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(rounded[name])
+    assert_same_step(native, reference, 2e-5)
+
+
+@needs_native
+def test_steps_the_kernel_does_not_take_run_the_torch_layers(model):
+    """A prefill row, more rows than the kernel holds, or a slot outside the cache: the
+    torch layers run, and the results are theirs."""
+    ids, positions, meta, caches = decode_step(model, 2)
+    prefill_positions, prefill_meta = build_attention_metadata([[0, 1]], [6], [3], BLOCK_SIZE)
+    many_ids, many_positions, many_meta, many_caches = decode_step(model,
+                                                                   cpu_layers.MAX_ROWS + 1)
+    for args in ((torch.tensor([1, 2, 3]), prefill_positions, caches, prefill_meta),
+                 (many_ids, many_positions, many_caches, many_meta)):
+        with mock.patch.object(cpu_layers, "decode_layers") as spy, torch.inference_mode():
+            model(*args)
+        assert spy.call_count == 0
+    bad = dataclasses.replace(meta, slot_mapping=torch.tensor([0, 10_000]))
+    rope = rope_for_rotate(*model.model.rotary_emb(positions, torch.float32))
+    with torch.inference_mode():
+        assert not native_decode.run_native_decode(
+            model, model.model.embed_tokens(ids), rope, caches, bad, False)
