@@ -22,6 +22,8 @@ CPU, side by side in one run:
                          engine's step split (projections, attention, sampling, other)
     cpu_attention_ab     CPU attention: committed vs torch path vs native decode kernel,
                          per layer stack and per engine step, batch 1/16/64 and mixed
+    native_layers_ab     engine decode steps of 1-32 rows: torch layers vs the native layers
+                         kernel, each on fp32 weights and on the bf16 copies
     whatif_speed         `batchpilot whatif` over a synthetic day and an hour of it: read,
                          fit, replays, each timed (goals: 60 s and 5 s)
     whatif_accuracy      what-if predictions vs live load-test runs on the bundled model:

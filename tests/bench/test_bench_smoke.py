@@ -36,6 +36,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "cpu_attention_ab": [],
     "fleet_control": [],
     "fleet_scaling": [],
+    "native_layers_ab": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
