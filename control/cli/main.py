@@ -79,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--device", help="cpu or cuda[:N] (default: cuda when available)")
     serve.add_argument("--dtype", default="auto", metavar="{auto,float32,bfloat16}",
                        help="weight dtype (default auto: bfloat16 on CUDA; on a CPU with"
-                       " AMX or AVX-512-BF16, float32 plus bf16 projections for batched"
-                       " steps; else float32)")
+                       " AMX or AVX-512-BF16, float32 plus bf16 projections (for every"
+                       " step where the native decode layers build, else for batched"
+                       " steps); else float32)")
     serve.add_argument("--shutdown-grace-s", type=float, default=30.0,
                        help="on SIGTERM, how long in-flight requests may run before they are"
                        " cancelled (default %(default)s)")

@@ -3,8 +3,11 @@
     float32   fp32 weights, activations and KV cache (what the parity tests use)
     bfloat16  bf16 weights, activations and KV cache (the default on CUDA)
     auto      CUDA: bfloat16. CPU with AMX or AVX-512-BF16: fp32 weights plus a bf16 copy
-              of every projection, used by steps of BF16_MIN_ROWS tokens or more (logits:
-              rows); fp32 everything else. Other CPUs: float32.
+              of every projection; with the native decode layers (kernels/cpu_layers.c,
+              wherever a C compiler builds them) every step runs its projections on the
+              copies, else steps of BF16_MIN_ROWS tokens or more (logits: rows) do; the
+              activations, norms, RoPE, attention and KV cache stay fp32. Other CPUs:
+              float32.
 
 Measured on 2 vCPUs of a Xeon with AMX (torch 2.13, 2 threads, SmolLM2-135M's 30 layers of
 projections, distinct weights per layer so nothing stays in cache; medians of 9 A/B pairs):
@@ -17,6 +20,18 @@ fp32 streams weights faster below 3 rows (oneDNN's bf16 GEMV reads ~12 GB/s agai
 ~26 GB/s); from 4 rows the fp32 GEMM path is slower and AMX wins 1.5-2.8x (lm_head alike:
 equal at 1-3 rows, 2-2.8x from 4). So single-stream decode keeps fp32 and batched steps
 take bf16, at the cost of holding both copies (2 bytes more per projection parameter).
+
+NATIVE_POLICY. The table above is torch's (oneDNN's) projections. The native decode
+layers multiply bf16 weights by fp32 activations in their own GEMV, which streams bf16 at
+~15 GB/s against oneDNN's ~12 GB/s and fp32's ~23 GB/s, so half the bytes win at one row
+too (bench/native_layers_ab.py, whole engine steps, SmolLM2-135M, 2 threads, quiet VM):
+
+    decode rows          1     2     4     8    16
+    native, fp32 ms    27.5  32.9  43.4  59.6  74.2
+    native, bf16 ms    21.5  29.6  30.4  39.8  54.9
+    best torch ms      41.5  45.5  49.4  52.6  62.3
+
+So with the native layers every step takes the bf16 copies (BF16_MIN_ROWS_NATIVE).
 
 The KV cache and the activations between projections stay fp32 under auto (projections.py
 says where bf16 results are promoted back): the torch reference attention computes in fp32,
@@ -32,9 +47,13 @@ from pathlib import Path
 import torch
 
 from engine.dtype_choice import DTYPE_CHOICES, parse_dtype_choice
+from kernels import cpu_layers
 
 __all__ = ["BF16_MIN_ROWS", "DTYPE_CHOICES", "DtypePlan", "parse_dtype", "resolve_dtype"]
-BF16_MIN_ROWS = 4  # measured crossover, see the table above
+BF16_MIN_ROWS = 4  # measured crossover of the torch layers, see the table above
+# With the native decode layers (kernels/cpu_layers.c), whose bf16 GEMV streams bf16 weights
+# at full bandwidth, every step runs on the bf16 copies: see NATIVE_POLICY above.
+BF16_MIN_ROWS_NATIVE = 1
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of native bf16 matmuls
 _CPUINFO = Path("/proc/cpuinfo")
 
@@ -56,6 +75,8 @@ class DtypePlan:
         name = str(self.dtype).removeprefix("torch.")
         if self.bf16_min_rows is None:
             return f"{name} ({self.reason})"
+        if self.bf16_min_rows == 1:
+            return f"{name}, bf16 projections for every step ({self.reason})"
         return (f"{name}, bf16 projections for steps of >= {self.bf16_min_rows} tokens "
                 f"({self.reason})")
 
@@ -112,6 +133,8 @@ def resolve_dtype(value: str | torch.dtype | None, device: torch.device | str) -
     if not flags:
         return DtypePlan(choice, torch.float32, None,
                          "auto: this CPU has no amx_bf16 or avx512_bf16")
-    return DtypePlan(choice, torch.float32, BF16_MIN_ROWS,
-                     f"auto: CPU has {'+'.join(flags)}, torch "
-                     f"{torch.backends.cpu.get_cpu_capability()}")
+    reason = f"auto: CPU has {'+'.join(flags)}, torch {torch.backends.cpu.get_cpu_capability()}"
+    if cpu_layers.available():
+        return DtypePlan(choice, torch.float32, BF16_MIN_ROWS_NATIVE,
+                         f"{reason}, native decode layers")
+    return DtypePlan(choice, torch.float32, BF16_MIN_ROWS, reason)

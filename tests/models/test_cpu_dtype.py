@@ -10,7 +10,8 @@ from llm.helpers import PROMPTS
 
 from engine import LLM, SamplingParams
 from engine.models import cpu_dtype, load_model
-from engine.models.cpu_dtype import BF16_MIN_ROWS, parse_dtype, resolve_dtype
+from engine.models.cpu_dtype import BF16_MIN_ROWS, BF16_MIN_ROWS_NATIVE, parse_dtype, resolve_dtype
+from kernels import cpu_layers
 
 
 @pytest.fixture
@@ -19,14 +20,30 @@ def amx_cpu(monkeypatch):
 
 
 @pytest.fixture
+def no_native_layers(monkeypatch):
+    monkeypatch.setattr(cpu_layers, "available", lambda: False)
+
+
+@pytest.fixture
 def plain_cpu(monkeypatch):
     monkeypatch.setattr(cpu_dtype, "cpu_bf16_flags", lambda: ())
 
 
-def test_auto_on_a_bf16_cpu_keeps_fp32_plus_bf16_copies_for_batched_steps(amx_cpu):
+def test_auto_on_a_bf16_cpu_keeps_fp32_plus_bf16_copies_for_batched_steps(
+        amx_cpu, no_native_layers):
     plan = resolve_dtype("auto", "cpu")
     assert (plan.dtype, plan.bf16_min_rows) == (torch.float32, BF16_MIN_ROWS)
     assert "amx_bf16" in plan.describe() and f">= {BF16_MIN_ROWS} tokens" in plan.describe()
+
+
+def test_auto_with_the_native_layers_runs_every_step_on_the_bf16_copies(amx_cpu, monkeypatch):
+    """Their GEMV streams bf16 weights at full bandwidth, so bf16 wins at one row too."""
+    monkeypatch.setattr(cpu_layers, "available", lambda: True)
+    plan = resolve_dtype("auto", "cpu")
+    assert (plan.dtype, plan.bf16_min_rows) == (torch.float32, BF16_MIN_ROWS_NATIVE) == (
+        torch.float32, 1)
+    assert "bf16 projections for every step" in plan.describe()
+    assert "native decode layers" in plan.describe()
 
 
 def test_auto_on_a_cpu_without_native_bf16_is_float32(plain_cpu):
@@ -60,7 +77,8 @@ def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def tiny_auto(amx_cpu, tiny_llama_dir):
+def tiny_auto(amx_cpu, no_native_layers, tiny_llama_dir):
+    """auto with the torch layers' crossover (BF16_MIN_ROWS)."""
     return load_model(tiny_llama_dir, dtype="auto")
 
 
