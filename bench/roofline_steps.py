@@ -32,7 +32,8 @@ PROJECTION_OPS = {"linear", "addmm", "mm", "matmul", "bmm", "baddbmm", "_addmm_a
                   "_linear_pointwise", "mkldnn_linear", "_weight_int8pack_mm",
                   "_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu"}
 SAMPLER_FILE, ATTENTION_FILE = "engine/sampler.py", "kernels/"  # in Python frames' names
-CATEGORIES = ("projections", "attention", "sampling", "other")
+NATIVE_LAYERS_FILE = "kernels/cpu_layers.py"  # all layers of a small decode step in one call
+CATEGORIES = ("projections", "attention", "native_layers", "sampling", "other")
 TABLE_HEADER = ("  step         wall ms p50 [min-max]  profiled ms p50 and share of the profiled"
                 " step, by category        GFLOP/s step (proj)  ceiling GFLOP/s, bound, step"
                 " share (proj share) per dtype  weights streamed per step, GB/s")
@@ -179,8 +180,10 @@ def label_attention(model: nn.Module) -> list:
 def categorise(event) -> tuple[str, int] | None:
     """(category, id of the profiled step) of one profiler event, its self time counting
     there, from its ancestry, which with_stack=True interleaves with Python frames
-    ("engine/sampler.py(52): sample"): attention (label, or a kernels/ frame) > sampling (a
-    sampler frame) > projections (a matmul-family op) > other. None: outside every step."""
+    ("engine/sampler.py(52): sample"): native layers (a kernels/cpu_layers.py frame: the
+    projections, attention and elementwise work of every layer in one native call) >
+    attention (label, or a kernels/ frame) > sampling (a sampler frame) > projections (a
+    matmul-family op) > other. None: outside every step."""
     chain, node = [], event
     while node is not None:
         chain.append(node)
@@ -189,7 +192,9 @@ def categorise(event) -> tuple[str, int] | None:
     if not steps:
         return None
     names = [e.name for e in chain]
-    if ATTENTION_LABEL in names or any(ATTENTION_FILE in n for n in names):
+    if any(NATIVE_LAYERS_FILE in n for n in names):
+        category = "native_layers"
+    elif ATTENTION_LABEL in names or any(ATTENTION_FILE in n for n in names):
         category = "attention"
     elif any(SAMPLER_FILE in n for n in names):
         category = "sampling"
@@ -271,7 +276,10 @@ def roofline(model: nn.Module, shape: StepShape, row: dict, gemm: dict, stream: 
     proj_flops = sum(2 * rows * d_in * d_out for d_in, d_out, rows in work)
     weight_bytes = sum(w.numel() * w.element_size() for _, w, _ in streamed)
     wall_s = row["wall_ms"]["min"] / 1e3
-    proj_s = row["profiled_ms"]["projections"]["min"] / 1e3
+    # a native-layers step's projections run inside that call, with its attention and
+    # elementwise work: their time is bounded by the whole call's (a lower bound on rate)
+    split = row["profiled_ms"]
+    proj_s = (split["projections"]["min"] + split["native_layers"]["min"]) / 1e3
     step_gflops = (proj_flops + attn_flops) / wall_s / 1e9
     proj_gflops = proj_flops / proj_s / 1e9 if proj_s else 0.0
     # weight_mb: what this step's projections read once each (its dtype path); weight_gb_s
@@ -298,7 +306,7 @@ def format_row(name: str, row: dict) -> str:
     wall, split = row["wall_ms"], row["profiled_ms"]
     total = sum(split[k]["median"] for k in CATEGORIES) or 1.0  # shares of the medians
     parts = "  ".join(f"{short} {split[k]['median']:6.1f} {split[k]['median'] / total:4.0%}"
-                      for k, short in zip(CATEGORIES, ("proj", "attn", "samp", "other"),
+                      for k, short in zip(CATEGORIES, ("proj", "attn", "native", "samp", "other"),
                                           strict=True))
     ratios = "  ".join(f"{k} {c['gflops']:5.0f} {c['bound'][:6]:<6} {c['step_ratio']:5.1%}"
                        f" ({c['proj_ratio']:5.1%})" for k, c in row["ceiling"].items())
