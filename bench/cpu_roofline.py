@@ -27,7 +27,6 @@ import json
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from bench import roofline_steps as steps
+from bench.random_models import measure_on_model
 from engine.model_runner import ModelRunner
 from engine.models import load_model
 from engine.models.cpu_dtype import cpu_info
@@ -220,14 +220,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:
-        model = args.model
-        if args.smoke:
-            from bench.random_models import tiny_checkpoint
-
-            vars(args).update(SMOKE)
-            model = str(tiny_checkpoint(Path(tmp)))
-        result = measure(model, args)
+    result = measure_on_model(args, SMOKE, measure)
     result = {"bench": "cpu_roofline", "smoke": args.smoke, **result,
               "seconds": round(time.perf_counter() - started, 1)}
     if args.json:

@@ -27,14 +27,13 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from bench import roofline_steps as steps
+from bench.random_models import measure_on_model
 from engine.model_runner import ModelRunner
 from engine.models import load_model
 from kernels import cpu_layers, cpu_native
@@ -116,14 +115,7 @@ def main() -> None:
     if cpu_native.load() is None:
         raise SystemExit(f"the native kernels are unavailable: {cpu_native.unavailable_reason()}")
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:
-        model = args.model
-        if args.smoke:
-            from bench.random_models import tiny_checkpoint
-
-            vars(args).update(SMOKE)
-            model = str(tiny_checkpoint(Path(tmp)))
-        result = measure(model, args)
+    result = measure_on_model(args, SMOKE, measure)
     print(json.dumps({"bench": "native_layers_ab", "smoke": args.smoke, **result,
                       "seconds": round(time.perf_counter() - started, 1)}))
 

@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 
 from bench import hf_baselines
+from bench.random_models import measure_on_model
 from engine import LLM, SamplingParams
 from engine.models import load_model
 from engine.sim.workload import TraceScale, load_trace
@@ -214,14 +215,7 @@ def main() -> None:
                  " hf_static, hf_cb (ref: --against)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:
-        model = args.model
-        if args.smoke:
-            from bench.random_models import tiny_checkpoint
-
-            vars(args).update(SMOKE)
-            model = str(tiny_checkpoint(Path(tmp)))
-        runs = measure(model, args)
+    runs = measure_on_model(args, SMOKE, measure)
     summary = summarise(runs)
     report(summary, args.rounds)
     print(json.dumps({"smoke": args.smoke, "requests": args.requests, "rounds": args.rounds,

@@ -7,6 +7,7 @@ SmolLM2-135M's, and a Llama of about 1.2B parameters (Llama-3.2-1B's shape, defa
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,14 @@ def tiny_checkpoint(folder: Path, max_position_embeddings: int = 4096) -> Path:
     arch, seed = spec.pop("arch"), spec.pop("seed")
     return write_checkpoint(folder, arch, seed, **spec,
                             max_position_embeddings=max_position_embeddings)
+
+
+def measure_on_model(args, smoke: dict, measure):
+    """measure(model, args): on args.model, or with args.smoke on the tiny checkpoint (in a
+    temporary folder, removed afterwards) with args updated by the `smoke` sizes."""
+    with tempfile.TemporaryDirectory(prefix="bench-tiny-") as tmp:
+        model = args.model
+        if args.smoke:
+            vars(args).update(smoke)
+            model = str(tiny_checkpoint(Path(tmp)))
+        return measure(model, args)
