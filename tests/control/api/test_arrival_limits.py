@@ -15,7 +15,10 @@ from fixtures.serving import asgi_client, kv_in_use, make_engine, wait_until_idl
 from engine.request import RequestStatus
 from tests.engine.engine_helpers import make_engine as make_sim_engine
 
-LONG_STEP_S = 1.2
+# The short request must reach the server early in the long step, so that its 0.5 s are
+# gone before the engine thread takes it: 3 s leaves a loaded CI machine 2.5 s to send it
+# (at 1.2 s, a request sent late could still finish its 3 tokens in time).
+LONG_STEP_S = 3.0
 
 
 def test_request_timeout_counts_from_arrival(tiny_loaded):
@@ -29,7 +32,7 @@ def test_request_timeout_counts_from_arrival(tiny_loaded):
             long = asyncio.ensure_future(client.post("/v1/completions", json={
                 "prompt": LONG_PROMPT, "max_tokens": 1}))
             assert await asyncio.to_thread(long_step.started.wait, 10), "no long step"
-            # 0.5 s to live; the engine thread takes it only after the long step (~1.2 s)
+            # 0.5 s to live; the engine thread takes it only after the long step (~3 s)
             short = await client.post("/v1/completions", headers={
                 "X-Request-Timeout-Ms": "500"}, json={
                 "prompt": "Hi", "max_tokens": 3, "ignore_eos": True})

@@ -8,10 +8,25 @@ import json
 import time
 
 import httpx
+import pytest
 from fixtures.serving import ServerProcess, sse_events
+from fixtures.tiny_models import TINY_LLAMA, write_checkpoint
 
-GRACE_S = 0.5  # well under the long streams' ~1 s of decoding at >= 2 ms a step
-CONFIG = {"serving": {"num_kv_blocks": 256}}
+GRACE_S = 0.5
+# The long streams decode far longer than the grace period at any plausible speed: 4000
+# tokens at ~1 ms a step (the tiny model in the native decode layers) is ~4 s; the tiny
+# checkpoint's 512 positions (480 tokens, ~0.6 s) were once enough and no longer are.
+LONG_TOKENS, CONTEXT = 4000, 4096
+CONFIG = {"serving": {"num_kv_blocks": 1024}}  # 16-token blocks: both long streams fit
+
+
+@pytest.fixture(scope="module")
+def long_context_llama_dir(tmp_path_factory):
+    """The tiny Llama with CONTEXT positions."""
+    spec = dict(TINY_LLAMA)
+    arch, seed = spec.pop("arch"), spec.pop("seed")
+    return write_checkpoint(tmp_path_factory.mktemp("tiny-llama-long"), arch, seed, **spec,
+                            max_position_embeddings=CONTEXT)
 
 
 async def _chat_stream(client: httpx.AsyncClient, url: str, max_tokens: int) -> list:
@@ -36,16 +51,16 @@ async def _running(client: httpx.AsyncClient, url: str, count: int, streams: lis
         await asyncio.sleep(0.02)
 
 
-def test_sigterm_drains_then_exits_zero(tiny_llama_dir, tmp_path):
-    with ServerProcess(tiny_llama_dir, tmp_path, CONFIG,
+def test_sigterm_drains_then_exits_zero(long_context_llama_dir, tmp_path):
+    with ServerProcess(long_context_llama_dir, tmp_path, CONFIG,
                        "--shutdown-grace-s", str(GRACE_S)) as server:
         url = server.url
 
         async def scenario():
             async with httpx.AsyncClient(timeout=60) as client:
-                # Two streams far longer than the grace period (480 tokens at >= 2 ms a
-                # step), then one that needs a fraction of it.
-                long = [asyncio.ensure_future(_chat_stream(client, url, 480))
+                # Two streams far longer than the grace period, then one that needs a
+                # fraction of it.
+                long = [asyncio.ensure_future(_chat_stream(client, url, LONG_TOKENS))
                         for _ in range(2)]
                 await _running(client, url, 2, long)
                 short = asyncio.ensure_future(_chat_stream(client, url, 8))
@@ -75,5 +90,5 @@ def test_sigterm_drains_then_exits_zero(tiny_llama_dir, tmp_path):
         assert final["error"]["code"] == "server_shutdown"
         assert "shutting down" in final["error"]["message"]
         assert final["batchpilot"]["finish_detail"] == "server shutting down"
-        assert 0 < final["batchpilot"]["usage"]["completion_tokens"] < 480
+        assert 0 < final["batchpilot"]["usage"]["completion_tokens"] < LONG_TOKENS
     assert "Traceback" not in log
