@@ -5,6 +5,7 @@ is what that kernel takes, and returns False, having done nothing, otherwise (th
 torch layers then run). It takes a step when:
 
 - the native library builds here (kernels/cpu_native.py) and kernels.cpu_layers.NATIVE_LAYERS;
+- the model's attention backend is "cpu" (another one, asked for, is honoured);
 - every row is one sequence's decode (one query token each), at most NATIVE_MAX_ROWS rows;
 - the activations are float32 on CPU, the KV caches float32 and contiguous;
 - the weights the step would use are all float32, or all bf16 copies (model.uses_bf16);
@@ -34,7 +35,8 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
     rows = x.shape[0]
     if not (cpu_layers.NATIVE_LAYERS and x.device.type == "cpu" and x.dtype == torch.float32
             and 1 <= rows <= cpu_layers.NATIVE_MAX_ROWS and meta.max_query_len == 1
-            and meta.num_seqs == rows and x.is_contiguous()):
+            and meta.num_seqs == rows and x.is_contiguous()
+            and model.model.layers[0].self_attn.attn.backend.name == "cpu"):
         return False
     k0, v0 = kv_caches[0]
     if not all(k.dtype == v.dtype == torch.float32 and k.is_contiguous() and v.is_contiguous()

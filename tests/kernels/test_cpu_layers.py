@@ -18,7 +18,7 @@ from fixtures.tiny_models import TINY_LLAMA, write_checkpoint
 from engine.models import load_model, native_decode
 from engine.models.attention import allocate_kv_caches, build_attention_metadata
 from engine.models.llama import rope_for_rotate
-from kernels import cpu_layers, cpu_native
+from kernels import cpu_layers, cpu_native, use_attention_backend
 
 needs_native = pytest.mark.skipif(cpu_native.load() is None,
                                   reason=f"{cpu_native.unavailable_reason()}")
@@ -121,8 +121,8 @@ def test_bf16_weights_match_float32_layers_on_the_rounded_weights(model, rows):
 
 @needs_native
 def test_steps_the_kernel_does_not_take_run_the_torch_layers(model):
-    """A prefill row, more rows than the kernel holds, or a slot outside the cache: the
-    torch layers run, and the results are theirs."""
+    """A prefill row, more rows than the kernel holds, another attention backend, or a slot
+    outside the cache: the torch layers run, and the results are theirs."""
     ids, positions, meta, caches = decode_step(model, 2)
     prefill_positions, prefill_meta = build_attention_metadata([[0, 1]], [6], [3], BLOCK_SIZE)
     many_ids, many_positions, many_meta, many_caches = decode_step(model,
@@ -132,6 +132,13 @@ def test_steps_the_kernel_does_not_take_run_the_torch_layers(model):
         with mock.patch.object(cpu_layers, "decode_layers") as spy, torch.inference_mode():
             model(*args)
         assert spy.call_count == 0
+    use_attention_backend(model, "reference")  # a backend asked for by name is honoured
+    try:
+        with mock.patch.object(cpu_layers, "decode_layers") as spy, torch.inference_mode():
+            model(ids, positions, caches, meta)
+        assert spy.call_count == 0
+    finally:
+        use_attention_backend(model, "cpu")
     bad = dataclasses.replace(meta, slot_mapping=torch.tensor([0, 10_000]))
     rope = rope_for_rotate(*model.model.rotary_emb(positions, torch.float32))
     with torch.inference_mode():
