@@ -7,7 +7,8 @@ token count; outputs forced to the trace's length (ignore_eos, greedy). Only the
 each request asked for count. Sides (bench/hf_baselines.py has the non-engine ones):
 
     auto       LLM on load_model(dtype="auto"): on a CPU with AMX or AVX-512-BF16, fp32
-               weights plus bf16 copies used by steps of >= 4 tokens (engine/models/cpu_dtype.py)
+               weights plus bf16 copies, which every step uses where the native decode
+               layers build, else steps of >= 4 tokens (engine/models/cpu_dtype.py)
     sampled    `auto` with the sampling users turn on: temperature 0.8, top_p 0.9, top_k 50,
                presence 0.5, frequency 0.3 and repetition 1.1 penalties, a seed per request
                (the same output lengths: ignore_eos); its ratio to `auto` (greedy) is the
