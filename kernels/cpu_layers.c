@@ -235,3 +235,14 @@ int bp_decode_layers(const bp_layer *layers, int64_t num_layers, const bp_step *
         layer(&layers[l], s, x, h, qkv, att, gu, act, per_seq);
     return 0;
 }
+
+/* y [T, N] = in [T, K] W^T (+ b) for one projection (lm_head on a small step): W [N, K]
+   float32 or bfloat16, in float [T, K], y float [T, N]. Returns -1 when T is outside
+   1..MAX_ROWS (nothing written). */
+int bp_project_rows(const void *w, int64_t weights_bf16, const float *bias, const float *in,
+                    int64_t T, int64_t K, int64_t N, float *y, int64_t num_threads) {
+    if (T < 1 || T > MAX_ROWS) return -1;
+#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
+    project(w, (int)weights_bf16, bias, in, T, K, N, y, N, 0);
+    return 0;
+}

@@ -27,6 +27,10 @@ MAX_ROWS = 32  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
 # 1.9x the best torch path at 1 row, 1.3x at 8, 1.13x at 16 and 0.93x at 24, where
 # oneDNN's blocked GEMM on AMX overtakes these GEMVs.
 NATIVE_MAX_ROWS = 16
+# lm_head through project_rows up to this many rows (engine/models/native_decode.py):
+# 57 MB of SmolLM2 bf16 lm_head, 2 threads, quiet VM: 1.73 / 1.99 / 1.83 / 2.22 ms at 1-4
+# rows against oneDNN's 2.50 / 2.67 / 2.40 / 2.43; at 8 rows oneDNN wins (2.67 vs 3.08).
+NATIVE_LOGITS_MAX_ROWS = 4
 # False: the torch layers always (A/B runs, tests of the torch path).
 NATIVE_LAYERS = True
 
@@ -141,3 +145,17 @@ def decode_layers(table: LayerTable, dims: Dims, x: torch.Tensor, cos: torch.Ten
         raise ValueError(f"{rows=} and {dims} are outside the native kernel's limits"
                          f" (rows <= {MAX_ROWS}, heads <= {cpu_native.MAX_HEADS},"
                          f" heads * head_dim <= {cpu_native.MAX_HEADS_X_DIM}, even head_dim)")
+
+
+def project_rows(weight: torch.Tensor, bias: torch.Tensor | None,
+                 x: torch.Tensor) -> torch.Tensor:
+    """x float32 contiguous [T, K] (T <= MAX_ROWS) @ weight.T (+ bias) -> float32 [T, N],
+    by the layers' GEMV; weight [N, K] float32 or bfloat16, contiguous; bias float32 [N]."""
+    rows, out = x.shape[0], torch.empty(x.shape[0], weight.shape[0], dtype=torch.float32)
+    status = cpu_native.load().bp_project_rows(
+        weight.data_ptr(), int(weight.dtype == torch.bfloat16),
+        None if bias is None else bias.data_ptr(), x.data_ptr(), rows, weight.shape[1],
+        weight.shape[0], out.data_ptr(), torch.get_num_threads())
+    if status != 0:
+        raise ValueError(f"{rows=} must be in 1..{MAX_ROWS} (native projection)")
+    return out

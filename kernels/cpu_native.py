@@ -109,6 +109,8 @@ def load() -> ctypes.CDLL | None:
     lib.bp_decode_attention.restype = ctypes.c_int
     lib.bp_decode_layers.argtypes = [_PTR, _I64, _PTR, _PTR]
     lib.bp_decode_layers.restype = ctypes.c_int
+    lib.bp_project_rows.argtypes = [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, _PTR, _I64]
+    lib.bp_project_rows.restype = ctypes.c_int
     return lib
 
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.models.attention import Attention, AttentionMetadata, KVCache
-from engine.models.native_decode import run_native_decode
+from engine.models.native_decode import native_logits, run_native_decode
 from engine.models.projections import Projection, fuse_parts_on_load
 from engine.models.rope import RotaryEmbedding
 
@@ -202,6 +202,9 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [R, D] (the rows to sample from) -> float32 logits [R, vocab]."""
+        logits = native_logits(self, hidden)  # a few rows: the native layers' GEMV
+        if logits is not None:
+            return logits
         return self.lm_head(hidden, self.uses_bf16(hidden.shape[0])).float()
 
 

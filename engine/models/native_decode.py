@@ -58,6 +58,23 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
     return True
 
 
+def native_logits(model, hidden: torch.Tensor) -> torch.Tensor | None:
+    """lm_head of a small step by the native layers' GEMV: float32 logits [R, vocab], or
+    None (nothing done) where it does not apply. On the weights the step would use (the
+    bf16 copy on a bf16 step), with float32 activations."""
+    rows = hidden.shape[0]
+    if not (cpu_layers.NATIVE_LAYERS and hidden.device.type == "cpu"
+            and hidden.dtype == torch.float32 and hidden.is_contiguous()
+            and 1 <= rows <= cpu_layers.NATIVE_LOGITS_MAX_ROWS):
+        return None
+    head = model.lm_head
+    weight = head.weight_bf16 if model.uses_bf16(rows) else head.weight
+    if (weight is None or weight.dtype not in (torch.float32, torch.bfloat16)
+            or not weight.is_contiguous() or cpu_native.load() is None):
+        return None
+    return cpu_layers.project_rows(weight, head.bias, hidden)
+
+
 def _metadata_ok(meta: AttentionMetadata, k_cache: torch.Tensor) -> bool:
     """Every row a decode of its own sequence, its slot and its blocks inside the cache,
     and the index tensors laid out as the kernel reads them."""

@@ -144,3 +144,27 @@ def test_steps_the_kernel_does_not_take_run_the_torch_layers(model):
     with torch.inference_mode():
         assert not native_decode.run_native_decode(
             model, model.model.embed_tokens(ids), rope, caches, bad, False)
+
+
+@needs_native
+@pytest.mark.parametrize("rows", [1, 3, cpu_layers.NATIVE_LOGITS_MAX_ROWS + 1])
+def test_small_steps_logits_come_from_the_native_gemv(model, rows):
+    """Up to NATIVE_LOGITS_MAX_ROWS rows: lm_head by the layers' GEMV, equal to torch's
+    (fp32), and on the bf16 copy equal to fp32 on the rounded weight (fp32 activations)."""
+    hidden = torch.randn(rows, model.config.hidden_size,
+                         generator=torch.Generator().manual_seed(rows))
+    native = rows <= cpu_layers.NATIVE_LOGITS_MAX_ROWS
+    with mock.patch.object(cpu_layers, "project_rows",
+                           wraps=cpu_layers.project_rows) as spy, torch.inference_mode():
+        got = model.compute_logits(hidden)
+        model.keep_bf16_copies(1)
+        try:
+            got_bf16 = model.compute_logits(hidden)
+        finally:
+            model.keep_bf16_copies(None)
+    assert spy.call_count == (2 if native else 0)
+    weight = model.lm_head.weight.detach()
+    torch.testing.assert_close(got, hidden @ weight.T, atol=2e-5, rtol=2e-5)
+    if native:
+        rounded = weight.to(torch.bfloat16).float()
+        torch.testing.assert_close(got_bf16, hidden @ rounded.T, atol=2e-5, rtol=2e-5)
