@@ -154,7 +154,9 @@ async def _generate(state: ServerState, request: Request,
     submission = Submission(request_id, text, ids, params, tenant=meta.tenant,
                             lane=meta.lane, priority=meta.priority, deadline=meta.deadline,
                             cache_salt=body.cache_salt, arrival_time=meta.arrival_time,
-                            tokenize_s=meta.tokenize_s)
+                            tokenize_s=meta.tokenize_s,
+                            timeout_at=None if meta.arrival_time is None
+                            else meta.arrival_time + meta.timeout_s)
     decision, streams = await admit_choices(state.engine, submission, body.n)  # choices.py
     from_decision(fmt, decision)
     if not streams:

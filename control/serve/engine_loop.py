@@ -266,6 +266,11 @@ class AsyncEngine:
                 self.parts.processor.add(sub.request_id, sub.prompt, sub.prompt_token_ids,
                                          sub.params)
                 self._streams[sub.request_id] = delivery
+                if sub.timeout_at is not None and engine.clock() >= sub.timeout_at:
+                    # NOTE: ended here, not by the route's timer: that abort reaches this
+                    # thread only after the event loop runs it, and a fast engine can finish
+                    # a short request in the steps between
+                    self._abort(sub.request_id, "request_timeout")
         if not decision.accepted:
             self.reject_counts[decision.reason or "rejected"] += 1
         if not _call_soon(delivery.loop, resolve, decided, decision, None) and \

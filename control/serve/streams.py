@@ -32,6 +32,9 @@ class Submission:
     arrival_time: float | None = None
     tokenize_s: float = 0.0
     wait_for: str | None = None  # n > 1: the first choice's id (Engine.add_request)
+    # arrival + X-Request-Timeout-Ms (engine clock): a request whose time ran out while it
+    # waited for the engine thread is ended at admission, before any step can run it
+    timeout_at: float | None = None
 
 
 @dataclass(frozen=True)
