@@ -20,6 +20,7 @@ from __future__ import annotations
 import operator
 import threading
 import weakref
+from dataclasses import dataclass
 
 import torch
 
@@ -38,22 +39,12 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
             and meta.num_seqs == rows and x.is_contiguous()
             and model.model.layers[0].self_attn.attn.backend.name == "cpu"):
         return False
-    k0, v0 = kv_caches[0]
-    if not all(k.dtype == v.dtype == torch.float32 and k.is_contiguous() and v.is_contiguous()
-               for k, v in kv_caches):
+    view = _model_view(model)
+    table = None if view.dims is None else _layer_table(view.sources, kv_caches, bf16)
+    if table is None or cpu_native.load() is None or not _metadata_ok(meta, kv_caches[0][0]):
         return False
-    table = _layer_table(model, kv_caches, bf16)
-    if table is None or cpu_native.load() is None or not _metadata_ok(meta, k0):
-        return False
-    cos, ssin = (t.reshape(rows, -1).contiguous() for t in rope)
-    attn = model.model.layers[0].self_attn
-    dims = cpu_layers.Dims(model.config.hidden_size, attn.num_heads, attn.num_kv_heads,
-                           attn.head_dim, model.config.intermediate_size,
-                           model.model.layers[0].input_layernorm.eps, attn.attn.scale)
-    if dims.heads > cpu_native.MAX_HEADS or dims.heads * dims.head_dim > \
-            cpu_native.MAX_HEADS_X_DIM or dims.head_dim % 2:
-        return False
-    cpu_layers.decode_layers(table, dims, x, cos.float(), ssin.float(), meta.slot_mapping,
+    cos, ssin = (t.reshape(rows, -1).contiguous() for t in rope)  # float32, as x
+    cpu_layers.decode_layers(table, view.dims, x, cos, ssin, meta.slot_mapping,
                              meta.block_tables, meta.context_lens)
     return True
 
@@ -91,32 +82,52 @@ def _metadata_ok(meta: AttentionMetadata, k_cache: torch.Tensor) -> bool:
     return int(lo) >= 0 and int(hi) < num_blocks * block_size
 
 
-_local = threading.local()  # .layers: (key tensors, [LayerTensors], C table) of the last step
-_sources: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> per-layer dicts
+_local = threading.local()  # .layers: (key tensors, C table) of the last step
 
 
-def _layer_sources(model) -> list[tuple[dict, ...]]:
-    """Per layer, the parameter / buffer dicts of its projections and norms (read per step
-    as plain dicts: nn.Module attribute lookups cost ~1 us each, ~500 a step)."""
-    if model not in _sources:
-        _sources[model] = [
+@dataclass(frozen=True)
+class _ModelView:
+    """What a model's native steps read from it, made once per model: per layer the
+    parameter / buffer dicts of its projections and norms (plain dicts: nn.Module
+    attribute lookups cost ~1 us each, ~500 a step), and its sizes (None: outside the
+    kernel's limits)."""
+
+    sources: list[tuple[dict, ...]]
+    dims: cpu_layers.Dims | None
+
+
+_views: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> _ModelView
+
+
+def _model_view(model) -> _ModelView:
+    if model not in _views:
+        layers = model.model.layers
+        sources = [
             (*(d for proj in (layer.self_attn.qkv_proj, layer.self_attn.o_proj,
                               layer.mlp.gate_up_proj, layer.mlp.down_proj)
                for d in (proj._parameters, proj._buffers)),
              layer.input_layernorm._parameters, layer.post_attention_layernorm._parameters)
-            for layer in model.model.layers]
-    return _sources[model]
+            for layer in layers]
+        attn = layers[0].self_attn
+        dims = cpu_layers.Dims(model.config.hidden_size, attn.num_heads, attn.num_kv_heads,
+                               attn.head_dim, model.config.intermediate_size,
+                               layers[0].input_layernorm.eps, attn.attn.scale)
+        fits = (dims.heads <= cpu_native.MAX_HEADS and dims.head_dim % 2 == 0
+                and dims.heads * dims.head_dim <= cpu_native.MAX_HEADS_X_DIM)
+        _views[model] = _ModelView(sources, dims if fits else None)
+    return _views[model]
 
 
-def _layer_table(model, kv_caches: list[KVCache], bf16: bool):
+def _layer_table(sources: list[tuple[dict, ...]], kv_caches: list[KVCache], bf16: bool):
     """The kernel's layer table for the tensors the step uses (the bf16 copies on a bf16
-    step), or None when some weight is in another dtype than the rest or not contiguous.
-    Checked once per set of tensors: a step passing the very same tensors as the last
-    reuses its table (the cache holds the tensors, so their ids cannot be reused)."""
+    step), or None when some weight is in another dtype than the rest, or a tensor is not
+    laid out as the kernel reads it. Checked once per set of tensors: a step passing the
+    very same tensors as the last reuses its table (the cache holds the tensors, so their
+    ids cannot be reused)."""
     weight = "weight_bf16" if bf16 else "weight"
     key = []
     for (qp, qb, op, ob, gp, gb, dp, db, ln1, ln2), (k_cache, v_cache) in zip(
-            _layer_sources(model), kv_caches, strict=True):
+            sources, kv_caches, strict=True):
         key += ((qb if bf16 else qp)[weight], qp["bias"], (ob if bf16 else op)[weight],
                 op["bias"], (gb if bf16 else gp)[weight], gp["bias"],
                 (db if bf16 else dp)[weight], dp["bias"], ln1["weight"], ln2["weight"],
@@ -140,7 +151,7 @@ def _checked_layers(key: list, weight_dtype: torch.dtype) -> list[cpu_layers.Lay
         if any(w is None or w.dtype != weight_dtype or not w.is_contiguous() for w in weights):
             return None
         if any(t is not None and (t.dtype != torch.float32 or not t.is_contiguous())
-               for t in (*biases, *norms)):
+               for t in (*biases, *norms, *caches)):
             return None
         layers.append(cpu_layers.LayerTensors(*weights, *biases, *norms, *caches))
     return layers
