@@ -14,11 +14,12 @@ from typing import Any, Protocol
 from engine.admission import AdmissionContext, ThroughputEstimator, admit
 from engine.block_manager import BlockManager, KVSnapshot
 from engine.config import EngineConfig, LiveConfig
+from engine.forced_endings import contain_failure, timeouts_due
+from engine.lane_routing import LaneNotEmptyError, check_lane_moves, route
 from engine.records import (
     AdmissionDecision,
     EngineGauges,
     RequestDelta,
-    RequestRecord,
     SchedulerOutput,
     StepOutput,
     StepRecord,
@@ -26,19 +27,12 @@ from engine.records import (
 )
 from engine.request import Request, RequestStatus, SamplingParams
 from engine.scheduler import Scheduler
-from engine.step_faults import (
-    DEFAULT_MAX_EXTRA_RUNS,
-    StepFailure,
-    contain,
-    failure_detail,
-    part_requests,
-)
+from engine.step_faults import DEFAULT_MAX_EXTRA_RUNS
 from engine.step_law import StepLaw
-from engine.telemetry import engine_gauges, step_record
+from engine.step_report import run_record, step_output
+from engine.telemetry import engine_gauges
 
-
-class LaneNotEmptyError(ValueError):
-    """A config change removes a lane that still has requests and names no lane for them."""
+__all__ = ["Engine", "Executor", "LaneNotEmptyError"]  # LaneNotEmptyError: engine/lane_routing
 
 
 class Executor(Protocol):
@@ -97,18 +91,7 @@ class Engine:
 
     def check_lane_moves(self, live: LiveConfig, lane_moves: dict[str, str] | None) -> None:
         """Raise ValueError (LaneNotEmptyError) unless `live` may be installed now."""
-        live.validate(self.static)
-        moves = dict(lane_moves or {})
-        new_names = set(live.lane_names)
-        for name, target in moves.items():
-            if target not in new_names:
-                raise ValueError(f"lane_moves[{name!r}]={target!r} must be a lane of the new"
-                                 f" config ({', '.join(live.lane_names)})")
-        for name in set(self.live_config.lane_names) - new_names:
-            count = sum(1 for r in self.requests.values() if r.lane == name)
-            if count and name not in moves:
-                raise LaneNotEmptyError(f"lane {name!r} still has {count} requests; name a"
-                                        " lane to move them to, or wait until it drains")
+        check_lane_moves(live, self.static, self.live_config, self.requests.values(), lane_moves)
 
     # ---- requests ----------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int],
@@ -167,15 +150,8 @@ class Engine:
         return decision
 
     def route(self, num_prompt_tokens: int, tenant: str = "") -> str:
-        """The lane for a request that names none: its tenant's lane if the config names
-        one, else long prompts to the long-context lane, else the default lane."""
-        live = self.live_config
-        for name, lane in live.tenant_lanes:
-            if name == tenant:
-                return lane
-        if live.long_context_lane and num_prompt_tokens >= live.long_context_threshold:
-            return live.long_context_lane
-        return live.default_lane
+        """The lane for a request that names none (engine/lane_routing.py)."""
+        return route(self.live_config, num_prompt_tokens, tenant)
 
     def abort(self, request_id: str, status: RequestStatus = RequestStatus.CANCELLED,
               detail: str = "") -> bool:
@@ -225,20 +201,11 @@ class Engine:
         if not self.requests:
             return self._drain_pending(None)
         bm = self.block_manager
-        q0, h0 = bm.prefix_query_tokens, bm.prefix_hit_tokens
+        prefix0 = bm.prefix_query_tokens, bm.prefix_hit_tokens
         run = self.run_step(start)
-        finished = run.finished
-        record = step_record(run.out, run.stats, self.scheduler, start, run.end,
-                             (t0, *run.marks), finished)
-        record.prefix_query_tokens = bm.prefix_query_tokens - q0
-        record.prefix_hit_tokens = bm.prefix_hit_tokens - h0
+        record = run_record(run, self.scheduler, start, t0, prefix0)  # engine/step_report.py
         self.scheduler.law_scale.observe(run.out.predicted_s, run.end - start)
-        result = self._drain_pending(record)
-        result.rows, result.sampled = run.rows, run.sampled
-        result.stop_reasons = {r.request_id: r.finish_reason or "" for r in finished}
-        result.finished.extend(RequestRecord.from_request(r) for r in finished)
-        result.failure = run.failure
-        return result
+        return self._drain_pending(record, run)
 
     def run_step(self, start: float) -> StepRun:
         """Schedule, execute and update one step that has requests (expiry done, `start`
@@ -255,7 +222,10 @@ class Engine:
             phase = "update"
             rows, finished = sched.update(out, sampled, end)
         except Exception as exc:  # contained: only the failing part's requests end
-            rows, finished, sampled, failure = self._contain(out, phase, exc)
+            # the ended requests' blocks are freed; this step's preemption victims stay queued
+            rows, finished, sampled, failure = contain_failure(
+                self.executor.execute, sched.update, out, phase, exc,
+                self.fault_isolation_runs, self.clock(), self._end_with_error)
             t2, end = time.perf_counter(), self.clock()
         for req in finished:
             del self.requests[req.request_id]
@@ -267,25 +237,7 @@ class Engine:
         return StepRun(out, stats, rows, sampled, finished, failure, end,
                        (t1, t2, time.perf_counter()))
 
-    # ---- a failed step (engine/step_faults.py) -----------------------------------------
-    def _contain(self, out: SchedulerOutput, phase: str, exc: Exception,
-                 ) -> tuple[list[Request], list[Request], list[int], StepFailure]:
-        """`phase` of the step raised `exc`: apply what ran, end the failed parts' requests
-        with ERROR (blocks freed; this step's preemption victims stay queued)."""
-        now = self.clock()
-        c = contain(self.executor.execute, self.scheduler.update, out, phase, exc,
-                    self.fault_isolation_runs, now)
-        ended: list[str] = []
-        for part, part_phase, error in c.failed:
-            detail = failure_detail(part_phase, error)
-            for req in part_requests(part):
-                self._end_with_error(req, now, detail)
-                ended.append(req.request_id)
-        # every part ran when retried (a transient fault): nothing ended, still reported
-        _, first_phase, first_error = c.failed[0] if c.failed else (out, phase, exc)
-        return c.rows, c.finished, c.sampled, StepFailure(
-            out.step_id, first_phase, first_error, tuple(ended), c.num_succeeded)
-
+    # ---- a failed step (engine/forced_endings.py, engine/step_faults.py) -------------
     def fail_all(self, detail: str) -> StepOutput:
         """End every unfinished request with ERROR, after step() raised outside execute
         and update (a scheduler bug: which requests it touched is unknown). Returns what
@@ -308,26 +260,15 @@ class Engine:
         self._pending_finished.append(req)
 
     def _expire(self, now: float) -> None:
-        default_s = self.live_config.queue_timeout_ms / 1000.0
-        for lane in self.scheduler.lanes:
-            timeout_ms = lane.config.queue_timeout_ms
-            timeout_s = timeout_ms / 1000.0 if timeout_ms is not None else default_s
-            for req in lane.expired(now, timeout_s):
-                passed = req.deadline is not None and req.deadline < now
-                detail = "deadline passed while queued" if passed else "queue timeout"
-                self._finish(req, RequestStatus.TIMEOUT, now, detail)
-        # Started requests past their deadline end with what they have (engine/deadlines.py)
-        for req in self.scheduler.deadlines.due(now):
-            where = "running" if req.status is RequestStatus.RUNNING else "queued"
-            self._finish(req, RequestStatus.TIMEOUT, now, f"deadline passed while {where}")
+        """End as TIMEOUT what is due at `now` (engine/forced_endings.py)."""
+        for req, detail in timeouts_due(self.scheduler, now):
+            self._finish(req, RequestStatus.TIMEOUT, now, detail)
 
-    def _drain_pending(self, record: StepRecord | None) -> StepOutput:
-        result = StepOutput(record, self._pending_deltas,
-                            [RequestRecord.from_request(r) for r in self._pending_finished],
-                            self._pending_admissions)
-        if record is not None:
-            record.finished += [(r.request_id, r.finish_reason or "")
-                                for r in self._pending_finished]
+    def _drain_pending(self, record: StepRecord | None, run: StepRun | None = None,
+                       ) -> StepOutput:
+        """The step's output (engine/step_report.py); the ends it carries are cleared."""
+        result = step_output(record, run, self._pending_deltas, self._pending_finished,
+                             self._pending_admissions)
         self._pending_deltas, self._pending_finished, self._pending_admissions = [], [], []
         return result
 

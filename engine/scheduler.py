@@ -8,8 +8,8 @@ sequences left, `engine/step_budget.py`); every limit below is read from that bu
      gives only the order: decode_first serves every decode, then the partial prefills;
      mixed serves admission order. When more run than the budget's `room`, the pass
      starts where the last one stopped, so every running request advances in turn.
-  2. New prefills from the lanes by weighted fair share (`engine/lanes.py`), within the
-     budget, max_num_seqs, the lanes' own limits and the KV high watermark.
+  2. New prefills from the lanes by weighted fair share (`engine/step_starts.py`), within
+     the budget, max_num_seqs, the lanes' own limits and the KV high watermark.
   3. The step's tokens are charged to lanes and tenants once (`engine/fair_share.py`),
      and the work is checked against the limits (SchedulerInvariantError if over).
 A running request that cannot get a block preempts a victim (recompute), and a new one of
@@ -26,14 +26,15 @@ from __future__ import annotations
 from engine.block_manager import BlockManager
 from engine.config import LiveConfig, StaticConfig
 from engine.deadlines import DeadlineHeap
-from engine.fair_share import StepCharges, charge, tally_running
+from engine.fair_share import charge, tally_running
 from engine.lanes import LaneSet
-from engine.preemption import block_for_kv, pick_victim, victims_to_start
+from engine.preemption import pick_victim
 from engine.records import SchedulerOutput, SchedulerStats
 from engine.request import Request, RequestStatus
 from engine.step_budget import SchedulerInvariantError, StepPlan
 from engine.step_law import StepLaw
-from engine.step_time import MIN_PROGRESS, LawScale
+from engine.step_starts import schedule_new
+from engine.step_time import LawScale
 from engine.step_update import apply_sampled
 
 
@@ -52,7 +53,6 @@ class Scheduler:
         self.step_id = 0
         self._turn = 0  # where _in_turn starts next when more run than a step may serve
         self.deadlines = DeadlineHeap()  # started requests with a deadline (engine/deadlines)
-        self._started: list[Request] = []  # started by this step's _schedule_new: no victims
 
     # ---- queue side ------------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -74,7 +74,7 @@ class Scheduler:
                             self.law_scale.step_target_s(self.static.target_step_ms / 1000))
         self._schedule_running(step)
         charges = tally_running(self.lanes, step.out)  # the running set's work is final now
-        self._schedule_new(step, charges, now)
+        schedule_new(self, step, charges, now)  # engine/step_starts.py
         charge(self.lanes, charges)
         step.stats.tokens_by_lane = charges.by_lane
         return step.output(), step.stats
@@ -151,7 +151,7 @@ class Scheduler:
         budget = step.budget
         if budget.room <= 0:
             return
-        num_new = min(req.num_tokens - req.num_computed_tokens, self._chunk_size(step.live),
+        num_new = min(req.num_tokens - req.num_computed_tokens, self.chunk_size(step.live),
                       budget.tokens_left, step.chunk_room(req))
         if num_new <= 0:
             return
@@ -170,121 +170,7 @@ class Scheduler:
             self.preempt(victim, step.stats)
         return True
 
-    def _schedule_new(self, step: StepPlan, charges: StepCharges, now: float) -> None:
-        """Start new prefills from the lanes by fair share until a limit stops us."""
-        live, budget = step.live, step.budget
-        bm = self.block_manager
-        blocked = self.lanes.blocked(live)
-        stop_reason = None
-        started = self._started = []
-        while True:
-            if budget.tokens_left <= 0:
-                stop_reason = "token_budget"
-                break
-            # NOTE: max_num_seqs bounds the running set, not only this step's batch: a
-            # request started now needs a sequence in every step until it ends.
-            if len(self.running) >= live.max_num_seqs or budget.seqs_left <= 0:
-                stop_reason = "max_num_seqs"
-                break
-            # NOTE: with nothing running, a request starts whatever the KV usage (here and in
-            # _try_start): else one needing more than the watermark's share never could.
-            if self.running and bm.usage > live.kv_cache_high_watermark:
-                stop_reason = "kv_high_watermark"
-                if not block_for_kv(self.lanes, blocked):  # only preempt_to_start lanes go on
-                    break
-            lane = self.lanes.pick(blocked, charges.vtimes)
-            if lane is None:
-                break
-            req = lane.peek(charges.by_tenant.get(lane.name))
-            if req.waits_for_sibling:  # n > 1: its prompt's blocks come from the first choice
-                blocked[lane.name] = "sibling_prefill"
-                continue
-            # NOTE: the first request that cannot start ends this step's starts, even if a
-            # smaller one in another lane would fit: skipping it could starve it for good.
-            # Only lanes that may preempt to start go on past one the watermark holds back.
-            may_preempt = lane.config.preempt_to_start
-            stop_reason, num_new = self._try_start(req, step, charges, may_preempt)
-            if stop_reason == "kv_high_watermark" and not may_preempt and (
-                    block_for_kv(self.lanes, blocked)):
-                continue
-            if stop_reason is not None:
-                break
-            self.start(req, now, step.stats)
-            started.append(req)
-            if step.time is not None:
-                step.time.started(req)
-            step.add_chunk(req, num_new)
-            charges.add(lane, req.tenant, num_new)
-            max_running = lane.config.max_running
-            if max_running is not None and lane.num_running >= max_running:
-                blocked[lane.name] = "lane_max_running"
-        step.stats.waiting_by_reason, step.stats.waiting_reason_by_lane = (
-            self.lanes.waiting_reasons(blocked, stop_reason))
-
-    def _try_start(self, req: Request, step: StepPlan, charges: StepCharges,
-                   may_preempt: bool) -> tuple[str | None, int]:
-        """Take prefix-cache hits and blocks for req's first chunk: (None, the chunk's
-        tokens), or (why it can't start, 0). `may_preempt` (its lane's preempt_to_start):
-        when the watermark is what stops it, running requests of preempt_first lanes are
-        preempted first if that frees enough."""
-        bm, live, budget = self.block_manager, step.live, step.budget.tokens_left
-        hit = None
-        if req.num_computed_tokens == 0 and not req.block_ids:
-            hit = bm.allocate_prefix(req, count=False)
-            req.num_computed_tokens = hit
-            if req.first_scheduled_time is None:
-                req.num_cached_tokens = hit
-        remaining = req.num_tokens - req.num_computed_tokens
-        num_new = min(remaining, self._chunk_size(live), budget)
-        reason = None
-        if not live.chunked_prefill and remaining > budget:
-            reason = "token_budget"
-        elif step.time is not None:  # a step law: no tiny first chunk, no decodes past share
-            num_new = min(num_new, step.chunk_room(req))
-            if num_new < min(remaining, MIN_PROGRESS) or not step.time.admits(req, self.running):
-                reason = "step_time"
-        if reason is None:
-            need = bm.blocks_needed(req, num_new)
-            if self.running and (bm.num_used + need) > (
-                    live.kv_cache_high_watermark * bm.num_blocks):
-                reason = "kv_high_watermark"
-                if may_preempt and self._preempt_to_start(req, need, step, charges):
-                    reason = None
-            if reason is None and not bm.allocate(req, num_new):
-                reason = "kv_blocks"
-        if reason is not None:
-            bm.free(req)
-            req.num_computed_tokens = 0
-            return reason, 0
-        if hit is not None:
-            # NOTE: a hit counts when the request starts with it, not at each try: one held
-            # back by the watermark looks its prefix up again every step.
-            bm.count_prefix_use(req, hit)
-        return None, num_new  # (victims' give-back may have raised the budget since: no matter)
-
-    def _preempt_to_start(self, req: Request, need: int, step: StepPlan,
-                          charges: StepCharges) -> bool:
-        """Preempt the fewest preempt_first requests that let req take `need` more blocks;
-        False, preempting none, when even all of them would not be enough."""
-        bm = self.block_manager
-        # NOTE: requests started earlier in this step are no victims: their lane just had
-        # its turn, and undoing a start in the step that made it is pure waste.
-        victims = victims_to_start(req, need, self.running, self.lanes, bm.num_used,
-                                   bm.num_blocks, step.live.kv_cache_high_watermark,
-                                   self._started)
-        if not victims:
-            return False
-        for victim in victims:
-            step.unschedule(victim)
-            self.preempt(victim, step.stats)
-        # The running set's work changed after it was tallied: tally it again, in place
-        # (schedule() charges this object). The new prefills so far are in step.out too.
-        fresh = tally_running(self.lanes, step.out)
-        charges.by_lane, charges.by_tenant, charges.vtimes = (
-            fresh.by_lane, fresh.by_tenant, fresh.vtimes)
-        return True
-
-    def _chunk_size(self, live: LiveConfig) -> int:
+    def chunk_size(self, live: LiveConfig) -> int:
         """Most prompt tokens a request runs in one step; without chunking, all of them."""
         return live.prefill_chunk_size if live.chunked_prefill else self.static.max_model_len
 
