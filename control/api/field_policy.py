@@ -1,6 +1,7 @@
 """What a generation request's undeclared fields get: an OpenAI or vLLM field this server
 does not implement is refused with a 400 naming it (unless sent at its "off" value); any
-other is ignored with a warning naming it in the log, as vLLM does."""
+other is ignored with a warning naming it in the log, as vLLM does. Objects nested in a
+request (stream_options) follow the same rule, their keys named by their path."""
 
 from __future__ import annotations
 
@@ -30,15 +31,18 @@ UNIMPLEMENTED: dict[str, tuple[Any, ...]] = {
 }
 
 
-def check_undeclared(model: str, declared: Collection[str], data: Any) -> None:
-    """Raise ValueError naming the first UNIMPLEMENTED field of `data` (a request body)
-    sent at a value other than "off"; log the names of the other undeclared fields."""
+def check_undeclared(model: str, declared: Collection[str], data: Any,
+                     prefix: str = "") -> None:
+    """Raise ValueError naming the first UNIMPLEMENTED field of `data` (a request body, or
+    an object nested in one) sent at a value other than "off"; log the names of the other
+    undeclared fields. `prefix`: where `data` sits in the body ("stream_options."), put
+    before each key, so a nested key is looked up and named by its full path."""
     if not isinstance(data, dict):
         return
-    undeclared = [k for k in data if k not in declared]
-    for name in undeclared:
-        if name in UNIMPLEMENTED and data[name] not in UNIMPLEMENTED[name]:
-            raise ValueError(f"{name}={data[name]!r} is not supported by this server")
+    undeclared = {f"{prefix}{k}": v for k, v in data.items() if k not in declared}
+    for name, value in undeclared.items():
+        if name in UNIMPLEMENTED and value not in UNIMPLEMENTED[name]:
+            raise ValueError(f"{name}={value!r} is not supported by this server")
     ignored = sorted(k for k in undeclared if k not in UNIMPLEMENTED)
     if ignored:
         log.warning("%s: ignored fields outside the OpenAI and vLLM request shapes: %s",

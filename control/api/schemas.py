@@ -7,12 +7,12 @@ and vLLM fields in field_policy.UNIMPLEMENTED (accepted at their "off" values on
 Logprobs (chat's logprobs / top_logprobs, completions' logprobs and echo, vLLM's
 prompt_logprobs) are of the raw model distribution, at most MAX_LOGPROBS alternatives. A
 field outside the OpenAI and vLLM request shapes is ignored with a logged warning naming
-it, as vLLM does.
+it, as vLLM does; so is a key outside stream_options' shape (named stream_options.<key>).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -34,15 +34,30 @@ MAX_CACHE_SALT_LEN = 256  # characters; a salt needs ~22 of base64 for 128 rando
 MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value, either sign
 
 
-class StreamOptions(BaseModel):
+class _WarnsUndeclared(BaseModel):
+    """A request body, or an object in one, whose undeclared fields field_policy.py rules
+    on: refused (UNIMPLEMENTED), else ignored with a warning naming them by their path
+    (`_field_path`: where the object sits in the body, "" at the top)."""
+
+    model_config = ConfigDict(extra="ignore")
+    _field_path: ClassVar[str] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _undeclared_fields(cls, data: Any) -> Any:
+        check_undeclared(cls.__name__, cls.model_fields, data, cls._field_path)
+        return data
+
+
+class StreamOptions(_WarnsUndeclared):
+    _field_path: ClassVar[str] = "stream_options."
+
     include_usage: bool = False
     continuous_usage_stats: bool = False  # vLLM's: with include_usage, usage on every chunk
 
 
-class _GenerationRequest(BaseModel):
+class _GenerationRequest(_WarnsUndeclared):
     """Fields both endpoints share. Undeclared fields: see field_policy.py."""
-
-    model_config = ConfigDict(extra="ignore")
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
@@ -77,12 +92,6 @@ class _GenerationRequest(BaseModel):
     guided_json: dict[str, Any] | str | None = None
     # Accepted at their neutral values only.
     best_of: int | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _undeclared_fields(cls, data: Any) -> Any:
-        check_undeclared(cls.__name__, cls.model_fields, data)
-        return data
 
     @field_validator("logit_bias")
     @classmethod
