@@ -23,6 +23,7 @@ CPU, side by side in one run:
     cpu_attention_ab     CPU attention: committed vs torch path vs native decode kernel,
                          per layer stack and per engine step, batch 1/16/64 and mixed
     native_layers_ab     engine decode steps of 1-32 rows: torch layers vs the native layers
+                         (fp32, bf16 copies, GGUF blocks)
                          kernel, each on fp32 weights and on the bf16 copies
     whatif_speed         `batchpilot whatif` over a synthetic day and an hour of it: read,
                          fit, replays, each timed (goals: 60 s and 5 s)
@@ -42,7 +43,8 @@ GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the C
     kernel_compile       compiles the kernels for sm_90 on any machine: registers, spills
 Helpers (no main): step_cost (scheduler_overhead's driver), paged_inputs, random_models,
 roofline_steps (cpu_roofline's step and its profile), hf_baselines (offline_throughput's
-transformers sides and its --against driver).
+transformers sides and its --against driver), quantized_models (a model rounded to GGUF
+blocks and written as a GGUF, for the block path's smoke runs and tests).
 
 Nothing here is imported by the engine; the GPU modules import only torch, triton,
 transformers (and what they bring) and this repository.

@@ -7,11 +7,14 @@ auto: fp32 weights plus bf16 copies), alternating A B C D A B C D ... in one pro
     torch_bf16    the torch layers on the bf16 copies (oneDNN; AMX from 4 rows)
     native_fp32   kernels/cpu_layers.c on the fp32 weights
     native_bf16   kernels/cpu_layers.c on the bf16 copies (fp32 activations)
+    native_gguf   kernels/cpu_layers.c on the GGUF's own blocks (SmolLM2: Q4_1 layers, a
+                  Q8_0 lm_head; engine/models/gguf_blocks.py), where the model has them
+                  (the smoke run rounds the tiny model to Q4_1 blocks first)
 
 per step of N decodes at --context tokens, N in --rows. lm_head and sampling run as the
-engine runs them (on the bf16 copy where the side's layers use bf16). The two questions
-it answers: up to how many rows the native layers beat torch (NATIVE_MAX_ROWS), and
-whether bf16 weights beat fp32 at 1-3 rows once the GEMV streams them at full speed (the
+engine runs them (on the bf16 copy where the side's layers use bf16, on the head's blocks
+on the gguf side). The questions it answers: up to how many rows the native layers beat
+torch (NATIVE_MAX_ROWS, NATIVE_GGUF_MAX_ROWS), and which weights they should read (the
 dtype auto policy, engine/models/cpu_dtype.py).
 
 Every figure is ms per step: median [min-max] over --pairs rounds; ratios are of medians.
@@ -27,19 +30,25 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from bench import roofline_steps as steps
+from bench.quantized_models import quantize_to_gguf
 from bench.random_models import measure_on_model
 from engine.model_runner import ModelRunner
 from engine.models import load_model
+from engine.models.gguf_blocks import attach_gguf_blocks
 from kernels import cpu_layers, cpu_native
 
-SIDES = {"torch_fp32": (False, None), "torch_bf16": (False, 1),
-         "native_fp32": (True, None), "native_bf16": (True, 1)}  # (native, bf16_min_rows)
+# side -> (native, bf16_min_rows, on the GGUF blocks)
+SIDES = {"torch_fp32": (False, None, False), "torch_bf16": (False, 1, False),
+         "native_fp32": (True, None, False), "native_bf16": (True, 1, False),
+         "native_gguf": (True, None, True)}
 BLOCK_SIZE = 16
 SMOKE = {"rows": "1,3", "pairs": 2, "context": 20, "steps": 2}
 
@@ -48,13 +57,19 @@ def log(*parts: object) -> None:
     print(*parts, file=sys.stderr, flush=True)
 
 
-def time_side(runner: ModelRunner, out, native: bool, min_rows: int | None,
-              steps_per_sample: int) -> float:
+def time_side(runner: ModelRunner, out, side: tuple, steps_per_sample: int) -> float:
     """ms per step, the mean of `steps_per_sample` steps after one untimed step."""
-    model = runner.model
-    saved = cpu_layers.NATIVE_LAYERS, cpu_layers.NATIVE_MAX_ROWS, model.bf16_min_rows
-    cpu_layers.NATIVE_LAYERS, cpu_layers.NATIVE_MAX_ROWS = native, cpu_layers.MAX_ROWS
-    model.bf16_min_rows = min_rows
+    native, min_rows, gguf = side
+    model, limits = runner.model, ("NATIVE_MAX_ROWS", "NATIVE_GGUF_MAX_ROWS",
+                                   "NATIVE_LOGITS_MAX_ROWS", "NATIVE_GGUF_LOGITS_MAX_ROWS")
+    saved = cpu_layers.NATIVE_LAYERS, model.bf16_min_rows, {k: getattr(cpu_layers, k)
+                                                             for k in limits}
+    saved_gguf = model.gguf_layers_type, model.lm_head.weight_gguf
+    cpu_layers.NATIVE_LAYERS, model.bf16_min_rows = native, min_rows
+    for name in limits[:2]:
+        setattr(cpu_layers, name, cpu_layers.MAX_ROWS)
+    if not gguf:  # the model keeps its blocks; this side does not read them
+        model.gguf_layers_type = model.lm_head.weight_gguf = None
     try:
         runner.execute(out)
         started = time.perf_counter()
@@ -62,13 +77,23 @@ def time_side(runner: ModelRunner, out, native: bool, min_rows: int | None,
             runner.execute(out)
         return (time.perf_counter() - started) / steps_per_sample * 1e3
     finally:
-        cpu_layers.NATIVE_LAYERS, cpu_layers.NATIVE_MAX_ROWS, model.bf16_min_rows = saved
+        cpu_layers.NATIVE_LAYERS, model.bf16_min_rows = saved[:2]
+        for name, value in saved[2].items():
+            setattr(cpu_layers, name, value)
+        model.gguf_layers_type, model.lm_head.weight_gguf = saved_gguf
 
 
 def measure(model_name: str, args: argparse.Namespace) -> dict:
     loaded = load_model(model_name, dtype="auto")
+    if args.smoke:  # the tiny model as if from a GGUF: rounded to Q4_1 blocks
+        with tempfile.TemporaryDirectory(prefix="bench-gguf-") as tmp:
+            path = quantize_to_gguf(loaded.model, Path(tmp) / "blocks.gguf")
+            loaded.model.keep_bf16_copies(1)
+            attach_gguf_blocks(loaded.model, path)
     if loaded.model.bf16_min_rows is None:
         loaded.model.keep_bf16_copies(1)  # a CPU without native bf16: still both sides
+    sides = {name: side for name, side in SIDES.items()
+             if not side[2] or loaded.model.gguf_layers_type is not None}
     rows = [int(r) for r in args.rows.split(",")]
     if max(rows) > cpu_layers.MAX_ROWS:
         raise SystemExit(f"--rows: at most {cpu_layers.MAX_ROWS} (the kernel's MAX_ROWS)")
@@ -81,21 +106,27 @@ def measure(model_name: str, args: argparse.Namespace) -> dict:
     for n in tqdm(rows, desc="step sizes", file=sys.stderr, disable=args.smoke):
         out = steps.build_step(steps.StepShape(f"decode x{n}", n, args.context, 0), vocab,
                                BLOCK_SIZE, 0.0)
-        samples: dict[str, list[float]] = {side: [] for side in SIDES}
+        samples: dict[str, list[float]] = {name: [] for name in sides}
         for _ in range(args.pairs):
-            for side, (native, min_rows) in SIDES.items():
-                samples[side].append(time_side(runner, out, native, min_rows, args.steps))
+            for name, side in sides.items():
+                samples[name].append(time_side(runner, out, side, args.steps))
         row = {side: {"median": statistics.median(v), "min": min(v), "max": max(v)}
                for side, v in samples.items()}
         best_torch = min(row["torch_fp32"]["median"], row["torch_bf16"]["median"])
         row["native_bf16_vs_best_torch"] = best_torch / row["native_bf16"]["median"]
         row["native_bf16_vs_native_fp32"] = (row["native_fp32"]["median"]
                                              / row["native_bf16"]["median"])
+        if "native_gguf" in row:
+            row["native_gguf_vs_native_bf16"] = (row["native_bf16"]["median"]
+                                                 / row["native_gguf"]["median"])
+            row["native_gguf_vs_best_torch"] = best_torch / row["native_gguf"]["median"]
         results[n] = row
         log(f"  x{n:<3}" + "  ".join(
             f"{side} {r['median']:6.1f} [{r['min']:.1f}-{r['max']:.1f}]"
             for side, r in row.items() if isinstance(r, dict))
-            + f"  native_bf16 vs best torch {row['native_bf16_vs_best_torch']:.2f}x")
+            + f"  native_bf16 vs best torch {row['native_bf16_vs_best_torch']:.2f}x"
+            + (f", native_gguf vs native_bf16 {row['native_gguf_vs_native_bf16']:.2f}x"
+               if "native_gguf" in row else ""))
     return {"model": model_name, "context": args.context, "threads": torch.get_num_threads(),
             "steps": results}
 

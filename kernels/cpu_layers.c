@@ -16,7 +16,8 @@
    Shapes (row-major, contiguous; T = rows <= MAX_ROWS, one decode per row):
      x        float [T, D]: the residual stream, in place (in: embeddings, out: the last
               layer's output, before the final norm)
-     weights  [out, in], float32 or bfloat16 (uint16 bit patterns, weights_bf16 = 1);
+     weights  [out, in] in weights_format: 0 float32, 1 bfloat16 (uint16 bit patterns),
+              2 / 3 GGUF Q4_1 / Q8_0 blocks (cpu_quant_dot.c; in a multiple of 32);
               biases float [out] or NULL; ln1, ln2 float [D]
      caches   float32 [num_blocks, bs, kvh, d]
      cos, ssin float [T, d]: cos and sin with its first half negated (rope_for_rotate)
@@ -42,7 +43,7 @@ typedef struct {
 
 typedef struct {
     int64_t rows, hidden, heads, kv_heads, head_dim, inter, block_size, table_stride;
-    int64_t weights_bf16, num_threads;
+    int64_t weights_format, num_threads;
     const float *cos, *ssin;
     const int64_t *slots;
     const int32_t *tables, *ctx, *seq_rows;
@@ -56,6 +57,9 @@ void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_st
                        int64_t table_stride, const int32_t *seqs, const int32_t *rows,
                        const int32_t *ctx, float scale, float *out);
 int64_t bp_attention_items_per_decode(int64_t num_decodes, int64_t kvh, int64_t num_threads);
+int64_t bp_quant_row_bytes(int64_t format, int64_t K);
+void bp_dot_group_quant(int64_t format, const uint8_t *w, int64_t row_bytes, int64_t K,
+                        const float *in, float *out, int64_t n, int64_t m);
 
 static inline float bf16_to_f32(uint16_t x) {
     uint32_t bits = (uint32_t)x << 16;
@@ -135,20 +139,27 @@ static void dot_group_bf16(const uint16_t *w, int64_t K, const float *in, float 
 }
 
 /* y[t, o] = (accumulate ? y[t, o] : 0) + (dot(W[o], in[t]) + b[o]) for o < N, t < T;
-   in [T, K], y rows ldy apart. Pairs of output rows are split over the team (omp for);
-   rows of the step go GROUP at a time (the weight rows stay in L1 between groups). */
-static void project(const void *w, int is_bf16, const float *bias, const float *in,
+   W in `format` (see the header), in [T, K], y rows ldy apart. Pairs of output rows are
+   split over the team (omp for); rows of the step go GROUP at a time (the weight rows stay
+   in L1 between groups). */
+static void project(const void *w, int format, const float *bias, const float *in,
                     int64_t T, int64_t K, int64_t N, float *y, int64_t ldy, int accumulate) {
+    const int64_t row_bytes = format == 0 ? K * 4 : format == 1 ? K * 2
+                                                                : bp_quant_row_bytes(format, K);
 #pragma omp for schedule(static)
     for (int64_t pair = 0; pair < (N + 1) / 2; ++pair) {
         const int64_t o = 2 * pair, m = o + 1 < N ? 2 : 1;
+        const void *wo = (const char *)w + o * row_bytes;
         float dots[2][MAX_ROWS], part[2 * GROUP];
         for (int64_t t0 = 0; t0 < T; t0 += GROUP) {
             const int64_t n = T - t0 < GROUP ? T - t0 : GROUP;
-            if (is_bf16)
-                dot_group_bf16((const uint16_t *)w + o * K, K, in + t0 * K, part, n, m);
+            if (format == 1)
+                dot_group_bf16((const uint16_t *)wo, K, in + t0 * K, part, n, m);
+            else if (format == 0)
+                dot_group_f32((const float *)wo, K, in + t0 * K, part, n, m);
             else
-                dot_group_f32((const float *)w + o * K, K, in + t0 * K, part, n, m);
+                bp_dot_group_quant(format, (const uint8_t *)wo, row_bytes, K, in + t0 * K,
+                                   part, n, m);
             for (int64_t j = 0; j < m; ++j)
                 for (int64_t t = 0; t < n; ++t) dots[j][t0 + t] = part[j * GROUP + t];
         }
@@ -158,6 +169,11 @@ static void project(const void *w, int is_bf16, const float *bias, const float *
                 y[t * ldy + o + j] = (accumulate ? y[t * ldy + o + j] : 0.0f) + (dots[j][t] + b);
         }
     }
+}
+
+/* Whether `format` is one project() reads, with K a whole number of its blocks. */
+static int format_fits(int64_t format, int64_t K) {
+    return format == 0 || format == 1 || bp_quant_row_bytes(format, K) > 0;
 }
 
 static void rmsnorm_rows(const float *x, const float *w, int64_t T, int64_t D, float eps,
@@ -197,10 +213,10 @@ static void layer(const bp_layer *L, const bp_step *s, float *x, float *h, float
                   float *att, float *gu, float *act, int64_t per_seq) {
     const int64_t T = s->rows, D = s->hidden, nh = s->heads, d = s->head_dim;
     const int64_t I = s->inter, qkv_width = (nh + 2 * s->kv_heads) * d;
-    const int bf16 = (int)s->weights_bf16;
+    const int fmt = (int)s->weights_format;
 #pragma omp single
     rmsnorm_rows(x, L->ln1, T, D, s->eps, h);
-    project(L->qkv_w, bf16, L->qkv_b, h, T, D, qkv_width, qkv, qkv_width, 0);
+    project(L->qkv_w, fmt, L->qkv_b, h, T, D, qkv_width, qkv, qkv_width, 0);
 #pragma omp single
     rope_and_store(s, qkv, qkv_width, (float *)L->k_cache, (float *)L->v_cache);
 #pragma omp for schedule(dynamic, 1)
@@ -208,24 +224,25 @@ static void layer(const bp_layer *L, const bp_step *s, float *x, float *h, float
         bp_attention_item(it, per_seq, qkv, qkv_width, L->k_cache, L->v_cache, 0, nh,
                           s->kv_heads, d, s->block_size, s->tables, s->table_stride,
                           s->seq_rows, s->seq_rows, s->ctx, s->scale, att);
-    project(L->o_w, bf16, L->o_b, att, T, nh * d, D, x, D, 1);
+    project(L->o_w, fmt, L->o_b, att, T, nh * d, D, x, D, 1);
 #pragma omp single
     rmsnorm_rows(x, L->ln2, T, D, s->eps, h);
-    project(L->gate_up_w, bf16, L->gate_up_b, h, T, D, 2 * I, gu, 2 * I, 0);
+    project(L->gate_up_w, fmt, L->gate_up_b, h, T, D, 2 * I, gu, 2 * I, 0);
 #pragma omp for schedule(static)
     for (int64_t e = 0; e < T * I; ++e) {
         const int64_t t = e / I, i = e % I;
         const float g = gu[t * 2 * I + i];
         act[e] = g / (1.0f + expf(-g)) * gu[t * 2 * I + I + i];
     }
-    project(L->down_w, bf16, L->down_b, act, T, I, D, x, D, 1);
+    project(L->down_w, fmt, L->down_b, act, T, I, D, x, D, 1);
 }
 
 int bp_decode_layers(const bp_layer *layers, int64_t num_layers, const bp_step *s, float *x) {
     const int64_t T = s->rows, D = s->hidden, nh = s->heads, kvh = s->kv_heads;
     const int64_t d = s->head_dim, I = s->inter;
     if (T < 1 || T > MAX_ROWS || nh > MAX_H || nh * d > MAX_HD || d % 2 != 0 ||
-        kvh < 1 || nh % kvh != 0)
+        kvh < 1 || nh % kvh != 0 || !format_fits(s->weights_format, D) ||
+        !format_fits(s->weights_format, nh * d) || !format_fits(s->weights_format, I))
         return -1;
     float *h = s->scratch, *qkv = h + T * D, *att = qkv + T * (nh + 2 * kvh) * d;
     float *gu = att + T * nh * d, *act = gu + T * 2 * I;
@@ -237,12 +254,12 @@ int bp_decode_layers(const bp_layer *layers, int64_t num_layers, const bp_step *
 }
 
 /* y [T, N] = in [T, K] W^T (+ b) for one projection (lm_head on a small step): W [N, K]
-   float32 or bfloat16, in float [T, K], y float [T, N]. Returns -1 when T is outside
-   1..MAX_ROWS (nothing written). */
-int bp_project_rows(const void *w, int64_t weights_bf16, const float *bias, const float *in,
+   in weights_format (see the header), in float [T, K], y float [T, N]. Returns -1 when T
+   is outside 1..MAX_ROWS or K does not fit the format (nothing written). */
+int bp_project_rows(const void *w, int64_t weights_format, const float *bias, const float *in,
                     int64_t T, int64_t K, int64_t N, float *y, int64_t num_threads) {
-    if (T < 1 || T > MAX_ROWS) return -1;
+    if (T < 1 || T > MAX_ROWS || !format_fits(weights_format, K)) return -1;
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1)
-    project(w, (int)weights_bf16, bias, in, T, K, N, y, N, 0);
+    project(w, (int)weights_format, bias, in, T, K, N, y, N, 0);
     return 0;
 }

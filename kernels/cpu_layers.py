@@ -31,8 +31,19 @@ NATIVE_MAX_ROWS = 16
 # 57 MB of SmolLM2 bf16 lm_head, 2 threads, quiet VM: 1.73 / 1.99 / 1.83 / 2.22 ms at 1-4
 # rows against oneDNN's 2.50 / 2.67 / 2.40 / 2.43; at 8 rows oneDNN wins (2.67 vs 3.08).
 NATIVE_LOGITS_MAX_ROWS = 4
+# The same limits for a model whose projections keep GGUF blocks (engine/models/gguf_blocks.py;
+# SmolLM2: Q4_1 layers, a Q8_0 lm_head; 2 threads, whole steps by bench/native_layers_ab.py,
+# the head alone by its own A/B): the Q4_1 layers 1.4-1.5x the bf16 native layers at 1-4
+# rows, 1.1x at 8-16; the Q8_0 head 1.43 / 2.13 / 3.11 ms at 1 / 4 / 8 rows against
+# oneDNN's bf16 2.40 / 2.41 / 3.49, oneDNN ahead from 12 rows (3.29 vs 4.39).
+NATIVE_GGUF_MAX_ROWS = 16
+NATIVE_GGUF_LOGITS_MAX_ROWS = 8
 # False: the torch layers always (A/B runs, tests of the torch path).
 NATIVE_LAYERS = True
+# Weight formats of the kernel (weights_format of cpu_layers.c): float32, bfloat16, and
+# GGUF blocks (uint8 [out, row_bytes], kernels/cpu_quant_dot.c), by their GGUF type name.
+FORMAT_FLOAT32, FORMAT_BFLOAT16 = 0, 1
+GGUF_FORMATS = {"Q4_1": 2, "Q8_0": 3}
 
 _PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
 _local = threading.local()  # .seq_rows: {rows: int32 arange}
@@ -46,9 +57,9 @@ def available() -> bool:
 
 @dataclass(frozen=True)
 class LayerTensors:
-    """One decoder layer as the kernel reads it: weights [out, in] contiguous, all float32
-    or all bfloat16; biases float32 [out] or None; norms float32 [D]; caches float32
-    contiguous [num_blocks, block_size, kvh, d]."""
+    """One decoder layer as the kernel reads it: weights [out, in] contiguous, all float32,
+    all bfloat16 or all uint8 rows of GGUF blocks of one format; biases float32 [out] or
+    None; norms float32 [D]; caches float32 contiguous [num_blocks, block_size, kvh, d]."""
 
     qkv_w: torch.Tensor
     o_w: torch.Tensor
@@ -71,7 +82,7 @@ class _Layer(ctypes.Structure):
 class _Step(ctypes.Structure):  # bp_step
     _fields_ = [*((name, _I64) for name in (
         "rows", "hidden", "heads", "kv_heads", "head_dim", "inter", "block_size",
-        "table_stride", "weights_bf16", "num_threads")),
+        "table_stride", "weights_format", "num_threads")),
         *((name, _PTR) for name in ("cos", "ssin", "slots", "tables", "ctx", "seq_rows",
                                     "scratch")),
         ("eps", ctypes.c_float), ("scale", ctypes.c_float)]
@@ -96,19 +107,31 @@ class LayerTable:
 
     structs: ctypes.Array
     block_size: int
-    weights_bf16: bool
+    weights_format: int
 
 
-def layer_table(layers: list[LayerTensors]) -> LayerTable:
-    """The table of `layers`. It holds no reference to the tensors: the caller keeps them
-    alive and in place while the table is used."""
+def weights_format_of(weight: torch.Tensor, gguf_type: str | None = None) -> int:
+    """The kernel's format code of a weight: its GGUF block type for uint8 block rows,
+    else by dtype (float32 or bfloat16). ValueError for anything else."""
+    if weight.dtype == torch.uint8 and gguf_type in GGUF_FORMATS:
+        return GGUF_FORMATS[gguf_type]
+    if weight.dtype in (torch.float32, torch.bfloat16) and gguf_type is None:
+        return FORMAT_FLOAT32 if weight.dtype == torch.float32 else FORMAT_BFLOAT16
+    raise ValueError(f"weight of dtype {weight.dtype} with {gguf_type=} must be float32, "
+                     f"bfloat16, or uint8 blocks of one of {sorted(GGUF_FORMATS)}")
+
+
+def layer_table(layers: list[LayerTensors], gguf_type: str | None = None) -> LayerTable:
+    """The table of `layers`, whose weights are uint8 blocks of `gguf_type` (else float32
+    or bfloat16). It holds no reference to the tensors: the caller keeps them alive and in
+    place while the table is used."""
     structs = (_Layer * len(layers))()
     for entry, layer in zip(structs, layers, strict=True):
         for f in fields(layer):
             tensor = getattr(layer, f.name)
             setattr(entry, f.name, None if tensor is None else tensor.data_ptr())
     return LayerTable(structs, layers[0].k_cache.shape[1],
-                      layers[0].qkv_w.dtype == torch.bfloat16)
+                      weights_format_of(layers[0].qkv_w, gguf_type))
 
 
 def _seq_rows(rows: int) -> torch.Tensor:
@@ -134,7 +157,7 @@ def decode_layers(table: LayerTable, dims: Dims, x: torch.Tensor, cos: torch.Ten
                                   + 3 * dims.inter), dtype=torch.float32)
     seq_rows = _seq_rows(rows)
     step = _Step(rows, dims.hidden, dims.heads, dims.kv_heads, dims.head_dim, dims.inter,
-                 table.block_size, block_tables.stride(0), int(table.weights_bf16),
+                 table.block_size, block_tables.stride(0), table.weights_format,
                  torch.get_num_threads(),
                  cos.data_ptr(), ssin.data_ptr(), slots.data_ptr(), block_tables.data_ptr(),
                  context_lens.data_ptr(), seq_rows.data_ptr(), scratch.data_ptr(),
@@ -144,18 +167,38 @@ def decode_layers(table: LayerTable, dims: Dims, x: torch.Tensor, cos: torch.Ten
     if status != 0:
         raise ValueError(f"{rows=} and {dims} are outside the native kernel's limits"
                          f" (rows <= {MAX_ROWS}, heads <= {cpu_native.MAX_HEADS},"
-                         f" heads * head_dim <= {cpu_native.MAX_HEADS_X_DIM}, even head_dim)")
+                         f" heads * head_dim <= {cpu_native.MAX_HEADS_X_DIM}, even head_dim;"
+                         " GGUF blocks: hidden, heads * head_dim and inter multiples of 32)")
 
 
-def project_rows(weight: torch.Tensor, bias: torch.Tensor | None,
-                 x: torch.Tensor) -> torch.Tensor:
+def project_rows(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor,
+                 gguf_type: str | None = None, in_features: int | None = None) -> torch.Tensor:
     """x float32 contiguous [T, K] (T <= MAX_ROWS) @ weight.T (+ bias) -> float32 [T, N],
-    by the layers' GEMV; weight [N, K] float32 or bfloat16, contiguous; bias float32 [N]."""
+    by the layers' GEMV; weight [N, K] float32 or bfloat16, or uint8 [N, row_bytes] blocks
+    of `gguf_type` (then K = in_features), contiguous; bias float32 [N]."""
     rows, out = x.shape[0], torch.empty(x.shape[0], weight.shape[0], dtype=torch.float32)
+    in_features = weight.shape[1] if gguf_type is None else in_features
+    if in_features != x.shape[1]:
+        raise ValueError(f"{in_features=} must equal x's {x.shape[1]} columns")
     status = cpu_native.load().bp_project_rows(
-        weight.data_ptr(), int(weight.dtype == torch.bfloat16),
-        None if bias is None else bias.data_ptr(), x.data_ptr(), rows, weight.shape[1],
+        weight.data_ptr(), weights_format_of(weight, gguf_type),
+        None if bias is None else bias.data_ptr(), x.data_ptr(), rows, in_features,
         weight.shape[0], out.data_ptr(), torch.get_num_threads())
     if status != 0:
-        raise ValueError(f"{rows=} must be in 1..{MAX_ROWS} (native projection)")
+        raise ValueError(f"{rows=} must be in 1..{MAX_ROWS} and {in_features=} a whole"
+                         " number of the format's blocks (native projection)")
+    return out
+
+
+def dequantize_rows(blocks: torch.Tensor, gguf_type: str, in_features: int) -> torch.Tensor:
+    """uint8 [N, row_bytes] blocks of `gguf_type` -> the float32 weights [N, in_features]
+    they hold (as the GEMV decodes them). ValueError when the sizes do not match."""
+    lib, code = cpu_native.load(), weights_format_of(blocks, gguf_type)
+    row_bytes = lib.bp_quant_row_bytes(code, in_features)
+    if row_bytes < 0 or blocks.dim() != 2 or blocks.shape[1] != row_bytes:
+        raise ValueError(f"{gguf_type} blocks of shape {tuple(blocks.shape)} must hold rows"
+                         f" of {in_features=} (a multiple of 32)")
+    blocks = blocks.contiguous()
+    out = torch.empty(blocks.shape[0], in_features, dtype=torch.float32)
+    lib.bp_dequantize_rows(code, blocks.data_ptr(), blocks.shape[0], in_features, out.data_ptr())
     return out

@@ -33,8 +33,10 @@ from pathlib import Path
 
 import torch
 
-# cpu_decode.c: decode attention; cpu_layers.c: whole small decode steps (uses the former)
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("cpu_decode.c", "cpu_layers.c"))
+# cpu_decode.c: decode attention; cpu_layers.c: whole small decode steps (uses the former
+# and cpu_quant_dot.c, its GEMV over GGUF blocks)
+SOURCES = tuple(Path(__file__).with_name(name)
+                for name in ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
@@ -111,6 +113,10 @@ def load() -> ctypes.CDLL | None:
     lib.bp_decode_layers.restype = ctypes.c_int
     lib.bp_project_rows.argtypes = [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, _PTR, _I64]
     lib.bp_project_rows.restype = ctypes.c_int
+    lib.bp_dequantize_rows.argtypes = [_I64, _PTR, _I64, _I64, _PTR]
+    lib.bp_dequantize_rows.restype = ctypes.c_int
+    lib.bp_quant_row_bytes.argtypes = [_I64, _I64]
+    lib.bp_quant_row_bytes.restype = _I64
     return lib
 
 

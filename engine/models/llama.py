@@ -141,6 +141,9 @@ class LlamaForCausalLM(nn.Module):
         # Steps of at least this many tokens (logits: rows) use the bf16 weight copies;
         # None: never. Set by keep_bf16_copies().
         self.bf16_min_rows: int | None = None
+        # The block type of the GGUF blocks every decoder projection keeps (Q4_1, ...);
+        # None: none. Set by engine/models/gguf_blocks.attach_gguf_blocks().
+        self.gguf_layers_type: str | None = None
         self.tie_weights()
 
     def tie_weights(self) -> None:

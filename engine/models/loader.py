@@ -21,7 +21,7 @@ import copy
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from torch import nn
 
 from engine.models import gguf_cache
 from engine.models.cpu_dtype import DtypePlan, resolve_dtype
+from engine.models.gguf_blocks import attach_gguf_blocks
 from engine.models.llama import LlamaForCausalLM
 from engine.models.registry import architecture_of, get_model_class
 from engine.models.sources import resolve_model_source
@@ -102,6 +103,9 @@ def load_model(
     state = hf_model.state_dict() if is_gguf else read_safetensors(directory)
     model = build_model(model_class, config, state, dtype, device)
     model.keep_bf16_copies(plan.bf16_min_rows)
+    if original.is_file() and plan.choice == "auto" and plan.bf16_min_rows is not None:
+        blocks = attach_gguf_blocks(model, original)  # small decode steps read the GGUF's own
+        plan = plan if blocks is None else replace(plan, reason=f"{plan.reason}; {blocks}")
     reference = hf_model.to(device) if keep_reference else None
     loaded = LoadedModel(
         model=model,

@@ -6,9 +6,12 @@ torch layers then run). It takes a step when:
 
 - the native library builds here (kernels/cpu_native.py) and kernels.cpu_layers.NATIVE_LAYERS;
 - the model's attention backend is "cpu" (another one, asked for, is honoured);
-- every row is one sequence's decode (one query token each), at most NATIVE_MAX_ROWS rows;
+- every row is one sequence's decode (one query token each), at most NATIVE_MAX_ROWS rows
+  (NATIVE_GGUF_MAX_ROWS on GGUF blocks);
 - the activations are float32 on CPU, the KV caches float32 and contiguous;
-- the weights the step would use are all float32, or all bf16 copies (model.uses_bf16);
+- the weights the step uses are all GGUF blocks of one type where the model keeps them
+  (engine/models/gguf_blocks.py: they decode to the float32 weights exactly), else all
+  float32, or all bf16 copies (model.uses_bf16);
 - every slot and every block the decodes own lies inside the caches (C reads raw memory).
 
 The arithmetic is the torch layers' (engine/models/llama.py) in float32, in another
@@ -33,14 +36,17 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
                       kv_caches: list[KVCache], meta: AttentionMetadata, bf16: bool) -> bool:
     """x: float32 [T, D] embeddings -> the last layer's output, in place (True); or False
     with nothing done when the step is not one the native layers take."""
-    rows = x.shape[0]
+    rows, gguf_type = x.shape[0], model.gguf_layers_type
+    max_rows = cpu_layers.NATIVE_GGUF_MAX_ROWS if gguf_type else cpu_layers.NATIVE_MAX_ROWS
     if not (cpu_layers.NATIVE_LAYERS and x.device.type == "cpu" and x.dtype == torch.float32
-            and 1 <= rows <= cpu_layers.NATIVE_MAX_ROWS and meta.max_query_len == 1
+            and 1 <= rows <= max_rows and meta.max_query_len == 1
             and meta.num_seqs == rows and x.is_contiguous()
             and model.model.layers[0].self_attn.attn.backend.name == "cpu"):
         return False
     view = _model_view(model)
-    table = None if view.dims is None else _layer_table(view.sources, kv_caches, bf16)
+    kind = "weight_gguf" if gguf_type else "weight_bf16" if bf16 else "weight"
+    table = (None if view.dims is None
+             else _layer_table(view.sources, kv_caches, kind, gguf_type))
     if table is None or cpu_native.load() is None or not _metadata_ok(meta, kv_caches[0][0]):
         return False
     cos, ssin = (t.reshape(rows, -1).contiguous() for t in rope)  # float32, as x
@@ -51,14 +57,20 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
 
 def native_logits(model, hidden: torch.Tensor) -> torch.Tensor | None:
     """lm_head of a small step by the native layers' GEMV: float32 logits [R, vocab], or
-    None (nothing done) where it does not apply. On the weights the step would use (the
-    bf16 copy on a bf16 step), with float32 activations."""
-    rows = hidden.shape[0]
+    None (nothing done) where it does not apply. On its GGUF blocks where it keeps them,
+    else on the weights the step would use (the bf16 copy on a bf16 step), with float32
+    activations."""
+    rows, head = hidden.shape[0], model.lm_head
     if not (cpu_layers.NATIVE_LAYERS and hidden.device.type == "cpu"
-            and hidden.dtype == torch.float32 and hidden.is_contiguous()
-            and 1 <= rows <= cpu_layers.NATIVE_LOGITS_MAX_ROWS):
+            and hidden.dtype == torch.float32 and hidden.is_contiguous() and rows >= 1):
         return None
-    head = model.lm_head
+    if head.weight_gguf is not None:
+        if rows > cpu_layers.NATIVE_GGUF_LOGITS_MAX_ROWS or cpu_native.load() is None:
+            return None
+        return cpu_layers.project_rows(head.weight_gguf, head.bias, hidden, head.gguf_type,
+                                       head.in_features)
+    if rows > cpu_layers.NATIVE_LOGITS_MAX_ROWS:
+        return None
     weight = head.weight_bf16 if model.uses_bf16(rows) else head.weight
     if (weight is None or weight.dtype not in (torch.float32, torch.bfloat16)
             or not weight.is_contiguous() or cpu_native.load() is None):
@@ -118,26 +130,28 @@ def _model_view(model) -> _ModelView:
     return _views[model]
 
 
-def _layer_table(sources: list[tuple[dict, ...]], kv_caches: list[KVCache], bf16: bool):
-    """The kernel's layer table for the tensors the step uses (the bf16 copies on a bf16
-    step), or None when some weight is in another dtype than the rest, or a tensor is not
-    laid out as the kernel reads it. Checked once per set of tensors: a step passing the
-    very same tensors as the last reuses its table (the cache holds the tensors, so their
-    ids cannot be reused)."""
-    weight = "weight_bf16" if bf16 else "weight"
+def _layer_table(sources: list[tuple[dict, ...]], kv_caches: list[KVCache], kind: str,
+                 gguf_type: str | None):
+    """The kernel's layer table for the weights of `kind` ("weight", "weight_bf16" or
+    "weight_gguf": blocks of gguf_type), or None when some weight is missing or in another
+    dtype than the rest, or a tensor is not laid out as the kernel reads it. Checked once
+    per set of tensors: a step passing the very same tensors as the last reuses its table
+    (the cache holds the tensors, so their ids cannot be reused)."""
+    buffer = kind != "weight"  # the copies and blocks are buffers, the weight a parameter
     key = []
     for (qp, qb, op, ob, gp, gb, dp, db, ln1, ln2), (k_cache, v_cache) in zip(
             sources, kv_caches, strict=True):
-        key += ((qb if bf16 else qp)[weight], qp["bias"], (ob if bf16 else op)[weight],
-                op["bias"], (gb if bf16 else gp)[weight], gp["bias"],
-                (db if bf16 else dp)[weight], dp["bias"], ln1["weight"], ln2["weight"],
+        key += ((qb if buffer else qp)[kind], qp["bias"], (ob if buffer else op)[kind],
+                op["bias"], (gb if buffer else gp)[kind], gp["bias"],
+                (db if buffer else dp)[kind], dp["bias"], ln1["weight"], ln2["weight"],
                 k_cache, v_cache)
     cached = getattr(_local, "layers", None)
     if cached is not None and len(cached[0]) == len(key) and all(
             map(operator.is_, cached[0], key)):
         return cached[1]
-    layers = _checked_layers(key, torch.bfloat16 if bf16 else torch.float32)
-    table = None if layers is None else cpu_layers.layer_table(layers)
+    dtype = {"weight": torch.float32, "weight_bf16": torch.bfloat16}.get(kind, torch.uint8)
+    layers = _checked_layers(key, dtype)
+    table = None if layers is None else cpu_layers.layer_table(layers, gguf_type)
     _local.layers = (key, table)
     return table
 

@@ -29,13 +29,18 @@ from torch import nn
 
 
 class Projection(nn.Linear):
-    """nn.Linear whose weight may have a bf16 copy (`weight_bf16`, not in the state dict)."""
+    """nn.Linear whose weight may have a bf16 copy (`weight_bf16`) and the GGUF blocks it
+    was decoded from (`weight_gguf`, uint8 [out, row_bytes] of `gguf_type`, read by the
+    native decode layers only: engine/models/gguf_blocks.py); neither is in the state dict."""
 
     weight_bf16: torch.Tensor | None
+    weight_gguf: torch.Tensor | None
 
     def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
         super().__init__(in_features, out_features, bias=bias)
         self.register_buffer("weight_bf16", None, persistent=False)
+        self.register_buffer("weight_gguf", None, persistent=False)
+        self.gguf_type: str | None = None
 
     def keep_bf16_copy(self, keep: bool) -> None:
         """Make (or drop) the bf16 copy of the current weight; call after loading."""

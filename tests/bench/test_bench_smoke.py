@@ -41,7 +41,8 @@ SMOKE_RUNS: dict[str, list[str]] = {
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
 # imported by benchmarks, no main()
-HELPERS = {"step_cost", "paged_inputs", "random_models", "roofline_steps", "hf_baselines"}
+HELPERS = {"step_cost", "paged_inputs", "random_models", "roofline_steps", "hf_baselines",
+           "quantized_models"}
 
 
 def run_module(name: str, *args: str, timeout: float = 240) -> dict:

@@ -13,16 +13,16 @@ from unittest import mock
 
 import pytest
 import torch
+from fixtures.native_steps import BLOCK_SIZE, assert_same_step, decode_step, run
 from fixtures.tiny_models import TINY_LLAMA, write_checkpoint
 
 from engine.models import load_model, native_decode
-from engine.models.attention import allocate_kv_caches, build_attention_metadata
+from engine.models.attention import build_attention_metadata
 from engine.models.llama import rope_for_rotate
 from kernels import cpu_layers, cpu_native, use_attention_backend
 
 needs_native = pytest.mark.skipif(cpu_native.load() is None,
                                   reason=f"{cpu_native.unavailable_reason()}")
-BLOCK_SIZE = 4
 
 
 @pytest.fixture(autouse=True)
@@ -47,46 +47,6 @@ def model(request, tiny_llama_dir, tiny_qwen2_dir, odd_llama_dir):
     path = {"llama": tiny_llama_dir, "qwen2": tiny_qwen2_dir,
             "odd_llama": odd_llama_dir}[request.param]
     return load_model(path, dtype=torch.float32).model
-
-
-def decode_step(model, rows: int, seed: int = 0):
-    """Token ids, positions, metadata and random caches for `rows` decodes of different
-    context lengths, each sequence's blocks in reverse order."""
-    gen = torch.Generator().manual_seed(seed)
-    contexts = [3 + 9 * i for i in range(rows)]
-    tables, used = [], 0
-    for ctx in contexts:
-        owned = -(-ctx // BLOCK_SIZE)
-        tables.append(list(range(used, used + owned))[::-1])
-        used += owned
-    caches = allocate_kv_caches(model.num_layers, used + 2, BLOCK_SIZE, model.num_kv_heads,
-                                model.head_dim, torch.float32)
-    for k, v in caches:
-        k.normal_(generator=gen)
-        v.normal_(generator=gen)
-    positions, meta = build_attention_metadata(tables, contexts, [1] * rows, BLOCK_SIZE)
-    ids = torch.randint(0, model.config.vocab_size, (rows,), generator=gen)
-    return ids, positions, meta, caches
-
-
-def run(model, step, native: bool):
-    """Hidden states and the caches after one forward, native layers on or off; asserts
-    the native call ran exactly when asked for."""
-    ids, positions, meta, caches = step
-    caches = [(k.clone(), v.clone()) for k, v in caches]
-    with mock.patch.object(cpu_layers, "NATIVE_LAYERS", native), \
-            mock.patch.object(cpu_layers, "decode_layers",
-                              wraps=cpu_layers.decode_layers) as spy, torch.inference_mode():
-        hidden = model(ids, positions, caches, meta)
-    assert spy.call_count == int(native)
-    return hidden, caches
-
-
-def assert_same_step(a, b, tol: float) -> None:
-    torch.testing.assert_close(a[0], b[0], atol=tol, rtol=tol)
-    for (ka, va), (kb, vb) in zip(a[1], b[1], strict=True):
-        torch.testing.assert_close(ka, kb, atol=tol, rtol=tol)
-        torch.testing.assert_close(va, vb, atol=tol, rtol=tol)
 
 
 @needs_native

@@ -59,3 +59,29 @@ def test_smollm2_second_load_reads_the_converted_copy(smollm2):
     ours, theirs = again.model.state_dict(), smollm2.model.state_dict()
     assert ours.keys() == theirs.keys()
     assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def test_smollm2_auto_reads_the_gguf_blocks_on_small_decode_steps(smollm2, monkeypatch):
+    """dtype auto keeps the GGUF's own blocks where the native layers build (Q4_1 layers, a
+    Q8_0 tied head), says so in the plan, and a small decode step on them equals float32."""
+    from kernels import cpu_layers
+
+    auto = load_model("smollm2-135m", dtype="auto")
+    if not cpu_layers.available() or auto.model.bf16_min_rows is None:
+        assert auto.model.gguf_layers_type is None  # no native layers: nothing attached
+        return
+    assert auto.model.gguf_layers_type == "Q4_1" and auto.model.lm_head.gguf_type == "Q8_0"
+    assert "GGUF Q4_1 blocks for decode steps" in auto.dtype_plan.describe()
+    ids = smollm2.tokenizer(PROMPT)["input_ids"]
+    logits, formats = [], []
+    original = cpu_layers.decode_layers
+    monkeypatch.setattr(cpu_layers, "decode_layers", lambda table, *args: (
+        formats.append(table.weights_format), original(table, *args))[1])
+    for model in (smollm2.model, auto.model):
+        harness = PagedHarness(model, num_blocks=16, block_size=4, seed=3)
+        min_rows, model.bf16_min_rows = model.bf16_min_rows, None  # prefill in float32
+        harness.step({"s": ids})
+        model.bf16_min_rows = min_rows
+        logits.append(harness.step({"s": [ids[-1]]})["s"])  # auto: on the blocks
+    assert formats == [cpu_layers.FORMAT_FLOAT32, cpu_layers.GGUF_FORMATS["Q4_1"]]
+    torch.testing.assert_close(logits[1], logits[0], atol=1e-4, rtol=0)

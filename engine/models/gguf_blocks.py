@@ -1,0 +1,205 @@
+"""A GGUF model's own weight blocks, kept next to its float32 weights for small decode steps.
+
+A GGUF file stores SmolLM2-135M's projections as Q4_1 blocks (4.5 bits a weight) and its
+embedding / tied lm_head as Q8_0 (8.5 bits); the loader decodes them to float32. A decode
+step of a few rows is bound by reading the weights, and the native decode layers
+(kernels/cpu_quant_dot.c) read the blocks as they are: ~3.5x fewer bytes than the bf16
+copies, and the weights they decode to are the float32 model's, bit for bit. So under
+dtype auto each projection also keeps its blocks (`Projection.weight_gguf`), and
+engine/models/native_decode.py runs small decode steps on them.
+
+`attach_gguf_blocks` only attaches blocks that decode to exactly the loaded weights: it
+decodes every one and compares it with the model's float32 weight (torch.equal). The GGUF
+stores q and k rows in llama.cpp's rotary order, which transformers reverses on load; the
+blocks are put in the same order (`_unpermute_heads`) and the check proves it. Anything
+else (another block type, a mix of types among the layers, a row that differs) keeps the
+model as it was, with the reason logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from engine.models.projections import Projection
+from kernels import cpu_layers
+
+log = logging.getLogger(__name__)
+
+# Our fused projection -> the GGUF tensors of its parts, in its row order (projections.py).
+_PARTS = (("self_attn.qkv_proj", ("attn_q", "attn_k", "attn_v")),
+          ("self_attn.o_proj", ("attn_output",)),
+          ("mlp.gate_up_proj", ("ffn_gate", "ffn_up")),
+          ("mlp.down_proj", ("ffn_down",)))
+
+
+def attach_gguf_blocks(model, gguf_path: str | Path) -> str | None:
+    """Give the decoder projections (and lm_head) of a float32 CPU `model` loaded from
+    `gguf_path` the blocks their weights were decoded from. Returns what was attached, in
+    words for the ready line, or None (nothing attached, the reason logged)."""
+    if not cpu_layers.available() or model.lm_head.weight.dtype != torch.float32:
+        return None
+    try:
+        tensors = read_tensor_index(gguf_path)
+    except (OSError, ValueError, struct.error) as exc:
+        log.info("GGUF blocks not used: %s", exc)
+        return None
+    layers = _layer_blocks(model, tensors)
+    if isinstance(layers, str):
+        log.info("GGUF blocks not used for the decoder layers: %s", layers)
+        return None
+    gguf_type = layers[0][2]
+    for proj, blocks, _ in layers:
+        proj.weight_gguf, proj.gguf_type = blocks, gguf_type
+    model.gguf_layers_type = gguf_type
+    described = (f"GGUF {gguf_type} blocks for decode steps of <="
+                 f" {cpu_layers.NATIVE_GGUF_MAX_ROWS} rows")
+    head = _head_blocks(model, tensors)
+    if isinstance(head, str):
+        log.info("GGUF blocks not used for lm_head: %s", head)
+        return described
+    model.lm_head.weight_gguf, model.lm_head.gguf_type = head
+    return f"{described} (lm_head {head[1]})"
+
+
+def _layer_blocks(model, tensors: dict) -> list[tuple[Projection, torch.Tensor, str]] | str:
+    """(projection, its blocks, block type) for every decoder projection, or why not."""
+    config, found = model.config, []
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    for i, layer in enumerate(model.model.layers):
+        for attr, parts in _PARTS:
+            names = [f"blk.{i}.{part}.weight" for part in parts]
+            if any(name not in tensors for name in names):
+                return f"the file has no {' / '.join(names)}"
+            types = {tensors[name].gguf_type for name in names}
+            if len(types) != 1 or not types <= cpu_layers.GGUF_FORMATS.keys():
+                return (f"{names[0]} holds {sorted(types)}, not one of"
+                        f" {sorted(cpu_layers.GGUF_FORMATS)}")
+            pieces = []
+            for part, name in zip(parts, names, strict=True):
+                rows = tensors[name].rows()
+                if part in ("attn_q", "attn_k"):
+                    rows = _unpermute_heads(rows, heads if part == "attn_q" else kv_heads)
+                pieces.append(rows)
+            proj = layer.get_submodule(attr)
+            blocks = torch.from_numpy(np.ascontiguousarray(np.concatenate(pieces)))
+            reason = _mismatch(proj, blocks, types.pop())
+            if reason:
+                return f"{names[0]}: {reason}"
+            found.append((proj, blocks, tensors[names[0]].gguf_type))
+    if len({gguf_type for *_, gguf_type in found}) != 1:
+        return "the layers mix block types"
+    return found
+
+
+def _head_blocks(model, tensors: dict) -> tuple[torch.Tensor, str] | str:
+    """lm_head's blocks (output.weight, else the tied token_embd.weight), or why not."""
+    name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+    if name == "token_embd.weight" and not getattr(model.config, "tie_word_embeddings", False):
+        return "the file has no output.weight"
+    gguf_type = tensors[name].gguf_type
+    if gguf_type not in cpu_layers.GGUF_FORMATS:
+        return f"{name} holds {gguf_type}"
+    blocks = torch.from_numpy(np.array(tensors[name].rows()))
+    reason = _mismatch(model.lm_head, blocks, gguf_type)
+    return f"{name}: {reason}" if reason else (blocks, gguf_type)
+
+
+def _mismatch(proj: Projection, blocks: torch.Tensor, gguf_type: str) -> str | None:
+    """None when `blocks` decode to exactly proj's float32 weight, else what differs."""
+    out_features, in_features = proj.weight.shape
+    if blocks.shape[0] != out_features:
+        return f"{blocks.shape[0]} rows for a weight of {out_features}"
+    try:
+        decoded = cpu_layers.dequantize_rows(blocks, gguf_type, in_features)
+    except ValueError as exc:
+        return str(exc)
+    if not torch.equal(decoded, proj.weight):
+        return "the blocks do not decode to the loaded weights"
+    return None
+
+
+def _unpermute_heads(rows: np.ndarray, num_heads: int) -> np.ndarray:
+    """GGUF q / k rows [heads * d, ...] in llama.cpp's order (each head's two rotary halves
+    interleaved) -> transformers' order (each head's halves one after the other)."""
+    half = rows.shape[0] // num_heads // 2
+    return (rows.reshape(num_heads, half, 2, *rows.shape[1:]).swapaxes(1, 2)
+            .reshape(rows.shape))
+
+
+class GGUFTensor:
+    """One tensor of a GGUF file: its block type's name, its rows of blocks on request."""
+
+    def __init__(self, path: Path, gguf_type: str, dims: tuple[int, ...], offset: int) -> None:
+        self.path, self.gguf_type, self.dims, self.offset = path, gguf_type, dims, offset
+
+    def rows(self) -> np.ndarray:
+        """uint8 [rows, row_bytes], memory-mapped (dims[0] is the row length in weights)."""
+        from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+        block_weights, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType[self.gguf_type]]
+        row_bytes = self.dims[0] // block_weights * block_bytes
+        rows = int(np.prod(self.dims[1:], dtype=np.int64))
+        return np.memmap(self.path, np.uint8, "r", self.offset, (rows, row_bytes))
+
+
+# GGUF metadata value types -> struct format of a scalar (8: string, 9: array)
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
+            11: "q", 12: "d"}
+
+
+def read_tensor_index(path: str | Path) -> dict[str, GGUFTensor]:
+    """The tensors of a little-endian GGUF (v2, v3) by name, the metadata skipped over.
+    gguf-py's GGUFReader parses every metadata value into numpy views first, ~4 s for
+    SmolLM2's 49,152-token vocabulary; this reads only what locating tensors needs."""
+    from gguf import GGMLQuantizationType
+
+    path = Path(path)
+    data = np.memmap(path, np.uint8, "r")
+    buf = memoryview(data)
+    magic, version, num_tensors, num_kv = struct.unpack_from("<4sIQQ", buf, 0)
+    if magic != b"GGUF" or version not in (2, 3):
+        raise ValueError(f"{path.name} is not a little-endian GGUF v2/v3 file")
+    pos, alignment = 24, 32
+    for _ in range(num_kv):
+        key, pos = _string(buf, pos)
+        (kind,), pos = struct.unpack_from("<I", buf, pos), pos + 4
+        if key == "general.alignment" and kind == 4:
+            alignment = struct.unpack_from("<I", buf, pos)[0]
+        pos = _skip_value(buf, pos, kind)
+    infos = []
+    for _ in range(num_tensors):
+        name, pos = _string(buf, pos)
+        (num_dims,), pos = struct.unpack_from("<I", buf, pos), pos + 4
+        dims, pos = struct.unpack_from(f"<{num_dims}Q", buf, pos), pos + 8 * num_dims
+        kind, offset = struct.unpack_from("<IQ", buf, pos)
+        pos += 12
+        infos.append((name, GGMLQuantizationType(kind).name, dims, offset))
+    start = -(-pos // alignment) * alignment
+    return {name: GGUFTensor(path, kind, dims, start + offset)
+            for name, kind, dims, offset in infos}
+
+
+def _string(buf: memoryview, pos: int) -> tuple[str, int]:
+    (length,) = struct.unpack_from("<Q", buf, pos)
+    return bytes(buf[pos + 8:pos + 8 + length]).decode("utf-8", "replace"), pos + 8 + length
+
+
+def _skip_value(buf: memoryview, pos: int, kind: int) -> int:
+    if kind in _SCALARS:
+        return pos + struct.calcsize(_SCALARS[kind])
+    if kind == 8:
+        return pos + 8 + struct.unpack_from("<Q", buf, pos)[0]
+    if kind != 9:
+        raise ValueError(f"unknown GGUF metadata type {kind}")
+    item, count = struct.unpack_from("<IQ", buf, pos)
+    pos += 12
+    if item in _SCALARS:
+        return pos + count * struct.calcsize(_SCALARS[item])
+    for _ in range(count):
+        pos = _skip_value(buf, pos, item)
+    return pos
