@@ -32,11 +32,13 @@ NATIVE_MAX_ROWS = 16
 # rows against oneDNN's 2.50 / 2.67 / 2.40 / 2.43; at 8 rows oneDNN wins (2.67 vs 3.08).
 NATIVE_LOGITS_MAX_ROWS = 4
 # The same limits for a model whose projections keep GGUF blocks (engine/models/gguf_blocks.py;
-# SmolLM2: Q4_1 layers, a Q8_0 lm_head; 2 threads, whole steps by bench/native_layers_ab.py,
-# the head alone by its own A/B): the Q4_1 layers 1.4-1.5x the bf16 native layers at 1-4
-# rows, 1.1x at 8-16; the Q8_0 head 1.43 / 2.13 / 3.11 ms at 1 / 4 / 8 rows against
+# SmolLM2: Q4_1 layers, a Q8_0 lm_head; 2 threads, quiet VM). Whole steps
+# (bench/native_layers_ab.py, ms at 1 / 4 / 8 / 16 / 20 / 24 rows): on the blocks 11.6 /
+# 16.9 / 22.8 / 37.4 / 48.0 / 53.7, the bf16 native layers 17.9 / 26.4 / 34.7 / 47.6 /
+# 56.4 / 63.2, the best torch path 34.2 / 36.0 / 41.5 / 44.9 / 49.5 / 52.3: the blocks
+# win up to 20 rows. The Q8_0 head alone: 1.43 / 2.13 / 3.11 ms at 1 / 4 / 8 rows against
 # oneDNN's bf16 2.40 / 2.41 / 3.49, oneDNN ahead from 12 rows (3.29 vs 4.39).
-NATIVE_GGUF_MAX_ROWS = 16
+NATIVE_GGUF_MAX_ROWS = 20
 NATIVE_GGUF_LOGITS_MAX_ROWS = 8
 # False: the torch layers always (A/B runs, tests of the torch path).
 NATIVE_LAYERS = True
