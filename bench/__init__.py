@@ -24,6 +24,7 @@ CPU, side by side in one run:
                          per layer stack and per engine step, batch 1/16/64 and mixed
     native_layers_ab     engine decode steps of 1-32 rows: torch layers vs the native layers
                          (fp32, bf16 copies, GGUF blocks)
+    dtype_agreement      greedy tokens of dtype auto / bfloat16 against float32, parity prompts
                          kernel, each on fp32 weights and on the bf16 copies
     whatif_speed         `batchpilot whatif` over a synthetic day and an hour of it: read,
                          fit, replays, each timed (goals: 60 s and 5 s)

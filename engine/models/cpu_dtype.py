@@ -31,7 +31,10 @@ too (bench/native_layers_ab.py, whole engine steps, SmolLM2-135M, 2 threads, qui
     native, bf16 ms    21.5  29.6  30.4  39.8  54.9
     best torch ms      41.5  45.5  49.4  52.6  62.3
 
-So with the native layers every step takes the bf16 copies (BF16_MIN_ROWS_NATIVE).
+So with the native layers every step takes the bf16 copies (BF16_MIN_ROWS_NATIVE), except
+where a GGUF model keeps its own blocks (engine/models/gguf_blocks.py, attached by the
+loader under auto): decode steps of up to NATIVE_GGUF_MAX_ROWS rows read those (the
+float32 weights exactly, 4.5 bits a weight for Q4_1; kernels/cpu_layers.py has the table).
 
 The KV cache and the activations between projections stay fp32 under auto (projections.py
 says where bf16 results are promoted back): the torch reference attention computes in fp32,

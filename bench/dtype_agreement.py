@@ -1,0 +1,86 @@
+"""Greedy agreement of the fast weight paths with float32 on the parity prompts.
+
+dtype `auto` runs prefills and big steps on bf16 copies of the weights and small decode
+steps on the native layers (bf16 copies, or a GGUF's own blocks, which decode to the
+float32 weights exactly); `bfloat16` runs everything in bf16. None of them is float32, so
+their greedy tokens drift from it; this measures how far, on the 16 parity prompts of the
+tests (tests/llm/helpers.py), each generating --tokens greedy tokens:
+
+    auto batched        all prompts at once (prefills and decodes of up to 16 rows)
+    auto one at a time  one prompt per generate call (single-row decode steps)
+    bfloat16 batched    all prompts at once
+
+per side: the share of positions equal to float32's, the sequences identical throughout,
+and after how many tokens the others first differ (a differing token sends the rest of
+its sequence elsewhere, so the positions understate how close the logits are).
+
+    python -m bench.dtype_agreement [--tokens 32] [--threads 2]
+    python -m bench.dtype_agreement --smoke     # the tests' tiny model, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+from bench.random_models import measure_on_model
+from engine.llm import LLM
+from engine.request import SamplingParams
+from tests.llm.helpers import PROMPTS
+
+SIDES = (("auto", False), ("auto", True), ("bfloat16", False))  # (dtype, one at a time)
+SMOKE = {"tokens": 6}
+
+
+def generate(model: str, dtype: str, one_at_a_time: bool, tokens: int) -> list[list[int]]:
+    llm = LLM(model, dtype=dtype)
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    if one_at_a_time:
+        return [llm.generate([p], params, use_tqdm=False)[0].token_ids for p in PROMPTS]
+    return [out.token_ids for out in llm.generate(PROMPTS, params, use_tqdm=False)]
+
+
+def agreement(reference: list[list[int]], got: list[list[int]]) -> dict:
+    same = sum(a == b for ref, out in zip(reference, got, strict=True)
+               for a, b in zip(ref, out, strict=True))
+    firsts = [next((i for i, (a, b) in enumerate(zip(ref, out, strict=True)) if a != b), None)
+              for ref, out in zip(reference, got, strict=True)]
+    return {"positions": same / sum(map(len, reference)),
+            "identical": sum(f is None for f in firsts), "sequences": len(reference),
+            "first_differences": sorted(f for f in firsts if f is not None)}
+
+
+def measure(model: str, args: argparse.Namespace) -> dict:
+    reference = generate(model, "float32", False, args.tokens)
+    sides = {}
+    for dtype, single in SIDES:
+        name = f"{dtype} {'one at a time' if single else 'batched'}"
+        sides[name] = agreement(reference, generate(model, dtype, single, args.tokens))
+        side = sides[name]
+        print(f"  {name:<20} {side['positions']:4.0%} of positions, {side['identical']} of"
+              f" {side['sequences']} identical, first differences after"
+              f" {side['first_differences']} tokens", file=sys.stderr, flush=True)
+    return {"model": model, "tokens": args.tokens, "sides": sides}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m", help="alias, checkpoint or .gguf")
+    ap.add_argument("--tokens", type=int, default=32, help="greedy tokens per prompt")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
+    ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    result = measure_on_model(args, SMOKE, measure)
+    print(json.dumps({"bench": "dtype_agreement", "smoke": args.smoke, **result,
+                      "seconds": round(time.perf_counter() - started, 1)}))
+
+
+if __name__ == "__main__":
+    main()
