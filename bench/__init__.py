@@ -25,6 +25,7 @@ CPU, side by side in one run:
     native_layers_ab     engine decode steps of 1-32 rows: torch layers vs the native layers
                          (fp32, bf16 copies, GGUF blocks)
     dtype_agreement      greedy tokens of dtype auto / bfloat16 against float32, parity prompts
+    single_stream        one request at a time: GGUF blocks vs bf16 copies vs llama.cpp
                          kernel, each on fp32 weights and on the bf16 copies
     whatif_speed         `batchpilot whatif` over a synthetic day and an hour of it: read,
                          fit, replays, each timed (goals: 60 s and 5 s)

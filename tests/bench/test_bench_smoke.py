@@ -38,6 +38,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "fleet_scaling": [],
     "native_layers_ab": [],
     "dtype_agreement": [],
+    "single_stream": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
