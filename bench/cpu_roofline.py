@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from bench import roofline_steps as steps
-from bench.random_models import measure_on_model
+from bench.random_models import run_bench
 from engine.model_runner import ModelRunner
 from engine.models import load_model
 from engine.models.cpu_dtype import cpu_info
@@ -217,15 +217,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the result to this file")
     ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    started = time.perf_counter()
-    result = measure_on_model(args, SMOKE, measure)
-    result = {"bench": "cpu_roofline", "smoke": args.smoke, **result,
-              "seconds": round(time.perf_counter() - started, 1)}
+    result = run_bench("cpu_roofline", args, SMOKE, measure)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result))
 
 
 if __name__ == "__main__":

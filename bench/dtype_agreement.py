@@ -21,13 +21,9 @@ its sequence elsewhere, so the positions understate how close the logits are).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 
-import torch
-
-from bench.random_models import measure_on_model
+from bench.random_models import run_bench
 from engine.llm import LLM
 from engine.request import SamplingParams
 from tests.llm.helpers import PROMPTS
@@ -73,13 +69,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32, help="greedy tokens per prompt")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
     ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
-    args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    started = time.perf_counter()
-    result = measure_on_model(args, SMOKE, measure)
-    print(json.dumps({"bench": "dtype_agreement", "smoke": args.smoke, **result,
-                      "seconds": round(time.perf_counter() - started, 1)}))
+    run_bench("dtype_agreement", ap.parse_args(), SMOKE, measure)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ The last stdout line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from tqdm import tqdm
 
 from bench import roofline_steps as steps
 from bench.quantized_models import quantize_to_gguf
-from bench.random_models import measure_on_model
+from bench.random_models import run_bench
 from engine.model_runner import ModelRunner
 from engine.models import load_model
 from engine.models.gguf_blocks import attach_gguf_blocks
@@ -141,14 +140,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
     ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
     if cpu_native.load() is None:
         raise SystemExit(f"the native kernels are unavailable: {cpu_native.unavailable_reason()}")
-    started = time.perf_counter()
-    result = measure_on_model(args, SMOKE, measure)
-    print(json.dumps({"bench": "native_layers_ab", "smoke": args.smoke, **result,
-                      "seconds": round(time.perf_counter() - started, 1)}))
+    run_bench("native_layers_ab", args, SMOKE, measure)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ SmolLM2-135M's, and a Llama of about 1.2B parameters (Llama-3.2-1B's shape, defa
 
 from __future__ import annotations
 
+import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +107,16 @@ def measure_on_model(args, smoke: dict, measure):
             vars(args).update(smoke)
             model = str(tiny_checkpoint(Path(tmp)))
         return measure(model, args)
+
+
+def run_bench(name: str, args, smoke: dict, measure) -> dict:
+    """The CPU benchmarks' common ending: args.threads torch threads (0: torch's own),
+    measure_on_model, then the result as one JSON line on stdout (bench name, smoke flag,
+    the figures, seconds taken), which is also returned."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    result = {"bench": name, "smoke": args.smoke, **measure_on_model(args, smoke, measure),
+              "seconds": round(time.perf_counter() - started, 1)}
+    print(json.dumps(result))
+    return result

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import statistics
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from pathlib import Path
 import torch
 
 from bench.quantized_models import quantize_to_gguf
-from bench.random_models import measure_on_model
+from bench.random_models import run_bench
 from engine import LLM, SamplingParams
 from engine.models import load_model
 from engine.models.gguf_blocks import attach_gguf_blocks
@@ -148,12 +147,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="rounds of every side")
     ap.add_argument("--threads", type=int, default=2, help="threads, ours and llama.cpp's")
     ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-    started = time.perf_counter()
-    result = measure_on_model(args, SMOKE, measure)
-    print(json.dumps({"bench": "single_stream", "smoke": args.smoke, **result,
-                      "seconds": round(time.perf_counter() - started, 1)}))
+    run_bench("single_stream", ap.parse_args(), SMOKE, measure)
 
 
 if __name__ == "__main__":
