@@ -10,8 +10,13 @@ included, as a user sees it), sides alternating A B C A B C ... in one process:
     llama_cpp  llama-cpp-python's Llama on the same .gguf file, --threads threads, its own
                greedy loop (Llama.generate, temperature 0), when llama_cpp is importable:
                it is not a dependency of the project (it builds llama.cpp from source,
-               ~20 minutes here: `pip install llama-cpp-python`); without it the side is
-               left out and the output says so
+               ~5 minutes here); without it the side is left out and the output says so.
+               On this VM llama.cpp's AMX matmul (built in by -march=native) segfaults in
+               llama_decode (llama-cpp-python 0.3.36), so build it without AMX:
+               CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON
+               -DGGML_AVX512_BF16=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX_VNNI=ON
+               -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+               pip install llama-cpp-python diskcache
 
 Prints tokens/s per side (median [min-max] over --rounds) and the ratios of gguf to the
 others; with llama.cpp also whether the greedy tokens agree (both compute the same
