@@ -108,7 +108,7 @@ def _top_k(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> None:
 def _top_p(logits: torch.Tensor, top_p: torch.Tensor) -> None:
     """In place: drop a token when the more likely tokens before it already cover the row's
     top_p; the most likely token always stays. Rows with top_p = +inf keep everything."""
-    candidates = int(torch.isfinite(logits).sum(dim=-1).max())
+    candidates = int((logits > float("-inf")).sum(dim=-1).max())  # finite or -inf: one pass
     if candidates <= logits.shape[-1] // 4:
         _top_p_of_candidates(logits, top_p, candidates)
         return
@@ -224,9 +224,11 @@ def apply_processors(logits: torch.Tensor, procs: ProcessorTensors) -> torch.Ten
         buf.scatter_(1, ids, torch.where(seen < 0, seen * rep, seen / rep))
     if procs.output_ids is not None:
         ids = procs.output_ids
-        counts = torch.zeros(rows, vocab + 1, dtype=torch.float32, device=buf.device)
-        counts = counts.scatter_add_(1, ids, torch.ones(ids.shape, device=buf.device))
-        count = counts.gather(1, ids)  # [R, L]: each output token's count
+        # each output token's count in its row [R, L], from the row's sorted ids (not a
+        # dense [R, V] count matrix: three passes over it cost more than the sort of L)
+        ordered = ids.sort(dim=1).values
+        count = (torch.searchsorted(ordered, ids, right=True)
+                 - torch.searchsorted(ordered, ids)).to(buf.dtype)
         seen = buf.gather(1, ids)
         buf.scatter_(1, ids, seen - (procs.frequency * count + procs.presence * (count > 0)))
     return buf[:, :vocab]

@@ -50,7 +50,9 @@ def race(filtered: torch.Tensor, requests: list[Request]) -> torch.Tensor:
     """filtered [S, V]: the sampled rows' logits after temperature and filters (-inf where
     dropped) -> int64 [S], one token each."""
     rows, vocab = filtered.shape
-    counts = torch.isfinite(filtered).sum(dim=-1)  # [S]
+    # NOTE: filtered logits are finite or -inf (dropped), so one comparison counts what
+    # isfinite counts, in one pass over [S, V] instead of its three (eq, abs, ne)
+    counts = (filtered > float("-inf")).sum(dim=-1)  # [S]
     few = (counts <= vocab // CANDIDATE_SHARE).tolist()
     if all(few):
         return _race_candidates(filtered, requests, counts)
