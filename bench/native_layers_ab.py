@@ -29,19 +29,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from bench import roofline_steps as steps
-from bench.quantized_models import quantize_to_gguf
+from bench.quantized_models import as_if_from_gguf, blocks_set_aside
 from bench.random_models import run_bench
 from engine.model_runner import ModelRunner
 from engine.models import load_model
-from engine.models.gguf_blocks import attach_gguf_blocks
 from kernels import cpu_layers, cpu_native
 
 # side -> (native, bf16_min_rows, on the GGUF blocks)
@@ -59,36 +56,27 @@ def log(*parts: object) -> None:
 def time_side(runner: ModelRunner, out, side: tuple, steps_per_sample: int) -> float:
     """ms per step, the mean of `steps_per_sample` steps after one untimed step."""
     native, min_rows, gguf = side
-    model, limits = runner.model, ("NATIVE_MAX_ROWS", "NATIVE_GGUF_MAX_ROWS",
-                                   "NATIVE_LOGITS_MAX_ROWS", "NATIVE_GGUF_LOGITS_MAX_ROWS")
-    saved = cpu_layers.NATIVE_LAYERS, model.bf16_min_rows, {k: getattr(cpu_layers, k)
-                                                             for k in limits}
-    saved_gguf = model.gguf_layers_type, model.lm_head.weight_gguf
+    model = runner.model
+    saved = (cpu_layers.NATIVE_LAYERS, cpu_layers.NATIVE_MAX_ROWS,
+             cpu_layers.NATIVE_GGUF_MAX_ROWS, model.bf16_min_rows)
     cpu_layers.NATIVE_LAYERS, model.bf16_min_rows = native, min_rows
-    for name in limits[:2]:
-        setattr(cpu_layers, name, cpu_layers.MAX_ROWS)
-    if not gguf:  # the model keeps its blocks; this side does not read them
-        model.gguf_layers_type = model.lm_head.weight_gguf = None
+    cpu_layers.NATIVE_MAX_ROWS = cpu_layers.NATIVE_GGUF_MAX_ROWS = cpu_layers.MAX_ROWS
     try:
-        runner.execute(out)
-        started = time.perf_counter()
-        for _ in range(steps_per_sample):
+        with blocks_set_aside(model, aside=not gguf):
             runner.execute(out)
-        return (time.perf_counter() - started) / steps_per_sample * 1e3
+            started = time.perf_counter()
+            for _ in range(steps_per_sample):
+                runner.execute(out)
+            return (time.perf_counter() - started) / steps_per_sample * 1e3
     finally:
-        cpu_layers.NATIVE_LAYERS, model.bf16_min_rows = saved[:2]
-        for name, value in saved[2].items():
-            setattr(cpu_layers, name, value)
-        model.gguf_layers_type, model.lm_head.weight_gguf = saved_gguf
+        (cpu_layers.NATIVE_LAYERS, cpu_layers.NATIVE_MAX_ROWS,
+         cpu_layers.NATIVE_GGUF_MAX_ROWS, model.bf16_min_rows) = saved
 
 
 def measure(model_name: str, args: argparse.Namespace) -> dict:
     loaded = load_model(model_name, dtype="auto")
     if args.smoke:  # the tiny model as if from a GGUF: rounded to Q4_1 blocks
-        with tempfile.TemporaryDirectory(prefix="bench-gguf-") as tmp:
-            path = quantize_to_gguf(loaded.model, Path(tmp) / "blocks.gguf")
-            loaded.model.keep_bf16_copies(1)
-            attach_gguf_blocks(loaded.model, path)
+        as_if_from_gguf(loaded.model)
     if loaded.model.bf16_min_rows is None:
         loaded.model.keep_bf16_copies(1)  # a CPU without native bf16: still both sides
     sides = {name: side for name, side in SIDES.items()

@@ -7,20 +7,26 @@ a tokenizer inside a GGUF to load it, which a tiny random checkpoint does not ha
 the blocks of a GGUF type with gguf-py, writes the decoded weights back into the float32
 model (so the model is exactly what the file holds, as after a GGUF load) and writes the
 blocks under llama.cpp's tensor names, q and k rows in llama.cpp's rotary order. The file
-has tensors only: attach_gguf_blocks reads nothing else.
+has tensors only: attach_gguf_blocks reads nothing else. `as_if_from_gguf` does both steps
+for a benchmark's smoke model; `blocks_set_aside` lets a benchmark side run without them.
 """
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
-_PARTS = (("self_attn.qkv_proj", ("attn_q", "attn_k", "attn_v")),
-          ("self_attn.o_proj", ("attn_output",)),
-          ("mlp.gate_up_proj", ("ffn_gate", "ffn_up")),
-          ("mlp.down_proj", ("ffn_down",)))
+from engine.models.gguf_blocks import (
+    PROJECTION_PARTS,
+    attach_gguf_blocks,
+    rotary_heads,
+    rotary_order,
+)
 
 
 def quantize_to_gguf(model, path: str | Path, layer_type: str = "Q4_1",
@@ -31,29 +37,27 @@ def quantize_to_gguf(model, path: str | Path, layer_type: str = "Q4_1",
     from gguf import GGMLQuantizationType, GGUFWriter
 
     writer = GGUFWriter(str(path), "llama")
-    config = model.config
-    heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
+    config, rotary = model.config, rotary_heads(model.config)
+    qtype = getattr(GGMLQuantizationType, layer_type)
     for i, layer in enumerate(model.model.layers):
-        for attr, parts in _PARTS:
+        for attr, parts in PROJECTION_PARTS:
             proj = layer.get_submodule(attr)
-            sizes = _part_sizes(model, parts)
-            pieces = proj.weight.detach().split(sizes, dim=0)
+            pieces = proj.weight.detach().split(_part_sizes(model, parts), dim=0)
             decoded = []
             for part, piece in zip(parts, pieces, strict=True):
-                blocks, weights = _round(piece.numpy(), getattr(GGMLQuantizationType, layer_type))
-                if part in heads:
-                    blocks = _permute_heads(blocks, heads[part])
-                writer.add_tensor(f"blk.{i}.{part}.weight", blocks,
-                                  raw_dtype=getattr(GGMLQuantizationType, layer_type))
+                blocks, weights = _round(piece.numpy(), qtype)
+                writer.add_tensor(f"blk.{i}.{part}.weight",
+                                  rotary_order(blocks, rotary.get(part), to_gguf=True),
+                                  raw_dtype=qtype)
                 decoded.append(torch.from_numpy(weights))
             with torch.no_grad():
                 proj.weight.copy_(torch.cat(decoded))
     if head_type is not None:
         name = ("token_embd.weight" if getattr(config, "tie_word_embeddings", False)
                 else "output.weight")
-        qtype = getattr(GGMLQuantizationType, head_type)
-        blocks, weights = _round(model.lm_head.weight.detach().numpy(), qtype)
-        writer.add_tensor(name, blocks, raw_dtype=qtype)
+        head_qtype = getattr(GGMLQuantizationType, head_type)
+        blocks, weights = _round(model.lm_head.weight.detach().numpy(), head_qtype)
+        writer.add_tensor(name, blocks, raw_dtype=head_qtype)
         with torch.no_grad():
             model.lm_head.weight.copy_(torch.from_numpy(weights))
     writer.write_header_to_file()
@@ -62,6 +66,28 @@ def quantize_to_gguf(model, path: str | Path, layer_type: str = "Q4_1",
     writer.close()
     model.keep_bf16_copies(None)
     return Path(path)
+
+
+def as_if_from_gguf(model) -> None:
+    """A benchmark's smoke model as if loaded from a GGUF under dtype auto: rounded to Q4_1
+    layers and a Q8_0 head, bf16 copies remade, the blocks attached."""
+    with tempfile.TemporaryDirectory(prefix="bench-gguf-") as tmp:
+        path = quantize_to_gguf(model, Path(tmp) / "blocks.gguf")
+        model.keep_bf16_copies(1)
+        attach_gguf_blocks(model, path)
+
+
+@contextmanager
+def blocks_set_aside(model, aside: bool = True) -> Iterator[None]:
+    """With `aside`, the model runs as if it had no GGUF blocks (the native layers on its
+    other weights), until the block ends; it keeps them."""
+    kept = model.gguf_layers_type, model.lm_head.weight_gguf
+    if aside:
+        model.gguf_layers_type = model.lm_head.weight_gguf = None
+    try:
+        yield
+    finally:
+        model.gguf_layers_type, model.lm_head.weight_gguf = kept
 
 
 def _part_sizes(model, parts: tuple[str, ...]) -> list[int]:
@@ -79,10 +105,3 @@ def _round(weights: np.ndarray, qtype) -> tuple[np.ndarray, np.ndarray]:
 
     blocks = quants.quantize(np.ascontiguousarray(weights, dtype=np.float32), qtype)
     return blocks, quants.dequantize(blocks, qtype).astype(np.float32)
-
-
-def _permute_heads(rows: np.ndarray, num_heads: int) -> np.ndarray:
-    """transformers' q / k row order -> llama.cpp's (each head's rotary halves interleaved),
-    the inverse of gguf_blocks._unpermute_heads."""
-    half = rows.shape[0] // num_heads // 2
-    return rows.reshape(num_heads, 2, half, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)

@@ -33,17 +33,15 @@ import argparse
 import importlib.util
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from bench.quantized_models import quantize_to_gguf
+from bench.quantized_models import as_if_from_gguf, blocks_set_aside
 from bench.random_models import run_bench
 from engine import LLM, SamplingParams
 from engine.models import load_model
-from engine.models.gguf_blocks import attach_gguf_blocks
 from engine.models.sources import resolve_model_source
 
 PROMPT = "Tell me a short story about a cat who learns to fly."
@@ -56,19 +54,13 @@ def log(*parts: object) -> None:
 
 def our_side(llm: LLM, prompt_ids: list[int], tokens: int, blocks: bool):
     """() -> (seconds, token ids) of one greedy generate, on the blocks or beside them."""
-    model = llm.loaded.model
-    kept = model.gguf_layers_type, model.lm_head.weight_gguf
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
 
     def run() -> tuple[float, list[int]]:
-        if not blocks:
-            model.gguf_layers_type = model.lm_head.weight_gguf = None
-        try:
+        with blocks_set_aside(llm.loaded.model, aside=not blocks):
             started = time.perf_counter()
             out = llm.generate([prompt_ids], params, use_tqdm=False)[0]
             return time.perf_counter() - started, list(out.token_ids)
-        finally:
-            model.gguf_layers_type, model.lm_head.weight_gguf = kept
     return run
 
 
@@ -93,10 +85,7 @@ def llama_cpp_side(path: Path, prompt_ids: list[int], tokens: int, threads: int)
 def build(model_name: str, args) -> tuple[dict, str]:
     loaded = load_model(model_name, dtype="auto")
     if args.smoke:  # the tiny model as if from a GGUF (no tokenizer inside: no llama.cpp)
-        with tempfile.TemporaryDirectory(prefix="bench-gguf-") as tmp:
-            path = quantize_to_gguf(loaded.model, Path(tmp) / "blocks.gguf")
-            loaded.model.keep_bf16_copies(1)
-            attach_gguf_blocks(loaded.model, path)
+        as_if_from_gguf(loaded.model)
     if loaded.model.gguf_layers_type is None:
         raise SystemExit(f"{model_name} has no GGUF blocks attached here (not a GGUF source,"
                          " or the native layers do not build): nothing to compare")

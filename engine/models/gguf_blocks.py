@@ -11,7 +11,7 @@ engine/models/native_decode.py runs small decode steps on them.
 `attach_gguf_blocks` only attaches blocks that decode to exactly the loaded weights: it
 decodes every one and compares it with the model's float32 weight (torch.equal). The GGUF
 stores q and k rows in llama.cpp's rotary order, which transformers reverses on load; the
-blocks are put in the same order (`_unpermute_heads`) and the check proves it. Anything
+blocks are put in the same order (`rotary_order`) and the check proves it. Anything
 else (another block type, a mix of types among the layers, a row that differs) keeps the
 model as it was, with the reason logged.
 """
@@ -31,7 +31,7 @@ from kernels import cpu_layers
 log = logging.getLogger(__name__)
 
 # Our fused projection -> the GGUF tensors of its parts, in its row order (projections.py).
-_PARTS = (("self_attn.qkv_proj", ("attn_q", "attn_k", "attn_v")),
+PROJECTION_PARTS = (("self_attn.qkv_proj", ("attn_q", "attn_k", "attn_v")),
           ("self_attn.o_proj", ("attn_output",)),
           ("mlp.gate_up_proj", ("ffn_gate", "ffn_up")),
           ("mlp.down_proj", ("ffn_down",)))
@@ -68,10 +68,9 @@ def attach_gguf_blocks(model, gguf_path: str | Path) -> str | None:
 
 def _layer_blocks(model, tensors: dict) -> list[tuple[Projection, torch.Tensor, str]] | str:
     """(projection, its blocks, block type) for every decoder projection, or why not."""
-    config, found = model.config, []
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    found, rotary = [], rotary_heads(model.config)
     for i, layer in enumerate(model.model.layers):
-        for attr, parts in _PARTS:
+        for attr, parts in PROJECTION_PARTS:
             names = [f"blk.{i}.{part}.weight" for part in parts]
             if any(name not in tensors for name in names):
                 return f"the file has no {' / '.join(names)}"
@@ -79,18 +78,15 @@ def _layer_blocks(model, tensors: dict) -> list[tuple[Projection, torch.Tensor, 
             if len(types) != 1 or not types <= cpu_layers.GGUF_FORMATS.keys():
                 return (f"{names[0]} holds {sorted(types)}, not one of"
                         f" {sorted(cpu_layers.GGUF_FORMATS)}")
-            pieces = []
-            for part, name in zip(parts, names, strict=True):
-                rows = tensors[name].rows()
-                if part in ("attn_q", "attn_k"):
-                    rows = _unpermute_heads(rows, heads if part == "attn_q" else kv_heads)
-                pieces.append(rows)
+            gguf_type = types.pop()
+            pieces = [rotary_order(tensors[name].rows(), rotary.get(part), to_gguf=False)
+                      for part, name in zip(parts, names, strict=True)]
             proj = layer.get_submodule(attr)
             blocks = torch.from_numpy(np.ascontiguousarray(np.concatenate(pieces)))
-            reason = _mismatch(proj, blocks, types.pop())
+            reason = _mismatch(proj, blocks, gguf_type)
             if reason:
                 return f"{names[0]}: {reason}"
-            found.append((proj, blocks, tensors[names[0]].gguf_type))
+            found.append((proj, blocks, gguf_type))
     if len({gguf_type for *_, gguf_type in found}) != 1:
         return "the layers mix block types"
     return found
@@ -123,12 +119,20 @@ def _mismatch(proj: Projection, blocks: torch.Tensor, gguf_type: str) -> str | N
     return None
 
 
-def _unpermute_heads(rows: np.ndarray, num_heads: int) -> np.ndarray:
-    """GGUF q / k rows [heads * d, ...] in llama.cpp's order (each head's two rotary halves
-    interleaved) -> transformers' order (each head's halves one after the other)."""
+def rotary_heads(config) -> dict[str, int]:
+    """The GGUF parts whose rows llama.cpp stores in its rotary order, with their heads."""
+    return {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
+
+
+def rotary_order(rows: np.ndarray, num_heads: int | None, to_gguf: bool) -> np.ndarray:
+    """q / k rows [heads * d, ...] between transformers' order (each head's two rotary
+    halves one after the other) and llama.cpp's (the halves interleaved), either way;
+    num_heads None: rows of another part, returned as they are."""
+    if num_heads is None:
+        return rows
     half = rows.shape[0] // num_heads // 2
-    return (rows.reshape(num_heads, half, 2, *rows.shape[1:]).swapaxes(1, 2)
-            .reshape(rows.shape))
+    split = (num_heads, 2, half) if to_gguf else (num_heads, half, 2)
+    return rows.reshape(*split, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
 class GGUFTensor:
