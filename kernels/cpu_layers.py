@@ -174,33 +174,38 @@ def decode_layers(table: LayerTable, dims: Dims, x: torch.Tensor, cos: torch.Ten
 
 
 def project_rows(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor,
-                 gguf_type: str | None = None, in_features: int | None = None) -> torch.Tensor:
+                 gguf_type: str | None = None) -> torch.Tensor:
     """x float32 contiguous [T, K] (T <= MAX_ROWS) @ weight.T (+ bias) -> float32 [T, N],
     by the layers' GEMV; weight [N, K] float32 or bfloat16, or uint8 [N, row_bytes] blocks
-    of `gguf_type` (then K = in_features), contiguous; bias float32 [N]."""
-    rows, out = x.shape[0], torch.empty(x.shape[0], weight.shape[0], dtype=torch.float32)
-    in_features = weight.shape[1] if gguf_type is None else in_features
-    if in_features != x.shape[1]:
-        raise ValueError(f"{in_features=} must equal x's {x.shape[1]} columns")
+    of `gguf_type` holding rows of K weights, contiguous; bias float32 [N]."""
+    (rows, in_features), code = x.shape, weights_format_of(weight, gguf_type)
+    _check_row_width(weight, code, in_features)
+    out = torch.empty(rows, weight.shape[0], dtype=torch.float32)
     status = cpu_native.load().bp_project_rows(
-        weight.data_ptr(), weights_format_of(weight, gguf_type),
-        None if bias is None else bias.data_ptr(), x.data_ptr(), rows, in_features,
-        weight.shape[0], out.data_ptr(), torch.get_num_threads())
+        weight.data_ptr(), code, None if bias is None else bias.data_ptr(), x.data_ptr(),
+        rows, in_features, weight.shape[0], out.data_ptr(), torch.get_num_threads())
     if status != 0:
-        raise ValueError(f"{rows=} must be in 1..{MAX_ROWS} and {in_features=} a whole"
-                         " number of the format's blocks (native projection)")
+        raise ValueError(f"{rows=} must be in 1..{MAX_ROWS} (native projection)")
     return out
 
 
 def dequantize_rows(blocks: torch.Tensor, gguf_type: str, in_features: int) -> torch.Tensor:
     """uint8 [N, row_bytes] blocks of `gguf_type` -> the float32 weights [N, in_features]
     they hold (as the GEMV decodes them). ValueError when the sizes do not match."""
-    lib, code = cpu_native.load(), weights_format_of(blocks, gguf_type)
-    row_bytes = lib.bp_quant_row_bytes(code, in_features)
-    if row_bytes < 0 or blocks.dim() != 2 or blocks.shape[1] != row_bytes:
-        raise ValueError(f"{gguf_type} blocks of shape {tuple(blocks.shape)} must hold rows"
-                         f" of {in_features=} (a multiple of 32)")
+    code = weights_format_of(blocks, gguf_type)
+    _check_row_width(blocks, code, in_features)
     blocks = blocks.contiguous()
     out = torch.empty(blocks.shape[0], in_features, dtype=torch.float32)
-    lib.bp_dequantize_rows(code, blocks.data_ptr(), blocks.shape[0], in_features, out.data_ptr())
+    cpu_native.load().bp_dequantize_rows(code, blocks.data_ptr(), blocks.shape[0],
+                                         in_features, out.data_ptr())
     return out
+
+
+def _check_row_width(weight: torch.Tensor, code: int, in_features: int) -> None:
+    """ValueError unless weight's rows ([N, K] values, or [N, row_bytes] blocks of format
+    `code`) hold in_features weights each (blocks: a multiple of 32)."""
+    width = (in_features if code in (FORMAT_FLOAT32, FORMAT_BFLOAT16)
+             else cpu_native.load().bp_quant_row_bytes(code, in_features))
+    if weight.dim() != 2 or width < 0 or weight.shape[1] != width:
+        raise ValueError(f"weight of shape {tuple(weight.shape)} (format {code}) must hold"
+                         f" rows of {in_features=} (blocks: a multiple of 32)")

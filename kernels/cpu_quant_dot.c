@@ -28,11 +28,13 @@
 #define BP_Q4_1 2
 #define BP_Q8_0 3
 
+/* bytes of one block of 32 weights (0: not a format here) */
+static inline int64_t block_bytes(int64_t format) {
+    return format == BP_Q4_1 ? 20 : format == BP_Q8_0 ? 34 : 0;
+}
+
 int64_t bp_quant_row_bytes(int64_t format, int64_t K) {
-    if (K % 32 != 0) return -1;
-    if (format == BP_Q4_1) return K / 32 * 20;
-    if (format == BP_Q8_0) return K / 32 * 34;
-    return -1;
+    return K % 32 != 0 || block_bytes(format) == 0 ? -1 : K / 32 * block_bytes(format);
 }
 
 static inline float half_to_f32(const uint8_t *p) {
@@ -98,11 +100,11 @@ static inline __attribute__((always_inline)) void decode_block_avx512(
 static inline __attribute__((always_inline)) void dot_rows_q(
     const int format, const uint8_t *w, int64_t row_bytes, int64_t K, const float *in,
     float *out, const int M, const int N) {
-    const int64_t block_bytes = format == BP_Q4_1 ? 20 : 34;
+    const int64_t bytes = block_bytes(format);
     __m512 acc[2][GROUP], lo[2], hi[2];
     for (int m = 0; m < M; ++m)
         for (int t = 0; t < N; ++t) acc[m][t] = _mm512_setzero_ps();
-    for (int64_t x = 0, blk = 0; x < K; x += 32, blk += block_bytes) {
+    for (int64_t x = 0, blk = 0; x < K; x += 32, blk += bytes) {
         for (int m = 0; m < M; ++m)
             decode_block_avx512(format, w + m * row_bytes + blk, &lo[m], &hi[m]);
         for (int t = 0; t < N; ++t) {
@@ -139,11 +141,11 @@ void bp_dot_group_quant(int64_t format, const uint8_t *w, int64_t row_bytes, int
 #else
 void bp_dot_group_quant(int64_t format, const uint8_t *w, int64_t row_bytes, int64_t K,
                         const float *in, float *out, int64_t n, int64_t m) {
-    const int64_t block_bytes = format == BP_Q4_1 ? 20 : 34;
+    const int64_t bytes = block_bytes(format);
     float block[32];
     for (int64_t j = 0; j < m; ++j)
         for (int64_t t = 0; t < n; ++t) out[j * GROUP + t] = 0.0f;
-    for (int64_t x = 0, blk = 0; x < K; x += 32, blk += block_bytes)
+    for (int64_t x = 0, blk = 0; x < K; x += 32, blk += bytes)
         for (int64_t j = 0; j < m; ++j) {
             decode_block(format, w + j * row_bytes + blk, block);
             for (int64_t t = 0; t < n; ++t) {
@@ -159,9 +161,9 @@ void bp_dot_group_quant(int64_t format, const uint8_t *w, int64_t row_bytes, int
 int bp_dequantize_rows(int64_t format, const uint8_t *w, int64_t rows, int64_t K, float *out) {
     const int64_t row_bytes = bp_quant_row_bytes(format, K);
     if (row_bytes < 0) return -1;
-    const int64_t block_bytes = format == BP_Q4_1 ? 20 : 34;
+    const int64_t bytes = block_bytes(format);
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t x = 0; x < K; x += 32)
-            decode_block(format, w + r * row_bytes + x / 32 * block_bytes, out + r * K + x);
+            decode_block(format, w + r * row_bytes + x / 32 * bytes, out + r * K + x);
     return 0;
 }

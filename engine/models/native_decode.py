@@ -61,21 +61,19 @@ def native_logits(model, hidden: torch.Tensor) -> torch.Tensor | None:
     else on the weights the step would use (the bf16 copy on a bf16 step), with float32
     activations."""
     rows, head = hidden.shape[0], model.lm_head
-    if not (cpu_layers.NATIVE_LAYERS and hidden.device.type == "cpu"
-            and hidden.dtype == torch.float32 and hidden.is_contiguous() and rows >= 1):
-        return None
     if head.weight_gguf is not None:
-        if rows > cpu_layers.NATIVE_GGUF_LOGITS_MAX_ROWS or cpu_native.load() is None:
-            return None
-        return cpu_layers.project_rows(head.weight_gguf, head.bias, hidden, head.gguf_type,
-                                       head.in_features)
-    if rows > cpu_layers.NATIVE_LOGITS_MAX_ROWS:
+        weight, gguf_type = head.weight_gguf, head.gguf_type
+        max_rows = cpu_layers.NATIVE_GGUF_LOGITS_MAX_ROWS
+    else:
+        weight = head.weight_bf16 if model.uses_bf16(rows) else head.weight
+        gguf_type, max_rows = None, cpu_layers.NATIVE_LOGITS_MAX_ROWS
+    if not (cpu_layers.NATIVE_LAYERS and hidden.device.type == "cpu"
+            and hidden.dtype == torch.float32 and hidden.is_contiguous()
+            and 1 <= rows <= max_rows and weight is not None and weight.is_contiguous()
+            and (gguf_type is not None or weight.dtype in (torch.float32, torch.bfloat16))
+            and cpu_native.load() is not None):
         return None
-    weight = head.weight_bf16 if model.uses_bf16(rows) else head.weight
-    if (weight is None or weight.dtype not in (torch.float32, torch.bfloat16)
-            or not weight.is_contiguous() or cpu_native.load() is None):
-        return None
-    return cpu_layers.project_rows(weight, head.bias, hidden)
+    return cpu_layers.project_rows(weight, head.bias, hidden, gguf_type)
 
 
 def _metadata_ok(meta: AttentionMetadata, k_cache: torch.Tensor) -> bool:

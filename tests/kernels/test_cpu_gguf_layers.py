@@ -35,10 +35,10 @@ def test_blocks_decode_and_project_as_gguf_py_decodes_them(gguf_type):
     bias = torch.randn(37)
     for rows in (1, 3, 8, 9, 17):
         x = torch.randn(rows, 96)
-        got = cpu_layers.project_rows(blocks, bias, x, gguf_type, 96)
+        got = cpu_layers.project_rows(blocks, bias, x, gguf_type)
         torch.testing.assert_close(got, x @ decoded.T + bias, atol=2e-5, rtol=2e-5)
     with pytest.raises(ValueError, match="in_features"):
-        cpu_layers.project_rows(blocks, None, torch.randn(1, 64), gguf_type, 96)
+        cpu_layers.project_rows(blocks, None, torch.randn(1, 64), gguf_type)
     with pytest.raises(ValueError, match="multiple of 32"):
         cpu_layers.dequantize_rows(blocks, gguf_type, 100)
 
