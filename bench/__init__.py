@@ -26,7 +26,8 @@ CPU, side by side in one run:
                          (fp32, bf16 copies, GGUF blocks)
     dtype_agreement      greedy tokens of dtype auto / bfloat16 against float32, parity prompts
     single_stream        one request at a time: GGUF blocks vs bf16 copies vs llama.cpp
-                         kernel, each on fp32 weights and on the bf16 copies
+    fused_layers_ab      prefills and steps of over 20 decodes: torch ops vs the fused
+                         native work between projections (bf16 copies)
     whatif_speed         `batchpilot whatif` over a synthetic day and an hour of it: read,
                          fit, replays, each timed (goals: 60 s and 5 s)
     whatif_accuracy      what-if predictions vs live load-test runs on the bundled model:

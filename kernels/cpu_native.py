@@ -34,9 +34,10 @@ from pathlib import Path
 import torch
 
 # cpu_decode.c: decode attention; cpu_layers.c: whole small decode steps (uses the former
-# and cpu_quant_dot.c, its GEMV over GGUF blocks)
-SOURCES = tuple(Path(__file__).with_name(name)
-                for name in ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c"))
+# and cpu_quant_dot.c, its GEMV over GGUF blocks); cpu_elementwise.c: the work between the
+# projections of the other steps
+SOURCES = tuple(Path(__file__).with_name(name) for name in
+                ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c", "cpu_elementwise.c"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
@@ -45,7 +46,7 @@ PARALLEL_MIN_WORK = 4096  # key x query-head pairs per layer: below, one thread 
 
 _reason: list[str] = []  # why load() returned None (one entry once it has)
 
-_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_I64, _PTR, _F32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 _ARGTYPES = [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _I64, _PTR,
              _PTR, _PTR, ctypes.c_float, _PTR, _I64]
 
@@ -117,6 +118,12 @@ def load() -> ctypes.CDLL | None:
     lib.bp_dequantize_rows.restype = ctypes.c_int
     lib.bp_quant_row_bytes.argtypes = [_I64, _I64]
     lib.bp_quant_row_bytes.restype = _I64
+    lib.bp_add_rmsnorm.argtypes = [_PTR, _PTR, _I64, _PTR, _F32, _PTR, _I64, _I64, _I64, _I64]
+    lib.bp_silu_mul.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _I64, _I64]
+    lib.bp_rope_store.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64,
+                                  _I64, _I64, _I64]
+    for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_rope_store"):
+        getattr(lib, name).restype = ctypes.c_int
     return lib
 
 

@@ -17,7 +17,9 @@ I intermediate.
 Precision per step (CPU "auto", engine/models/cpu_dtype.py): with `bf16_min_rows` set, a
 step of at least that many tokens runs its projections (and SwiGLU's silu(gate) * up) on
 bf16 copies of the weights (compute_logits: that many rows); the residual stream, norms,
-RoPE, attention and the KV cache stay float32.
+RoPE, attention and the KV cache stay float32. Small decode steps run every layer in one
+native call (engine/models/native_decode.py); other bf16 steps run the work between the
+projections in native calls (engine/models/fused_layers.py); the rest run the modules below.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.models.attention import Attention, AttentionMetadata, KVCache
+from engine.models.fused_layers import run_fused_layers
 from engine.models.native_decode import native_logits, run_native_decode
 from engine.models.projections import Projection, fuse_parts_on_load
 from engine.models.rope import RotaryEmbedding
@@ -198,7 +201,9 @@ class LlamaForCausalLM(nn.Module):
         x = self.model.embed_tokens(input_ids)  # [T, D]
         rope = rope_for_rotate(*self.model.rotary_emb(positions, x.dtype))
         bf16 = self.uses_bf16(x.shape[0])
-        if not run_native_decode(self, x, rope, kv_caches, meta, bf16):  # small decode steps
+        # small decode steps: every layer native; other steps: native between projections
+        if not (run_native_decode(self, x, rope, kv_caches, meta, bf16)
+                or run_fused_layers(self, x, rope, kv_caches, meta, bf16)):
             for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
                 x = layer(x, rope, kv_cache, meta, bf16)
         return self.model.norm(x)

@@ -37,6 +37,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "fleet_control": [],
     "fleet_scaling": [],
     "native_layers_ab": [],
+    "fused_layers_ab": [],
     "dtype_agreement": [],
     "single_stream": [],
 }

@@ -1,0 +1,170 @@
+/* The work between a decoder layer's projections, fused, for the steps the native decode
+   layers do not take (prefills, mixed steps, large decode batches) when they run on the
+   bf16 weight copies: the projections stay torch's (oneDNN, AMX), and each stretch
+   between two of them is one call here instead of 4-8 torch ops, each a full pass over a
+   [T, D] or [T, I] tensor (built with cpu_decode.c by kernels/cpu_native.py, driven by
+   engine/models/fused_layers.py; the same arithmetic as engine/models/llama.py).
+
+   Element types: "act" tensors are float32 (is_bf16 = 0) or bfloat16 (uint16 bit
+   patterns, is_bf16 = 1, rounded to nearest even as torch's .to(bfloat16)). Rows are
+   contiguous, row-major; the rows of a call run in parallel (num_threads; 1: none).
+
+   NOTE: every inner loop is a plain loop over floats with no branch and no call, so that
+   -O3 -march=native vectorises it (16 lanes on AVX-512): a row is widened into a float
+   buffer once, computed on, and narrowed once. The first version of this file loaded and
+   rounded element by element behind a type branch, with libm's expf, and lost to torch's
+   vectorised ops on a prefill (0.85x). */
+
+#pragma GCC target("prefer-vector-width=512") /* 16 lanes: the silu math is ALU-bound */
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define ROW_MAX 16384 /* widest row a call takes (D, I or (nh + 2 kvh) * d): 64 KiB of stack */
+
+static void widen(const void *src, int is_bf16, int64_t n, float *restrict dst) {
+    if (!is_bf16) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint16_t *restrict s = src;
+    uint32_t *restrict d = (uint32_t *)dst;
+    for (int64_t i = 0; i < n; ++i) d[i] = (uint32_t)s[i] << 16;
+}
+
+static void narrow(const float *restrict src, void *dst, int is_bf16, int64_t n) {
+    if (!is_bf16) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint32_t *restrict s = (const uint32_t *)src;
+    uint16_t *restrict d = dst;
+    for (int64_t i = 0; i < n; ++i) { /* round to nearest even; a NaN stays a (quiet) NaN */
+        const uint32_t b = s[i];
+        const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+        d[i] = (uint16_t)((b & 0x7fffffffu) > 0x7f800000u ? (b >> 16) | 0x40u : rounded);
+    }
+}
+
+typedef union {
+    float f;
+    uint32_t u;
+} bits32;
+
+/* exp(a) for a in [-87, 0], within ~2 ulp (Cephes' expf: 2^n * a degree-6 polynomial on
+   |r| <= ln2 / 2). Arithmetic only, no branch, select or libm call, so it vectorises. */
+static inline float exp_nonpositive(float a) {
+    /* floor(a * log2(e) + 0.5): the sum is positive after + 256, where truncation floors */
+    const int32_t n = (int32_t)(a * 1.44269504088896341f + 256.5f) - 256;
+    const float r = a - (float)n * 0.693359375f + (float)n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const bits32 scale = {.u = (uint32_t)(n + 127) << 23}; /* 2^n, n in [-126, 0] */
+    return (p * r * r + r + 1.0f) * scale.f;
+}
+
+/* silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), computed from e = exp(-|g|) (never
+   overflows): sigmoid = 1 / (1 + e) for g >= 0, e / (1 + e) below. Past |g| = 87, e is
+   taken as 0 (the true value is below 1.7e-38, so silu is off by at most |g| * 1.7e-38,
+   and exactly 0 for huge negative g, as float64 gives). A NaN stays NaN. The selects are
+   on the bit patterns (as unsigned ints, -a orders like a for a >= 0): they vectorise. */
+static inline float silu(float g) {
+    const bits32 in = {.f = g}, one = {.f = 1.0f};
+    const uint32_t neg_abs = in.u | 0x80000000u; /* -|g| */
+    const uint32_t far = neg_abs > 0xC2AE0000u ? ~0u : 0u; /* -|g| < -87 (or a NaN) */
+    const bits32 clamped = {.u = (neg_abs & ~far) | (0xC2AE0000u & far)};
+    const bits32 exp_clamped = {.f = exp_nonpositive(clamped.f)};
+    const bits32 e = {.u = exp_clamped.u & ~far};
+    const uint32_t negative = (uint32_t)((int32_t)in.u >> 31); /* all ones where g < 0 */
+    const bits32 numerator = {.u = (one.u & ~negative) | (e.u & negative)};
+    return g * (numerator.f / (1.0f + e.f));
+}
+
+/* x[t] += delta[t] (delta NULL: nothing added), then, with w, h[t] = x[t] * rsqrt(mean
+   (x[t]^2) + eps) * w in h's type. x float [T, D]; delta act [T, D]; w float [D].
+   Returns -1 (nothing done) when D > ROW_MAX. */
+int bp_add_rmsnorm(float *x, const void *delta, int64_t delta_bf16, const float *w, float eps,
+                   void *h, int64_t h_bf16, int64_t T, int64_t D, int64_t num_threads) {
+    if (D > ROW_MAX) return -1;
+#pragma omp parallel for schedule(static) num_threads(num_threads) if (num_threads > 1)
+    for (int64_t t = 0; t < T; ++t) {
+        float buf[ROW_MAX];
+        float *restrict xt = x + t * D;
+        if (delta) {
+            const size_t size = delta_bf16 ? sizeof(uint16_t) : sizeof(float);
+            widen((const char *)delta + (size_t)(t * D) * size, (int)delta_bf16, D, buf);
+            for (int64_t i = 0; i < D; ++i) xt[i] += buf[i];
+        }
+        if (!w) continue;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t i = 0; i < D; ++i) ss += xt[i] * xt[i];
+        const float r = 1.0f / sqrtf(ss / (float)D + eps);
+        for (int64_t i = 0; i < D; ++i) buf[i] = xt[i] * r * w[i];
+        const size_t out_size = h_bf16 ? sizeof(uint16_t) : sizeof(float);
+        narrow(buf, (char *)h + (size_t)(t * D) * out_size, (int)h_bf16, D);
+    }
+    return 0;
+}
+
+static void silu_mul_row(const float *restrict gate, const float *restrict up, int64_t n,
+                         float *restrict out) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) out[i] = silu(gate[i]) * up[i];
+}
+
+/* out[t, i] = silu(gu[t, i]) * gu[t, I + i]: gu act [T, 2I], out act [T, I]. Returns -1
+   (nothing done) when 3I > ROW_MAX (a row's buffer holds gate, up and the product). */
+int bp_silu_mul(const void *gu, int64_t gu_bf16, void *out, int64_t out_bf16, int64_t T,
+                int64_t I, int64_t num_threads) {
+    if (3 * I > ROW_MAX) return -1;
+    const size_t in_size = gu_bf16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t out_size = out_bf16 ? sizeof(uint16_t) : sizeof(float);
+#pragma omp parallel for schedule(static) num_threads(num_threads) if (num_threads > 1)
+    for (int64_t t = 0; t < T; ++t) {
+        float buf[ROW_MAX];
+        widen((const char *)gu + (size_t)(t * 2 * I) * in_size, (int)gu_bf16, 2 * I, buf);
+        float *restrict prod = buf + 2 * I;
+        silu_mul_row(buf, buf + I, I, prod);
+        narrow(prod, (char *)out + (size_t)(t * I) * out_size, (int)out_bf16, I);
+    }
+    return 0;
+}
+
+/* dst[i] = x[i] * c[i] + x[(i + d/2) % d] * sn[i] for one head: two branch-free halves. */
+static inline void rotate_head(const float *restrict x, const float *restrict c,
+                               const float *restrict sn, int64_t half, float *restrict dst) {
+    for (int64_t i = 0; i < half; ++i) dst[i] = x[i] * c[i] + x[i + half] * sn[i];
+    for (int64_t i = half; i < 2 * half; ++i) dst[i] = x[i] * c[i] + x[i - half] * sn[i];
+}
+
+/* RoPE and the KV write of one layer: qkv act [T, (nh + 2 kvh) d] -> q float [T, nh, d]
+   rotated; k rotated and v stored at slots[t] of the caches (float [.., kvh, d], slots
+   checked by the caller); cos, ssin float [T, d] (ssin: sin with its first half negated).
+   Returns -1 (nothing written) when d is odd or a row is wider than ROW_MAX. */
+int bp_rope_store(const void *qkv, int64_t qkv_bf16, float *q, float *k_cache, float *v_cache,
+                  const int64_t *slots, const float *cos, const float *ssin, int64_t T,
+                  int64_t nh, int64_t kvh, int64_t d, int64_t num_threads) {
+    const int64_t width = (nh + 2 * kvh) * d, half = d / 2;
+    if (d % 2 != 0 || width > ROW_MAX) return -1;
+    const size_t in_size = qkv_bf16 ? sizeof(uint16_t) : sizeof(float);
+#pragma omp parallel for schedule(static) num_threads(num_threads) if (num_threads > 1)
+    for (int64_t t = 0; t < T; ++t) {
+        float buf[ROW_MAX];
+        widen((const char *)qkv + (size_t)(t * width) * in_size, (int)qkv_bf16, width, buf);
+        const float *c = cos + t * d, *sn = ssin + t * d;
+        for (int64_t j = 0; j < nh; ++j)
+            rotate_head(buf + j * d, c, sn, half, q + (t * nh + j) * d);
+        float *k = k_cache + slots[t] * kvh * d;
+        for (int64_t j = 0; j < kvh; ++j)
+            rotate_head(buf + (nh + j) * d, c, sn, half, k + j * d);
+        memcpy(v_cache + slots[t] * kvh * d, buf + (nh + kvh) * d,
+               (size_t)(kvh * d) * sizeof(float));
+    }
+    return 0;
+}

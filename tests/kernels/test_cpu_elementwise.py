@@ -1,0 +1,178 @@
+"""The fused work between projections (kernels/cpu_elementwise.c via
+engine/models/fused_layers.py): each call against the torch ops it replaces, and whole
+steps (prefill chunks with decodes, large decode batches) against the torch layers.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fixtures.tiny_models import TINY_LLAMA, write_checkpoint
+
+from engine.models import fused_layers, load_model
+from engine.models.attention import allocate_kv_caches, build_attention_metadata
+from engine.models.llama import rope_for_rotate, rotate
+from kernels import cpu_elementwise, cpu_layers, cpu_native
+
+pytestmark = pytest.mark.skipif(cpu_native.load() is None,
+                                reason=f"{cpu_native.unavailable_reason()}")
+BLOCK_SIZE = 4
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("delta_dtype", [None, torch.float32, torch.bfloat16])
+def test_add_rmsnorm_is_the_residual_add_then_rms_norm(out_dtype, delta_dtype):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(37, 70, generator=gen)
+    weight = 1 + 0.1 * torch.randn(70, generator=gen)
+    delta = None if delta_dtype is None else torch.randn(37, 70, generator=gen).to(delta_dtype)
+    expected_x = x if delta is None else x + delta
+    expected = F.rms_norm(expected_x, (70,), weight, 1e-5).to(out_dtype)
+    got = cpu_elementwise.add_rmsnorm(x, delta, weight, 1e-5, out_dtype)
+    torch.testing.assert_close(x, expected_x, atol=0, rtol=0)  # the add: exact, in place
+    assert got.dtype == out_dtype
+    torch.testing.assert_close(got.float(), expected.float(), atol=1e-5, rtol=8e-3)
+    if delta is not None:
+        assert cpu_elementwise.add_rmsnorm(x, delta, None, 1e-5, out_dtype) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_mul_is_swiglu(dtype):
+    gate_up = torch.randn(33, 2 * 45, generator=torch.Generator().manual_seed(1)).to(dtype)
+    gate, up = gate_up.float().split(45, dim=-1)
+    got = cpu_elementwise.silu_mul(gate_up)
+    assert got.dtype == dtype and got.shape == (33, 45)
+    torch.testing.assert_close(got.float(), (F.silu(gate) * up).to(dtype).float(),
+                               atol=1e-6, rtol=8e-3)
+
+
+def test_silu_mul_is_accurate_over_the_range_and_at_the_edges():
+    """The kernel's own exp (no libm) against float64 silu: a dense sweep, the clamp's edge
+    (|g| near 87) and far past it; a NaN stays NaN."""
+    sweep = torch.linspace(-40, 40, 20001)
+    edges = torch.tensor([-1e30, -1e4, -100.0, -88.0, -87.5, -87.0, -86.9, -1e-30, -0.0, 0.0,
+                          1e-30, 86.9, 87.0, 88.0, 100.0, 1e4, 1e30])
+    gate = torch.cat((sweep, edges))
+    got = cpu_elementwise.silu_mul(torch.stack((gate, torch.ones_like(gate)), dim=1))  # I = 1
+    expected = F.silu(gate.double()).float()
+    torch.testing.assert_close(got.squeeze(1), expected, atol=1e-30, rtol=2e-6)
+    nan = cpu_elementwise.silu_mul(torch.tensor([[float("nan"), 1.0]]))
+    assert torch.isnan(nan).all()
+
+
+def test_bf16_outputs_round_to_nearest_even_as_torch():
+    """A row of ones normalises to exactly 1 (eps 0), so the bf16 output is the weight
+    rounded: ties (1 + 2^-8, 1 + 3 * 2^-8), their negatives, a NaN, an inf, random values."""
+    ties = [1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 3 * 2**-9, float("nan"), float("inf")]
+    weight = torch.cat((torch.tensor(ties), torch.randn(58, generator=torch.Generator()
+                                                        .manual_seed(4))))
+    got = cpu_elementwise.add_rmsnorm(torch.ones(1, 64), None, weight, 0.0, torch.bfloat16)
+    expected = weight.to(torch.bfloat16)
+    assert torch.equal(got[0, 4:5].isnan(), torch.tensor([True]))
+    keep = ~torch.isnan(weight)
+    assert torch.equal(got[0][keep].view(torch.int16), expected[keep].view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_store_rotates_q_and_k_and_stores_k_and_v(dtype):
+    gen = torch.Generator().manual_seed(2)
+    rows, nh, kvh, d = 6, 4, 2, 16
+    qkv = torch.randn(rows, (nh + 2 * kvh) * d, generator=gen).to(dtype)
+    positions = torch.tensor([0, 5, 6, 7, 30, 31])
+    freqs = positions[:, None].float() / 10000 ** (torch.arange(0, d, 2) / d)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, ssin = rope_for_rotate(emb.cos(), emb.sin())
+    caches = [torch.zeros(10, BLOCK_SIZE, kvh, d) for _ in range(4)]
+    slots = torch.tensor([3, 0, 39, 17, 8, 22])
+    q = cpu_elementwise.rope_store(qkv, caches[0], caches[1], slots,
+                                   cos.reshape(rows, d), ssin.reshape(rows, d), nh)
+    heads = qkv.view(rows, nh + 2 * kvh, d)
+    qk = rotate(heads[:, : nh + kvh], cos, ssin)
+    caches[2].view(-1, kvh, d)[slots] = qk[:, nh:].float()
+    caches[3].view(-1, kvh, d)[slots] = heads[:, nh + kvh:].float()
+    torch.testing.assert_close(q, qk[:, :nh].float(), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(caches[0], caches[2], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(caches[1], caches[3], atol=0, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def odd_llama_dir(tmp_path_factory):
+    spec = {**TINY_LLAMA, "hidden_size": 63, "intermediate_size": 37,
+            "num_attention_heads": 3, "num_key_value_heads": 1}
+    arch, seed = spec.pop("arch"), spec.pop("seed")
+    return write_checkpoint(tmp_path_factory.mktemp("odd-llama"), arch, seed, **spec)
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "odd_llama"])
+def model(request, tiny_llama_dir, tiny_qwen2_dir, odd_llama_dir):
+    path = {"llama": tiny_llama_dir, "qwen2": tiny_qwen2_dir,
+            "odd_llama": odd_llama_dir}[request.param]
+    return load_model(path, dtype=torch.float32).model
+
+
+def mixed_step(model, query_lens: list[int], seed: int = 0):
+    """One step: per sequence `query_lens[i]` new tokens at the end of a context of
+    q + 5 + 3 i tokens, blocks in reverse order, random caches."""
+    gen = torch.Generator().manual_seed(seed)
+    contexts = [q + 5 + 3 * i for i, q in enumerate(query_lens)]
+    tables, used = [], 0
+    for ctx in contexts:
+        owned = -(-ctx // BLOCK_SIZE)
+        tables.append(list(range(used, used + owned))[::-1])
+        used += owned
+    caches = allocate_kv_caches(model.num_layers, used + 1, BLOCK_SIZE, model.num_kv_heads,
+                                model.head_dim, torch.float32)
+    for k, v in caches:
+        k.normal_(generator=gen)
+        v.normal_(generator=gen)
+    positions, meta = build_attention_metadata(tables, contexts, query_lens, BLOCK_SIZE)
+    ids = torch.randint(0, model.config.vocab_size, (sum(query_lens),), generator=gen)
+    return ids, positions, caches, meta
+
+
+def run(model, step, fused: bool):
+    ids, positions, caches, meta = step
+    caches = [(k.clone(), v.clone()) for k, v in caches]
+    with mock.patch.object(cpu_elementwise, "NATIVE_ELEMENTWISE", fused), \
+            mock.patch.object(fused_layers, "FUSE_FLOAT32_STEPS", True), \
+            mock.patch.object(cpu_layers, "NATIVE_LAYERS", False), \
+            mock.patch.object(cpu_elementwise, "silu_mul",
+                              wraps=cpu_elementwise.silu_mul) as spy, torch.inference_mode():
+        hidden = model(ids, positions, caches, meta)
+    assert spy.call_count == (model.num_layers if fused else 0)
+    return hidden, caches
+
+
+def test_float32_steps_keep_the_torch_ops_by_default(model):
+    """The parity tests' float32 steps stay bit for bit torch's: not fused unless asked."""
+    ids, positions, caches, meta = mixed_step(model, [7, 1], seed=3)
+    with mock.patch.object(cpu_layers, "NATIVE_LAYERS", False), \
+            mock.patch.object(cpu_elementwise, "silu_mul",
+                              wraps=cpu_elementwise.silu_mul) as spy, torch.inference_mode():
+        model(ids, positions, caches, meta)
+    assert spy.call_count == 0
+
+
+@pytest.mark.parametrize("query_lens", [[7], [5, 1, 1], [1] * 20, [1, 9, 1, 3]])
+def test_fused_steps_match_the_torch_layers(model, query_lens):
+    step = mixed_step(model, query_lens, seed=len(query_lens))
+    (a, ca), (b, cb) = run(model, step, fused=True), run(model, step, fused=False)
+    torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+    for (ka, va), (kb, vb) in zip(ca, cb, strict=True):
+        torch.testing.assert_close(ka, kb, atol=2e-5, rtol=2e-5)
+        torch.testing.assert_close(va, vb, atol=2e-5, rtol=2e-5)
+
+
+def test_fused_bf16_steps_stay_within_bf16_rounding_of_the_torch_layers(model):
+    """On the bf16 copies the two differ in rounding only (the fused SwiGLU rounds once,
+    torch's after silu and after the product)."""
+    step = mixed_step(model, [6, 1, 1, 1], seed=9)
+    model.keep_bf16_copies(1)
+    try:
+        (a, _), (b, _) = run(model, step, fused=True), run(model, step, fused=False)
+    finally:
+        model.keep_bf16_copies(None)
+    assert (a - b).abs().max() <= 0.02 * b.abs().max()
