@@ -22,30 +22,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_vector_math.h"
+
 #define MAX_H 128    /* query heads */
 #define MAX_HD 16384 /* query heads x head_dim: 64 KiB per stack buffer */
 #define TILE 32 /* keys per softmax tile: scores stay in registers/L1 */
-
-/* exp(x) for x <= 0, as in Cephes expf (range reduction by ln 2, degree-5 polynomial):
-   within 2 ulp of expf; written branch-free so that the loops over a tile vectorise. */
-static inline float exp_nonpos(float x) {
-    x = x < -87.0f ? -87.0f : x; /* keeps 2^n normal; exp(-87) ~ 1.6e-38, negligible */
-    const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    float n = (x * 1.44269504088896341f + shifter) - shifter;
-    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float z = r * r;
-    float y = 1.9875691500e-4f;
-    y = y * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * z + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return y * scale;
-}
 
 static inline float from_f32(float x) { return x; }
 

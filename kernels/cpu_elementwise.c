@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_vector_math.h"
+
 #define ROW_MAX 16384 /* widest row a call takes (D, I or (nh + 2 kvh) * d): 64 KiB of stack */
 
 static void widen(const void *src, int is_bf16, int64_t n, float *restrict dst) {
@@ -52,22 +54,6 @@ typedef union {
     uint32_t u;
 } bits32;
 
-/* exp(a) for a in [-87, 0], within ~2 ulp (Cephes' expf: 2^n * a degree-6 polynomial on
-   |r| <= ln2 / 2). Arithmetic only, no branch, select or libm call, so it vectorises. */
-static inline float exp_nonpositive(float a) {
-    /* floor(a * log2(e) + 0.5): the sum is positive after + 256, where truncation floors */
-    const int32_t n = (int32_t)(a * 1.44269504088896341f + 256.5f) - 256;
-    const float r = a - (float)n * 0.693359375f + (float)n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const bits32 scale = {.u = (uint32_t)(n + 127) << 23}; /* 2^n, n in [-126, 0] */
-    return (p * r * r + r + 1.0f) * scale.f;
-}
-
 /* silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), computed from e = exp(-|g|) (never
    overflows): sigmoid = 1 / (1 + e) for g >= 0, e / (1 + e) below. Past |g| = 87, e is
    taken as 0 (the true value is below 1.7e-38, so silu is off by at most |g| * 1.7e-38,
@@ -77,8 +63,8 @@ static inline float silu(float g) {
     const bits32 in = {.f = g}, one = {.f = 1.0f};
     const uint32_t neg_abs = in.u | 0x80000000u; /* -|g| */
     const uint32_t far = neg_abs > 0xC2AE0000u ? ~0u : 0u; /* -|g| < -87 (or a NaN) */
-    const bits32 clamped = {.u = (neg_abs & ~far) | (0xC2AE0000u & far)};
-    const bits32 exp_clamped = {.f = exp_nonpositive(clamped.f)};
+    const bits32 minus_abs = {.u = neg_abs};
+    const bits32 exp_clamped = {.f = exp_nonpos(minus_abs.f)}; /* a NaN in: masked below */
     const bits32 e = {.u = exp_clamped.u & ~far};
     const uint32_t negative = (uint32_t)((int32_t)in.u >> 31); /* all ones where g < 0 */
     const bits32 numerator = {.u = (one.u & ~negative) | (e.u & negative)};

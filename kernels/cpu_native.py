@@ -38,6 +38,7 @@ import torch
 # projections of the other steps
 SOURCES = tuple(Path(__file__).with_name(name) for name in
                 ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c", "cpu_elementwise.c"))
+HEADERS = (Path(__file__).with_name("cpu_vector_math.h"),)  # included by the sources
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
@@ -69,7 +70,8 @@ def _library_name(compiler: str) -> str:
                if line.startswith(("model name", "flags"))][:2]
     except OSError:
         cpu = []
-    key = "\n".join([*(src.read_text() for src in SOURCES), " ".join(FLAGS), version, *cpu])
+    key = "\n".join([*(src.read_text() for src in (*SOURCES, *HEADERS)), " ".join(FLAGS),
+                     version, *cpu])
     return f"cpu_decode_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
 
 
