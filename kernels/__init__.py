@@ -29,8 +29,10 @@ from typing import NamedTuple
 
 import torch
 
-from kernels import cpu_attention, cpu_plan, reference
+from kernels import cpu_attention, cpu_plan, mkl_vml, reference
 from kernels.reference import reference_attention
+
+mkl_vml.settle_vml_dispatch()  # before any step: see kernels/mkl_vml.py
 
 ATTENTION_ENV_VAR = "BATCHPILOT_ATTENTION"
 ATTENTION_BACKENDS = ("reference", "cpu", "triton", "auto")
