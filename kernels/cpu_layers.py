@@ -23,22 +23,24 @@ from kernels import cpu_native
 
 MAX_ROWS = 32  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
 # The most rows of a step that engine/models/native_decode.py runs here: measured with
-# bench/native_layers_ab.py (SmolLM2-135M, 2 threads, bf16 copies), the native layers are
-# 1.9x the best torch path at 1 row, 1.3x at 8, 1.13x at 16 and 0.93x at 24, where
-# oneDNN's blocked GEMM on AMX overtakes these GEMVs.
-NATIVE_MAX_ROWS = 16
+# bench/native_layers_ab.py (SmolLM2-135M, 2 threads, bf16 copies, quiet VM), the native
+# layers are 1.28x the best torch path at 4 rows, 1.01x at 8 and 0.90x at 12, where
+# oneDNN's blocked GEMM on AMX, with the work between projections fused
+# (engine/models/fused_layers.py), overtakes these GEMVs.
+NATIVE_MAX_ROWS = 8
 # lm_head through project_rows up to this many rows (engine/models/native_decode.py):
 # 57 MB of SmolLM2 bf16 lm_head, 2 threads, quiet VM: 1.73 / 1.99 / 1.83 / 2.22 ms at 1-4
 # rows against oneDNN's 2.50 / 2.67 / 2.40 / 2.43; at 8 rows oneDNN wins (2.67 vs 3.08).
 NATIVE_LOGITS_MAX_ROWS = 4
 # The same limits for a model whose projections keep GGUF blocks (engine/models/gguf_blocks.py;
 # SmolLM2: Q4_1 layers, a Q8_0 lm_head; 2 threads, quiet VM). Whole steps
-# (bench/native_layers_ab.py, ms at 1 / 4 / 8 / 16 / 20 / 24 rows): on the blocks 11.6 /
-# 16.9 / 22.8 / 37.4 / 48.0 / 53.7, the bf16 native layers 17.9 / 26.4 / 34.7 / 47.6 /
-# 56.4 / 63.2, the best torch path 34.2 / 36.0 / 41.5 / 44.9 / 49.5 / 52.3: the blocks
-# win up to 20 rows. The Q8_0 head alone: 1.43 / 2.13 / 3.11 ms at 1 / 4 / 8 rows against
-# oneDNN's bf16 2.40 / 2.41 / 3.49, oneDNN ahead from 12 rows (3.29 vs 4.39).
-NATIVE_GGUF_MAX_ROWS = 20
+# (bench/native_layers_ab.py, ms at 4 / 8 / 12 / 16 / 20 rows): on the blocks 14.8 /
+# 21.1 / 29.3 / 34.4 / 43.7, the torch layers on the bf16 copies with the work between
+# projections fused 28.7 / 31.0 / 33.8 / 36.1 / 39.5: the blocks win up to 16 rows (at
+# 1 row 11.6 against 17.9 for the bf16 native layers). The Q8_0 head alone: 1.43 / 2.13 /
+# 3.11 ms at 1 / 4 / 8 rows against oneDNN's bf16 2.40 / 2.41 / 3.49, oneDNN ahead from
+# 12 rows (3.29 vs 4.39).
+NATIVE_GGUF_MAX_ROWS = 16
 NATIVE_GGUF_LOGITS_MAX_ROWS = 8
 # False: the torch layers always (A/B runs, tests of the torch path).
 NATIVE_LAYERS = True
