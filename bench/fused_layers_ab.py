@@ -10,11 +10,12 @@ on the bf16 copies as served):
 
 per step shape: decodes of --context tokens at each count in --decodes (above the native
 decode layers' NATIVE_MAX_ROWS, which would take the smaller ones), one prefill chunk of
---prefill tokens, and that chunk with 16 decodes. Every figure is ms per step: median
+--prefill tokens, that chunk with 16 decodes, and --prefill tokens as --prompts whole
+prompts (as in the offline workload's big prefill steps). Every figure is ms per step: median
 [min-max] over --pairs rounds; ratios are of medians. The last stdout line is one JSON
 object.
 
-    python -m bench.fused_layers_ab [--decodes 32,64,128] [--prefill 1024] [--pairs 7]
+    python -m bench.fused_layers_ab [--decodes 32,64,128] [--prefill 1024] [--prompts 11]
     python -m bench.fused_layers_ab --smoke     # the tests' tiny model, seconds
 """
 
@@ -35,7 +36,7 @@ from engine.models import load_model
 from kernels import cpu_elementwise, cpu_native
 
 BLOCK_SIZE = 16
-SMOKE = {"decodes": "20", "prefill": 24, "pairs": 2, "context": 20, "steps": 2}
+SMOKE = {"decodes": "20", "prefill": 24, "prompts": 3, "pairs": 2, "context": 20, "steps": 2}
 
 
 def log(*parts: object) -> None:
@@ -61,13 +62,16 @@ def shapes(args: argparse.Namespace) -> list[steps.StepShape]:
              for n in args.decodes.split(",")]
     return [*found, steps.StepShape(f"prefill {args.prefill}", 0, 0, args.prefill),
             steps.StepShape(f"prefill {args.prefill} + 16 decodes", 16, args.context,
-                            args.prefill)]
+                            args.prefill),
+            steps.StepShape(f"prefill {args.prefill} in {args.prompts} prompts", 0, 0,
+                            args.prefill, args.prompts)]
 
 
 def measure(model_name: str, args: argparse.Namespace) -> dict:
     loaded = load_model(model_name, dtype="auto")
     todo = shapes(args)
-    blocks = max(steps.blocks_needed(s.decodes, s.context, s.prefill, BLOCK_SIZE) for s in todo)
+    blocks = max(steps.blocks_needed(s.decodes, s.context, s.prefill, BLOCK_SIZE, s.prompts)
+                 for s in todo)
     runner = ModelRunner(loaded, blocks, BLOCK_SIZE)
     vocab = loaded.hf_config.vocab_size
     results = {}
@@ -83,7 +87,7 @@ def measure(model_name: str, args: argparse.Namespace) -> dict:
                for side, v in samples.items()}
         row["speedup"] = row["torch"]["median"] / row["fused"]["median"]
         results[shape.name] = row
-        log(f"  {shape.name:<26}" + "  ".join(
+        log(f"  {shape.name:<30}" + "  ".join(
             f"{side} {row[side]['median']:7.1f} [{row[side]['min']:.1f}-{row[side]['max']:.1f}]"
             for side in samples) + f"  fused {row['speedup']:.2f}x")
     return {"model": model_name, "context": args.context, "threads": torch.get_num_threads(),
@@ -96,6 +100,9 @@ def main() -> None:
     ap.add_argument("--decodes", default="32,64,128", help="decode counts per step")
     ap.add_argument("--context", type=int, default=128, help="tokens of context per decode")
     ap.add_argument("--prefill", type=int, default=1024, help="tokens of the prefill chunk")
+    ap.add_argument("--prompts", type=int, default=11,
+                    help="prompts sharing --prefill tokens in the last shape (the offline"
+                         " workload's big prefill steps hold ~90-token prompts)")
     ap.add_argument("--pairs", type=int, default=7, help="rounds of both sides per shape")
     ap.add_argument("--steps", type=int, default=2, help="timed steps per sample")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")

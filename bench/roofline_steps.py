@@ -52,7 +52,8 @@ class StepShape:
     name: str
     decodes: int  # sequences decoding one token each
     context: int  # tokens of context per decode, this step's token included
-    prefill: int  # tokens of one prefill chunk from position 0 (0: none)
+    prefill: int  # prefill tokens from position 0 (0: none), split over `prompts` prompts
+    prompts: int = 1  # fresh prompts sharing the prefill tokens (the first ones 1 longer)
 
     @property
     def tokens(self) -> int:
@@ -60,7 +61,14 @@ class StepShape:
 
     @property
     def sample_rows(self) -> int:
-        return self.decodes + (1 if self.prefill else 0)
+        return self.decodes + (self.prompts if self.prefill else 0)
+
+    def prompt_lengths(self) -> list[int]:
+        """Tokens of each prompt of the prefill ([] without one)."""
+        if not self.prefill:
+            return []
+        base, extra = divmod(self.prefill, self.prompts)
+        return [base + (1 if i < extra else 0) for i in range(self.prompts)]
 
 
 def linear_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -132,14 +140,17 @@ def projection_shapes(model: nn.Module) -> dict[tuple[int, int], str]:
     return shapes
 
 
-def blocks_needed(batch: int, context: int, prefill: int, block_size: int) -> int:
-    return batch * -(-context // block_size) + -(-prefill // block_size) + 1
+def blocks_needed(batch: int, context: int, prefill: int, block_size: int,
+                  prompts: int = 1) -> int:
+    """KV blocks for `batch` decodes at `context` and `prefill` tokens over `prompts` prompts
+    (each prompt's last block partly used: at most one spare block each), plus one."""
+    return batch * -(-context // block_size) + -(-prefill // block_size) + prompts + 1
 
 
 def build_step(shape: StepShape, vocab: int, block_size: int, temperature: float,
                seed: int = 0) -> SchedulerOutput:
     """Fake requests, each owning its own blocks: decodes at `context` (all but the last
-    token computed), then one prefill chunk of a fresh prompt that samples."""
+    token computed), then one whole-prompt chunk per fresh prompt, each of which samples."""
     rng, next_block = random.Random(seed), 0
     params = SamplingParams(max_tokens=1, temperature=temperature, ignore_eos=True, seed=seed)
 
@@ -153,8 +164,8 @@ def build_step(shape: StepShape, vocab: int, block_size: int, temperature: float
         return req
 
     decodes = [request(i, shape.context, shape.context - 1) for i in range(shape.decodes)]
-    prefills = [PrefillChunk(request(shape.decodes, shape.prefill, 0), shape.prefill, True)
-                ] if shape.prefill else []
+    prefills = [PrefillChunk(request(shape.decodes + i, length, 0), length, True)
+                for i, length in enumerate(shape.prompt_lengths())]
     return SchedulerOutput(0, decodes, prefills, config_version=0, token_budget=shape.tokens,
                            num_decode_tokens=shape.decodes, num_prefill_tokens=shape.prefill)
 
