@@ -34,7 +34,7 @@ import torch
 
 from engine.logprobs import SampledTokens, TokenLogprob
 from engine.request import Request, SamplingParams
-from engine.sampler_race import candidates, race, row_argmax
+from engine.sampler_race import Candidates, candidates, race, row_argmax
 from kernels.workspace import workspace
 
 
@@ -77,15 +77,26 @@ class SamplingTensors:
 def filter_logits(logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
     """Temperature, then top-k, top-p and min_p on rows of logits [R, V] (float32) -> [R, V],
     filtered tokens at -inf, in the "sampler.logits" workspace (`logits` is not changed)."""
+    return filter_logits_and_candidates(logits, params)[0]
+
+
+def filter_logits_and_candidates(logits: torch.Tensor, params: SamplingTensors
+                                 ) -> tuple[torch.Tensor, Candidates | None]:
+    """filter_logits, and each row's surviving logits with their token ids where top-p
+    gathered them on the way ([R, n] in vocabulary order, -inf where dropped: what
+    sampler_race.candidates would find again in the filtered rows); None where it did not,
+    or min_p ran after it."""
     scaled = workspace("sampler.logits", tuple(logits.shape), torch.float32, logits.device)
     torch.div(logits, params.temperature, out=scaled)
+    kept = None
     if params.max_top_k:
         _top_k(scaled, params.top_k, params.max_top_k)
     if params.any_top_p:
-        _top_p(scaled, params.top_p)
+        kept = _top_p(scaled, params.top_p)
     if params.any_min_p:
         _min_p(scaled, params.min_p)
-    return scaled
+        kept = None
+    return scaled, kept
 
 
 def _min_p(logits: torch.Tensor, min_p: torch.Tensor) -> None:
@@ -105,39 +116,45 @@ def _top_k(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> None:
     logits.masked_fill_(logits < kth, float("-inf"))
 
 
-def _top_p(logits: torch.Tensor, top_p: torch.Tensor) -> None:
+def _top_p(logits: torch.Tensor, top_p: torch.Tensor) -> Candidates | None:
     """In place: drop a token when the more likely tokens before it already cover the row's
-    top_p; the most likely token always stays. Rows with top_p = +inf keep everything."""
+    top_p; the most likely token always stays. Rows with top_p = +inf keep everything.
+    Returns the rows' candidates where it gathered them (see filter_logits_and_candidates)."""
     candidates = int((logits > float("-inf")).sum(dim=-1).max())  # finite or -inf: one pass
     if candidates <= logits.shape[-1] // 4:
-        _top_p_of_candidates(logits, top_p, candidates)
-        return
+        return _top_p_of_candidates(logits, top_p, candidates)
     shape, device = tuple(logits.shape), logits.device
     sorted_logits = workspace("sampler.sorted", shape, torch.float32, device)
     order = workspace("sampler.order", shape, torch.int64, device)
     # stable: tied logits keep vocabulary order, so the cut is the same in any batch
     torch.sort(logits, dim=-1, descending=True, stable=True, out=(sorted_logits, order))
     _cut(logits, top_p, sorted_logits, order)
+    return None
 
 
-def _top_p_of_candidates(logits: torch.Tensor, top_p: torch.Tensor, n: int) -> None:
+def _top_p_of_candidates(logits: torch.Tensor, top_p: torch.Tensor, n: int) -> Candidates:
     """_top_p when top-k left at most n finite logits a row: the same cut, from a sort of
-    the n candidates instead of the whole vocabulary ([R, n]: 50 of 49,152 for top_k 50)."""
+    the n candidates instead of the whole vocabulary ([R, n]: 50 of 49,152 for top_k 50).
+    Returns the candidates with the cut applied to them too."""
     values, index = candidates(logits, n)  # in vocabulary order, so a stable sort by value
     sorted_logits, by_value = torch.sort(values, dim=-1, descending=True, stable=True)  # is
     # the full stable sort's order
-    _cut(logits, top_p, sorted_logits, index.gather(1, by_value))
+    drop = _cut(logits, top_p, sorted_logits, index.gather(1, by_value))
+    dropped = torch.zeros_like(drop).scatter_(1, by_value, drop)  # in vocabulary order
+    return values.masked_fill_(dropped, float("-inf")), index
 
 
 def _cut(logits: torch.Tensor, top_p: torch.Tensor, sorted_logits: torch.Tensor,
-         order: torch.Tensor) -> None:
-    """Mask, in `logits`, the tokens (`order`: their ids, by falling logit) past top_p."""
+         order: torch.Tensor) -> torch.Tensor:
+    """Mask, in `logits`, the tokens (`order`: their ids, by falling logit) past top_p;
+    returns which were (bool [R, n], in `order`'s order). Uses sorted_logits' memory."""
     probs = torch.softmax(sorted_logits, dim=-1)
     before = torch.cumsum(probs, dim=-1, out=sorted_logits).sub_(probs)  # mass before each
     drop = before >= top_p[:, None]  # (R, n), sorted order
     drop[:, 0] = False
     mask = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
     logits.masked_fill_(mask.scatter_(1, order, drop), float("-inf"))
+    return drop
 
 
 @dataclass(frozen=True)
@@ -277,7 +294,7 @@ def _sample_tokens(logits: torch.Tensor, requests: list[Request]) -> torch.Tenso
     params = SamplingTensors.from_params([r.sampling_params for r in sampled_requests],
                                          logits.shape[-1], logits.device)
     picked = logits if not greedy else logits.index_select(0, rows)
-    tokens[rows] = race(filter_logits(picked, params), sampled_requests)
+    tokens[rows] = race(*filter_logits_and_candidates(picked, params), sampled_requests)
     return tokens
 
 

@@ -22,6 +22,9 @@ from engine.request import Request
 from kernels.workspace import workspace
 
 CANDIDATE_SHARE = 4
+# (logits, token ids), each [R, n]: every row's finite logits in vocabulary order, padded
+# with -inf entries (see candidates)
+Candidates = tuple[torch.Tensor, torch.Tensor]
 
 _seed_source = random.SystemRandom()
 
@@ -46,20 +49,27 @@ def draw_noise(requests: list[Request], vocab: int, device: torch.device) -> tor
     return noise
 
 
-def race(filtered: torch.Tensor, requests: list[Request]) -> torch.Tensor:
+def race(filtered: torch.Tensor, kept: Candidates | None,
+         requests: list[Request]) -> torch.Tensor:
     """filtered [S, V]: the sampled rows' logits after temperature and filters (-inf where
-    dropped) -> int64 [S], one token each."""
+    dropped) -> int64 [S], one token each. `kept`: the same rows' finite logits and their
+    ids where the filters gathered them (else None): when every row has few, the race
+    takes them as they are instead of counting and gathering them again from `filtered`."""
     rows, vocab = filtered.shape
+    if kept is not None:
+        counts = (kept[0] > float("-inf")).sum(dim=-1)  # [S], over [S, n] only
+        if bool((counts <= vocab // CANDIDATE_SHARE).all()):
+            return _race_candidates(*kept, requests, counts)
     # NOTE: filtered logits are finite or -inf (dropped), so one comparison counts what
     # isfinite counts, in one pass over [S, V] instead of its three (eq, abs, ne)
     counts = (filtered > float("-inf")).sum(dim=-1)  # [S]
     few = (counts <= vocab // CANDIDATE_SHARE).tolist()
     if all(few):
-        return _race_candidates(filtered, requests, counts)
+        return _race_few(filtered, requests, counts)
     if not any(few):
         return _race_vocabulary(filtered, requests)
     tokens = torch.empty(rows, dtype=torch.int64, device=filtered.device)
-    for flag, race_of in ((True, _race_candidates), (False, _race_vocabulary)):
+    for flag, race_of in ((True, _race_few), (False, _race_vocabulary)):
         group = [i for i, f in enumerate(few) if f is flag]
         index = torch.tensor(group, device=filtered.device)
         args = (filtered.index_select(0, index), [requests[i] for i in group])
@@ -89,15 +99,21 @@ def candidates(logits: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor
     return values.gather(1, by_index), index
 
 
-def _race_candidates(filtered: torch.Tensor, requests: list[Request],
-                     counts: torch.Tensor) -> torch.Tensor:
+def _race_few(filtered: torch.Tensor, requests: list[Request],
+              counts: torch.Tensor) -> torch.Tensor:
     """The race over each row's finite logits (`counts` of them) only."""
-    values, index = candidates(filtered, int(counts.max()))
+    return _race_candidates(*candidates(filtered, int(counts.max())), requests, counts)
+
+
+def _race_candidates(values: torch.Tensor, index: torch.Tensor, requests: list[Request],
+                     counts: torch.Tensor) -> torch.Tensor:
+    """The race over candidates [R, n] (vocabulary order; `counts` finite a row): one noise
+    draw per finite candidate, in that order, from the row's own generator."""
     probs = torch.softmax(values, dim=-1)  # the dropped (-inf) ones: 0
     finite = torch.isfinite(values)
     noise = torch.ones_like(probs)
     for i, req in enumerate(requests):
-        draw = torch.empty(int(counts[i]), device=filtered.device)
+        draw = torch.empty(int(counts[i]), device=values.device)
         noise[i, finite[i]] = draw.exponential_(generator=request_generator(req, draw.device))
-    pick = torch.argmax(probs.div_(noise), dim=-1)
+    pick = row_argmax(probs.div_(noise))
     return index.gather(1, pick[:, None])[:, 0]
