@@ -30,10 +30,10 @@ import torch
 from tqdm import tqdm
 
 from bench import roofline_steps as steps
-from bench.random_models import run_bench
+from bench.random_models import run_native_bench, step_ab_parser
 from engine.model_runner import ModelRunner
 from engine.models import load_model
-from kernels import cpu_elementwise, cpu_native
+from kernels import cpu_elementwise
 
 BLOCK_SIZE = 16
 SMOKE = {"decodes": "20", "prefill": 24, "prompts": 3, "pairs": 2, "context": 20, "steps": 2}
@@ -95,22 +95,13 @@ def measure(model_name: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m", help="alias or checkpoint directory")
+    ap = step_ab_parser(__doc__, SMOKE, pairs=7, steps=2)
     ap.add_argument("--decodes", default="32,64,128", help="decode counts per step")
-    ap.add_argument("--context", type=int, default=128, help="tokens of context per decode")
     ap.add_argument("--prefill", type=int, default=1024, help="tokens of the prefill chunk")
     ap.add_argument("--prompts", type=int, default=11,
                     help="prompts sharing --prefill tokens in the last shape (the offline"
                          " workload's big prefill steps hold ~90-token prompts)")
-    ap.add_argument("--pairs", type=int, default=7, help="rounds of both sides per shape")
-    ap.add_argument("--steps", type=int, default=2, help="timed steps per sample")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
-    ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
-    args = ap.parse_args()
-    if cpu_native.load() is None:
-        raise SystemExit(f"the native kernels are unavailable: {cpu_native.unavailable_reason()}")
-    run_bench("fused_layers_ab", args, SMOKE, measure)
+    run_native_bench("fused_layers_ab", ap.parse_args(), SMOKE, measure)
 
 
 if __name__ == "__main__":

@@ -36,10 +36,10 @@ from tqdm import tqdm
 
 from bench import roofline_steps as steps
 from bench.quantized_models import as_if_from_gguf, blocks_set_aside
-from bench.random_models import run_bench
+from bench.random_models import run_native_bench, step_ab_parser
 from engine.model_runner import ModelRunner
 from engine.models import load_model
-from kernels import cpu_layers, cpu_native
+from kernels import cpu_layers
 
 # side -> (native, bf16_min_rows, on the GGUF blocks)
 SIDES = {"torch_fp32": (False, None, False), "torch_bf16": (False, 1, False),
@@ -119,18 +119,9 @@ def measure(model_name: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m", help="alias or checkpoint directory")
+    ap = step_ab_parser(__doc__, SMOKE, pairs=7, steps=3)
     ap.add_argument("--rows", default="1,2,4,8,12,16,24,32", help="decodes per step")
-    ap.add_argument("--context", type=int, default=128, help="tokens of context per decode")
-    ap.add_argument("--pairs", type=int, default=7, help="rounds of all sides per step size")
-    ap.add_argument("--steps", type=int, default=3, help="timed steps per sample")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
-    ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
-    args = ap.parse_args()
-    if cpu_native.load() is None:
-        raise SystemExit(f"the native kernels are unavailable: {cpu_native.unavailable_reason()}")
-    run_bench("native_layers_ab", args, SMOKE, measure)
+    run_native_bench("native_layers_ab", ap.parse_args(), SMOKE, measure)
 
 
 if __name__ == "__main__":

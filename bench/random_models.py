@@ -7,6 +7,7 @@ SmolLM2-135M's, and a Llama of about 1.2B parameters (Llama-3.2-1B's shape, defa
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
@@ -120,3 +121,26 @@ def run_bench(name: str, args, smoke: dict, measure) -> dict:
               "seconds": round(time.perf_counter() - started, 1)}
     print(json.dumps(result))
     return result
+
+
+def step_ab_parser(doc: str, smoke: dict, pairs: int, steps: int) -> argparse.ArgumentParser:
+    """The options every engine-step A/B bench takes (model, context, rounds, timed steps,
+    threads, smoke); the bench adds its own shapes."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m", help="alias or checkpoint directory")
+    ap.add_argument("--context", type=int, default=128, help="tokens of context per decode")
+    ap.add_argument("--pairs", type=int, default=pairs, help="rounds of all sides per shape")
+    ap.add_argument("--steps", type=int, default=steps, help="timed steps per sample")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
+    ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {smoke}")
+    return ap
+
+
+def run_native_bench(name: str, args, smoke: dict, measure) -> dict:
+    """run_bench for a bench of the native kernels: exits with the reason where they do not
+    build here."""
+    from kernels import cpu_native
+
+    if cpu_native.load() is None:
+        raise SystemExit(f"the native kernels are unavailable: {cpu_native.unavailable_reason()}")
+    return run_bench(name, args, smoke, measure)

@@ -10,16 +10,14 @@ from unittest import mock
 import pytest
 import torch
 import torch.nn.functional as F
-from fixtures.tiny_models import TINY_LLAMA, write_checkpoint
+from fixtures.native_steps import BLOCK_SIZE, paged_step
 
-from engine.models import fused_layers, load_model
-from engine.models.attention import allocate_kv_caches, build_attention_metadata
+from engine.models import fused_layers
 from engine.models.llama import rope_for_rotate, rotate
 from kernels import cpu_elementwise, cpu_layers, cpu_native
 
 pytestmark = pytest.mark.skipif(cpu_native.load() is None,
                                 reason=f"{cpu_native.unavailable_reason()}")
-BLOCK_SIZE = 4
 
 
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
@@ -98,38 +96,11 @@ def test_rope_store_rotates_q_and_k_and_stores_k_and_v(dtype):
     torch.testing.assert_close(caches[1], caches[3], atol=0, rtol=0)
 
 
-@pytest.fixture(scope="module")
-def odd_llama_dir(tmp_path_factory):
-    spec = {**TINY_LLAMA, "hidden_size": 63, "intermediate_size": 37,
-            "num_attention_heads": 3, "num_key_value_heads": 1}
-    arch, seed = spec.pop("arch"), spec.pop("seed")
-    return write_checkpoint(tmp_path_factory.mktemp("odd-llama"), arch, seed, **spec)
-
-
-@pytest.fixture(scope="module", params=["llama", "qwen2", "odd_llama"])
-def model(request, tiny_llama_dir, tiny_qwen2_dir, odd_llama_dir):
-    path = {"llama": tiny_llama_dir, "qwen2": tiny_qwen2_dir,
-            "odd_llama": odd_llama_dir}[request.param]
-    return load_model(path, dtype=torch.float32).model
-
-
 def mixed_step(model, query_lens: list[int], seed: int = 0):
     """One step: per sequence `query_lens[i]` new tokens at the end of a context of
-    q + 5 + 3 i tokens, blocks in reverse order, random caches."""
-    gen = torch.Generator().manual_seed(seed)
+    q + 5 + 3 i tokens (ids, positions, caches, metadata)."""
     contexts = [q + 5 + 3 * i for i, q in enumerate(query_lens)]
-    tables, used = [], 0
-    for ctx in contexts:
-        owned = -(-ctx // BLOCK_SIZE)
-        tables.append(list(range(used, used + owned))[::-1])
-        used += owned
-    caches = allocate_kv_caches(model.num_layers, used + 1, BLOCK_SIZE, model.num_kv_heads,
-                                model.head_dim, torch.float32)
-    for k, v in caches:
-        k.normal_(generator=gen)
-        v.normal_(generator=gen)
-    positions, meta = build_attention_metadata(tables, contexts, query_lens, BLOCK_SIZE)
-    ids = torch.randint(0, model.config.vocab_size, (sum(query_lens),), generator=gen)
+    ids, positions, meta, caches = paged_step(model, query_lens, contexts, seed)
     return ids, positions, caches, meta
 
 

@@ -14,9 +14,8 @@ from unittest import mock
 import pytest
 import torch
 from fixtures.native_steps import BLOCK_SIZE, assert_same_step, decode_step, run
-from fixtures.tiny_models import TINY_LLAMA, write_checkpoint
 
-from engine.models import load_model, native_decode
+from engine.models import native_decode
 from engine.models.attention import build_attention_metadata
 from engine.models.llama import rope_for_rotate
 from kernels import cpu_layers, cpu_native, use_attention_backend
@@ -29,24 +28,6 @@ needs_native = pytest.mark.skipif(cpu_native.load() is None,
 def every_row_count(monkeypatch):
     """Every step the kernel can take goes native here, not only those it is faster at."""
     monkeypatch.setattr(cpu_layers, "NATIVE_MAX_ROWS", cpu_layers.MAX_ROWS)
-
-
-@pytest.fixture(scope="module")
-def odd_llama_dir(tmp_path_factory):
-    """hidden 63 (3 query heads, 1 KV head) and intermediate 37: an odd number of output
-    rows (o_proj, down_proj: the GEMV's single-row tail) and reductions that are not whole
-    16-lane vectors."""
-    spec = {**TINY_LLAMA, "hidden_size": 63, "intermediate_size": 37,
-            "num_attention_heads": 3, "num_key_value_heads": 1}
-    arch, seed = spec.pop("arch"), spec.pop("seed")
-    return write_checkpoint(tmp_path_factory.mktemp("odd-llama"), arch, seed, **spec)
-
-
-@pytest.fixture(scope="module", params=["llama", "qwen2", "odd_llama"])
-def model(request, tiny_llama_dir, tiny_qwen2_dir, odd_llama_dir):
-    path = {"llama": tiny_llama_dir, "qwen2": tiny_qwen2_dir,
-            "odd_llama": odd_llama_dir}[request.param]
-    return load_model(path, dtype=torch.float32).model
 
 
 @needs_native
