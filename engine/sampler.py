@@ -34,7 +34,7 @@ import torch
 
 from engine.logprobs import SampledTokens, TokenLogprob
 from engine.request import Request, SamplingParams
-from engine.sampler_race import Candidates, candidates, race, row_argmax
+from engine.sampler_race import Candidates, candidates, in_vocabulary_order, race, row_argmax
 from kernels.workspace import workspace
 
 
@@ -88,11 +88,10 @@ def filter_logits_and_candidates(logits: torch.Tensor, params: SamplingTensors
     or min_p ran after it."""
     scaled = workspace("sampler.logits", tuple(logits.shape), torch.float32, logits.device)
     torch.div(logits, params.temperature, out=scaled)
-    kept = None
-    if params.max_top_k:
-        _top_k(scaled, params.top_k, params.max_top_k)
-    if params.any_top_p:
-        kept = _top_p(scaled, params.top_p)
+    top_k_kept = _top_k(scaled, params.top_k, params.max_top_k) if params.max_top_k else None
+    # without top-p the race gathers the candidates itself: top-k's are by falling logit,
+    # and a row not top-k'd (or with ties past max_top_k) has more than they hold
+    kept = _top_p(scaled, params.top_p, top_k_kept) if params.any_top_p else None
     if params.any_min_p:
         _min_p(scaled, params.min_p)
         kept = None
@@ -107,22 +106,29 @@ def _min_p(logits: torch.Tensor, min_p: torch.Tensor) -> None:
     logits.masked_fill_(probs < probs.amax(dim=-1, keepdim=True) * min_p, float("-inf"))
 
 
-def _top_k(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> None:
+def _top_k(logits: torch.Tensor, top_k: torch.Tensor, max_top_k: int) -> Candidates:
     """In place: keep each row's tokens at or above its k-th largest logit (ties at the
-    k-th stay). Rows with k = V keep everything."""
-    largest = torch.topk(logits, max_top_k, dim=-1).values  # (R, max_k), descending
+    k-th stay). Rows with k = V keep everything. Returns each row's max_top_k largest logits
+    (-inf where dropped) and their ids, by falling logit: every survivor of a row that kept
+    at most max_top_k (not of one with ties past it, or with k = V)."""
+    largest, ids = torch.topk(logits, max_top_k, dim=-1)  # (R, max_k), descending
     kth = largest.gather(1, (top_k.clamp(max=max_top_k) - 1)[:, None])  # (R, 1)
     kth = torch.where(top_k[:, None] < logits.shape[-1], kth, float("-inf"))
     logits.masked_fill_(logits < kth, float("-inf"))
+    return largest.masked_fill_(largest < kth, float("-inf")), ids
 
 
-def _top_p(logits: torch.Tensor, top_p: torch.Tensor) -> Candidates | None:
+def _top_p(logits: torch.Tensor, top_p: torch.Tensor,
+           top_k_kept: Candidates | None = None) -> Candidates | None:
     """In place: drop a token when the more likely tokens before it already cover the row's
     top_p; the most likely token always stays. Rows with top_p = +inf keep everything.
-    Returns the rows' candidates where it gathered them (see filter_logits_and_candidates)."""
-    candidates = int((logits > float("-inf")).sum(dim=-1).max())  # finite or -inf: one pass
-    if candidates <= logits.shape[-1] // 4:
-        return _top_p_of_candidates(logits, top_p, candidates)
+    top_k_kept: what _top_k returned, if it ran. Returns the rows' candidates where it
+    gathered them (see filter_logits_and_candidates)."""
+    most = int((logits > float("-inf")).sum(dim=-1).max())  # finite or -inf: one pass
+    if top_k_kept is not None and most <= top_k_kept[0].shape[1]:  # top-k holds them all
+        return _top_p_of_candidates(logits, top_p, in_vocabulary_order(*top_k_kept))
+    if most <= logits.shape[-1] // 4:
+        return _top_p_of_candidates(logits, top_p, candidates(logits, most))
     shape, device = tuple(logits.shape), logits.device
     sorted_logits = workspace("sampler.sorted", shape, torch.float32, device)
     order = workspace("sampler.order", shape, torch.int64, device)
@@ -132,11 +138,12 @@ def _top_p(logits: torch.Tensor, top_p: torch.Tensor) -> Candidates | None:
     return None
 
 
-def _top_p_of_candidates(logits: torch.Tensor, top_p: torch.Tensor, n: int) -> Candidates:
-    """_top_p when top-k left at most n finite logits a row: the same cut, from a sort of
-    the n candidates instead of the whole vocabulary ([R, n]: 50 of 49,152 for top_k 50).
-    Returns the candidates with the cut applied to them too."""
-    values, index = candidates(logits, n)  # in vocabulary order, so a stable sort by value
+def _top_p_of_candidates(logits: torch.Tensor, top_p: torch.Tensor,
+                         found: Candidates) -> Candidates:
+    """_top_p when every row's finite logits are in `found` (in vocabulary order): the same
+    cut, from a sort of those instead of the whole vocabulary ([R, n]: 50 of 49,152 for
+    top_k 50). Returns them with the cut applied to them too."""
+    values, index = found  # in vocabulary order, so a stable sort by value
     sorted_logits, by_value = torch.sort(values, dim=-1, descending=True, stable=True)  # is
     # the full stable sort's order
     drop = _cut(logits, top_p, sorted_logits, index.gather(1, by_value))

@@ -94,7 +94,11 @@ def _race_vocabulary(filtered: torch.Tensor, requests: list[Request]) -> torch.T
 def candidates(logits: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """[R, V] logits with at most n finite a row -> (values, token ids) [R, n] holding every
     row's finite logits, in vocabulary order (a row with fewer has -inf entries too)."""
-    values, index = torch.topk(logits, n, dim=-1)
+    return in_vocabulary_order(*torch.topk(logits, n, dim=-1))
+
+
+def in_vocabulary_order(values: torch.Tensor, index: torch.Tensor) -> Candidates:
+    """(values, token ids) [R, n] -> the same pairs, each row sorted by token id."""
     index, by_index = torch.sort(index, dim=-1)
     return values.gather(1, by_index), index
 

@@ -1,6 +1,8 @@
-"""The race on the candidates top-p gathered (sampler.filter_logits_and_candidates) picks
-the same tokens, from the same noise draws, as the race that finds them again in the
-filtered rows: per row the same finite logits in the same (vocabulary) order."""
+"""The candidates carried from top-k through top-p to the race
+(sampler.filter_logits_and_candidates) change nothing: top-p on top-k's candidates masks
+the same logits as top-p gathering them again, and the race on the carried candidates
+picks the same tokens, from the same noise draws, as the race that finds them again in the
+filtered rows (per row the same finite logits in the same, vocabulary, order)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import torch
 
 from engine import sampler_race
 from engine.request import Request, SamplingParams
-from engine.sampler import SamplingTensors, filter_logits_and_candidates
+from engine.sampler import SamplingTensors, _top_k, _top_p, filter_logits_and_candidates
 from engine.sampler_race import race
 
 VOCAB = 4096
@@ -28,13 +30,33 @@ def settings(seed: int) -> list[SamplingParams]:
                                            (1.3, 50, 0.99), (0.05, 20, 0.8), (1.0, 3, 0.7)])]
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_race_on_carried_candidates_equals_the_race_that_gathers_them(seed):
+def step_logits(seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     logits = torch.randn(6, VOCAB, generator=gen) * 3
-    logits[1, :100] = logits[1].max()  # 100 tied at the top: top-k 40 keeps all of them
+    if seed % 2:
+        logits[1, :100] = logits[1].max()  # 100 tied at the top: past every row's k
     logits[5, 7:12] = 2.5  # ties around the k-th of a small k
-    params = settings(seed)
+    return logits
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_p_on_top_k_candidates_masks_what_it_masks_without_them(seed):
+    logits, params = step_logits(seed), settings(seed)
+    tensors = SamplingTensors.from_params(params, VOCAB, logits.device)
+    filtered, kept = filter_logits_and_candidates(logits, tensors)
+    expected = logits / tensors.temperature
+    _top_k(expected, tensors.top_k, tensors.max_top_k)
+    _top_p(expected, tensors.top_p)  # gathers its candidates from the rows itself
+    assert torch.equal(filtered, expected)
+    for values, ids, row in zip(*kept, filtered, strict=True):  # the carried: the survivors
+        finite = values > float("-inf")
+        assert torch.equal(ids[finite], torch.nonzero(row > float("-inf")).flatten())
+        assert torch.equal(values[finite], row[ids[finite]])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_race_on_carried_candidates_equals_the_race_that_gathers_them(seed):
+    logits, params = step_logits(seed), settings(seed)
     tensors = SamplingTensors.from_params(params, VOCAB, logits.device)
     filtered, kept = filter_logits_and_candidates(logits, tensors)
     assert kept is not None
