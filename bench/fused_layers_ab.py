@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
 import torch
 from tqdm import tqdm
@@ -48,11 +47,7 @@ def time_side(runner: ModelRunner, out, fused: bool, steps_per_sample: int) -> f
     saved = cpu_elementwise.NATIVE_ELEMENTWISE
     cpu_elementwise.NATIVE_ELEMENTWISE = fused
     try:
-        runner.execute(out)
-        started = time.perf_counter()
-        for _ in range(steps_per_sample):
-            runner.execute(out)
-        return (time.perf_counter() - started) / steps_per_sample * 1e3
+        return steps.ms_per_step(runner, out, steps_per_sample)
     finally:
         cpu_elementwise.NATIVE_ELEMENTWISE = saved
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 
 import torch
 from tqdm import tqdm
@@ -63,11 +62,7 @@ def time_side(runner: ModelRunner, out, side: tuple, steps_per_sample: int) -> f
     cpu_layers.NATIVE_MAX_ROWS = cpu_layers.NATIVE_GGUF_MAX_ROWS = cpu_layers.MAX_ROWS
     try:
         with blocks_set_aside(model, aside=not gguf):
-            runner.execute(out)
-            started = time.perf_counter()
-            for _ in range(steps_per_sample):
-                runner.execute(out)
-            return (time.perf_counter() - started) / steps_per_sample * 1e3
+            return steps.ms_per_step(runner, out, steps_per_sample)
     finally:
         (cpu_layers.NATIVE_LAYERS, cpu_layers.NATIVE_MAX_ROWS,
          cpu_layers.NATIVE_GGUF_MAX_ROWS, model.bf16_min_rows) = saved

@@ -170,6 +170,15 @@ def build_step(shape: StepShape, vocab: int, block_size: int, temperature: float
                            num_decode_tokens=shape.decodes, num_prefill_tokens=shape.prefill)
 
 
+def ms_per_step(runner: ModelRunner, out: SchedulerOutput, steps: int) -> float:
+    """ms per runner.execute(out): the mean of `steps` steps after one untimed step."""
+    runner.execute(out)
+    started = time.perf_counter()
+    for _ in range(steps):
+        runner.execute(out)
+    return (time.perf_counter() - started) / steps * 1e3
+
+
 def label_attention(model: nn.Module) -> list:
     """Forward hooks that wrap every attention module's forward in ATTENTION_LABEL."""
     open_ranges: list[record_function] = []
