@@ -49,7 +49,7 @@ _reason: list[str] = []  # why load() returned None (one entry once it has)
 
 _I64, _PTR, _F32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 _ARGTYPES = [_PTR, _I64, _PTR, _PTR, _I64, _I64, _I64, _I64, _I64, _I64, _PTR, _I64, _PTR,
-             _PTR, _PTR, ctypes.c_float, _PTR, _I64]
+             _PTR, _PTR, _F32, _PTR, _I64]
 
 
 def unavailable_reason() -> str | None:
@@ -134,6 +134,16 @@ def threads_for(keys: int, num_heads: int) -> int:
     PARALLEL_MIN_WORK key-heads (~50 us of work), where waking a second thread costs more
     than it saves (and on a busy machine can stall far longer), else torch's thread count."""
     return 1 if keys * num_heads < PARALLEL_MIN_WORK else torch.get_num_threads()
+
+
+def slots_inside(slots: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """Whether C may write a step's K/V at `slots` (block * block_size + offset, as
+    AttentionMetadata.slot_mapping): int64, contiguous, not empty, and every slot inside
+    k_cache [num_blocks, block_size, ...] (torch would raise; C would write out of bounds)."""
+    if slots.dtype != torch.int64 or not slots.is_contiguous() or slots.numel() == 0:
+        return False
+    lo, hi = torch.aminmax(slots)
+    return int(lo) >= 0 and int(hi) < k_cache.shape[0] * k_cache.shape[1]
 
 
 def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from engine.models.attention import AttentionMetadata, KVCache
-from kernels import cpu_elementwise
+from kernels import cpu_elementwise, cpu_native
 
 # NOTE: float32 steps keep torch's ops: they are what the token-for-token parity tests
 # against transformers run, and the fused calls sum in another order (within 2e-5, not
@@ -43,7 +43,7 @@ def run_fused_layers(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Ten
             and _caches_and_slots_ok(kv_caches, meta.slot_mapping)):
         return False
     rows = x.shape[0]
-    cos, ssin = (t.reshape(rows, -1).float().contiguous() for t in rope)
+    cos, ssin = (t.reshape(rows, -1).contiguous() for t in rope)  # float32, as x
     act = torch.bfloat16 if bf16 else torch.float32
     eps = layers[0].input_layernorm.eps
     h = cpu_elementwise.add_rmsnorm(x, None, layers[0].input_layernorm.weight, eps, act)
@@ -76,7 +76,4 @@ def _caches_and_slots_ok(kv_caches: list[KVCache], slots: torch.Tensor) -> bool:
     if not all(k.dtype == v.dtype == torch.float32 and k.is_contiguous() and v.is_contiguous()
                and k.shape == k0.shape and v.shape == k0.shape for k, v in kv_caches):
         return False
-    if slots.dtype != torch.int64 or not slots.is_contiguous() or slots.numel() == 0:
-        return False
-    lo, hi = torch.aminmax(slots)
-    return int(lo) >= 0 and int(hi) < k0.shape[0] * k0.shape[1]
+    return cpu_native.slots_inside(slots, k0)

@@ -79,17 +79,14 @@ def native_logits(model, hidden: torch.Tensor) -> torch.Tensor | None:
 def _metadata_ok(meta: AttentionMetadata, k_cache: torch.Tensor) -> bool:
     """Every row a decode of its own sequence, its slot and its blocks inside the cache,
     and the index tensors laid out as the kernel reads them."""
-    num_blocks, block_size = k_cache.shape[0], k_cache.shape[1]
     tables, ctx, slots = meta.block_tables, meta.context_lens, meta.slot_mapping
     if not (tables.dtype == ctx.dtype == torch.int32 and tables.stride(1) == 1
-            and ctx.is_contiguous() and slots.dtype == torch.int64 and slots.is_contiguous()):
+            and ctx.is_contiguous() and cpu_native.slots_inside(slots, k_cache)):
         return False
-    plan = step_plan(len(slots), tables, ctx, meta.query_start_loc, block_size)
+    plan = step_plan(len(slots), tables, ctx, meta.query_start_loc, k_cache.shape[1])
     ids = plan.decode_block_ids
-    if not plan.all_decodes or ids is None or ids[0] < 0 or ids[1] >= num_blocks:
-        return False
-    lo, hi = torch.aminmax(slots)
-    return int(lo) >= 0 and int(hi) < num_blocks * block_size
+    return bool(plan.all_decodes and ids is not None and ids[0] >= 0
+                and ids[1] < k_cache.shape[0])
 
 
 _local = threading.local()  # .layers: (key tensors, C table) of the last step
