@@ -5,6 +5,7 @@ steps (prefill chunks with decodes, large decode batches) against the torch laye
 
 from __future__ import annotations
 
+import dataclasses
 from unittest import mock
 
 import pytest
@@ -147,3 +148,22 @@ def test_fused_bf16_steps_stay_within_bf16_rounding_of_the_torch_layers(model):
     finally:
         model.keep_bf16_copies(None)
     assert (a - b).abs().max() <= 0.02 * b.abs().max()
+
+
+def test_a_step_with_a_slot_outside_the_cache_is_not_fused(model, monkeypatch):
+    """C writes K/V at raw addresses: a slot past the cache (or a negative one) declines,
+    leaving the step to the torch layers (which raise on it)."""
+    monkeypatch.setattr(fused_layers, "FUSE_FLOAT32_STEPS", True)  # the float32 model
+    ids, positions, caches, meta = mixed_step(model, [5, 1], seed=4)
+    rope = rope_for_rotate(*model.model.rotary_emb(positions, torch.float32))
+    past = caches[0][0].shape[0] * caches[0][0].shape[1]
+    for slot in (past, -1):
+        slots = meta.slot_mapping.clone()
+        slots[-1] = slot
+        bad = dataclasses.replace(meta, slot_mapping=slots)
+        with torch.inference_mode():
+            assert not fused_layers.run_fused_layers(
+                model, model.model.embed_tokens(ids), rope, caches, bad, False)
+    with torch.inference_mode():  # the same step with its own slots is fused
+        assert fused_layers.run_fused_layers(
+            model, model.model.embed_tokens(ids), rope, caches, meta, False)
