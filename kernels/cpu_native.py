@@ -6,10 +6,16 @@ once per layer and then runs small batched matmuls over the copy; at 64 decodes 
 tokens (SmolLM2 shapes) the copy and the matmuls were ~85% of attention. The C kernel walks
 the block table and reads each key and value row where it lies (see its header comment).
 
-Build: `gcc -O3 -march=native -fopenmp` into a shared library cached under
-$BATCHPILOT_KERNEL_CACHE (default ~/.cache/batchpilot/kernels), named by a hash of the
-source, the flags, the compiler's version and this CPU's model and flags, so a changed
-source, compiler or machine rebuilds; a build takes ~1 s and happens once per machine.
+Build: `$CC -O3 -march=native -fopenmp` ($CC split like a shell: "ccache gcc" works; else
+gcc or cc) into a shared library cached under $BATCHPILOT_KERNEL_CACHE (default
+~/.cache/batchpilot/kernels, created 0o700), named by a hash of the sources, the flags,
+the compiler's version and this CPU's features (_cpu_features: the machine, /proc/cpuinfo's
+model and flags/Features, and what gcc resolves -march=native to), so a changed source,
+compiler or CPU rebuilds, also in a cache shared between machines; a build takes seconds and
+happens once per machine. Trust (kernels/private_cache.py): the library is loaded only
+from a directory owned by this user and writable by nobody else, and only when the file
+is too; a refused file is rebuilt in place, a refused directory is bypassed by a build in
+a private temporary directory, each with a logged warning naming the path and why.
 No torch headers are involved (ctypes, raw pointers), so any C compiler with OpenMP works.
 Where there is no compiler, the build fails, or BATCHPILOT_CPU_NATIVE=0, `load()` returns
 None (the reason in `unavailable_reason()`, warned once) and callers keep the torch path.
@@ -24,7 +30,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import logging
 import os
+import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -32,6 +41,10 @@ import warnings
 from pathlib import Path
 
 import torch
+
+from kernels import private_cache
+
+log = logging.getLogger(__name__)
 
 # cpu_decode.c: decode attention; cpu_layers.c: whole small decode steps (uses the former
 # and cpu_quant_dot.c, its GEMV over GGUF blocks); cpu_elementwise.c: the work between the
@@ -42,6 +55,7 @@ HEADERS = (Path(__file__).with_name("cpu_vector_math.h"),)  # included by the so
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
+CPUINFO = Path("/proc/cpuinfo")  # Linux; elsewhere the key has the machine and gcc's view
 MAX_HEADS, MAX_HEADS_X_DIM = 128, 16384  # MAX_H, MAX_HD of cpu_decode.c
 PARALLEL_MIN_WORK = 4096  # key x query-head pairs per layer: below, one thread (threads_for)
 
@@ -62,34 +76,90 @@ def _cache_dir() -> Path:
     return Path(configured) if configured else Path.home() / ".cache" / "batchpilot" / "kernels"
 
 
-def _library_name(compiler: str) -> str:
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
-                             check=False, timeout=30).stdout
-    try:  # -march=native: the CPU's model and flags are part of what was built
-        cpu = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
-               if line.startswith(("model name", "flags"))][:2]
+def _compiler() -> list[str] | None:
+    """The compiler's argv: $CC split as a shell would ("ccache gcc" is a wrapper and its
+    compiler), else gcc or cc from PATH; None when there is none."""
+    configured = os.environ.get("CC", "").strip()
+    if configured:
+        return shlex.split(configured)
+    found = shutil.which("gcc") or shutil.which("cc")
+    return [found] if found else None
+
+
+def _cpu_features(compiler: list[str]) -> str:
+    """What -march=native builds for on this machine, on any architecture: the machine
+    name, /proc/cpuinfo's model and feature lines (x86 `flags`, Arm `Features`) and the
+    target options the compiler resolves -march=native to (gcc; other compilers may print
+    nothing). Two CPUs sharing a cache never share a library unless all of these agree."""
+    parts = [platform.machine()]
+    try:
+        lines = CPUINFO.read_text().splitlines()
     except OSError:
-        cpu = []
+        lines = []
+    for prefix in ("model name", "flags", "CPU implementer", "CPU part", "Features"):
+        parts += [line for line in lines if line.startswith(prefix)][:1]  # the first CPU's
+    target = subprocess.run([*compiler, "-march=native", "-Q", "--help=target"],
+                            capture_output=True, text=True, check=False, timeout=60)
+    if target.returncode == 0:
+        parts.append(target.stdout)
+    return "\n".join(parts)
+
+
+def _library_name(compiler: list[str]) -> str:
+    version = subprocess.run([*compiler, "--version"], capture_output=True, text=True,
+                             check=False, timeout=30).stdout
     key = "\n".join([*(src.read_text() for src in (*SOURCES, *HEADERS)), " ".join(FLAGS),
-                     version, *cpu])
+                     version, _cpu_features(compiler)])
     return f"cpu_decode_{hashlib.sha256(key.encode()).hexdigest()[:16]}.so"
 
 
-def _build(compiler: str, target: Path) -> None:
-    """Compile into a temporary file, then rename: concurrent builders never see half a
-    library."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+def _build(compiler: list[str], target: Path) -> None:
+    """Compile into a temporary file in target's directory, then rename: concurrent builders
+    never see half a library. The library is made 0o700 whatever the umask, so that
+    private_cache accepts it."""
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *FLAGS, *map(str, SOURCES), "-o", tmp],
+        done = subprocess.run([*compiler, *FLAGS, *map(str, SOURCES), "-o", tmp],
                               capture_output=True, text=True, check=False, timeout=300)
         if done.returncode != 0:
-            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
+            raise RuntimeError(f"{shlex.join(compiler)} failed: {done.stderr.strip()[-500:]}")
+        os.chmod(tmp, 0o700)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _open_checked(target: Path) -> ctypes.CDLL:
+    """dlopen `target` only if private_cache trusts it (the caller checked its directory)."""
+    problem = private_cache.untrusted_reason(target)
+    if problem is not None:
+        raise RuntimeError(f"refusing to load {problem}")
+    return ctypes.CDLL(str(target))
+
+
+def _load_cached(compiler: list[str]) -> ctypes.CDLL:
+    """The library from the cache directory, built there when missing or refused. A cache
+    directory that private_cache refuses is not used at all: the library is built in a
+    private temporary directory, loaded, and deleted (it stays mapped), once per process."""
+    cache, name = _cache_dir(), _library_name(compiler)
+    problem = private_cache.private_dir(cache)
+    if problem is not None:
+        log.warning("not using the native kernel cache: %s; building in a private temporary"
+                    " directory instead", problem)
+        with tempfile.TemporaryDirectory(prefix="batchpilot-kernels-") as private:
+            _build(compiler, Path(private) / name)
+            return _open_checked(Path(private) / name)
+    target = cache / name
+    if os.path.lexists(target):
+        problem = private_cache.untrusted_reason(target)
+        if problem is None:
+            return _open_checked(target)
+        # replacing it is safe: only this user can write the directory
+        log.warning("not loading the cached native kernel: %s; rebuilding it", problem)
+    _build(compiler, target)
+    return _open_checked(target)
 
 
 @functools.cache
@@ -98,18 +168,21 @@ def load() -> ctypes.CDLL | None:
     if os.environ.get(NATIVE_ENV_VAR, "1").strip() == "0":
         _reason.append(f"{NATIVE_ENV_VAR}=0")
         return None
-    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     try:
-        if compiler is None:
+        compiler = _compiler()
+        if not compiler:
             raise RuntimeError("no C compiler (gcc or cc) on PATH")
-        target = _cache_dir() / _library_name(compiler)
-        if not target.exists():
-            _build(compiler, target)
-        lib = ctypes.CDLL(str(target))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        lib = _load_cached(compiler)
+    except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as exc:
         _reason.append(f"native CPU decode kernel unavailable ({exc}); using the torch path")
         warnings.warn(_reason[0], stacklevel=2)
         return None
+    _declare(lib)
+    return lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    """Argument and return types of every exported function (ctypes checks nothing else)."""
     lib.bp_decode_attention.argtypes = _ARGTYPES
     lib.bp_decode_attention.restype = ctypes.c_int
     lib.bp_decode_layers.argtypes = [_PTR, _I64, _PTR, _PTR]
@@ -126,7 +199,6 @@ def load() -> ctypes.CDLL | None:
                                   _I64, _I64, _I64]
     for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_rope_store"):
         getattr(lib, name).restype = ctypes.c_int
-    return lib
 
 
 def threads_for(keys: int, num_heads: int) -> int:
