@@ -277,7 +277,7 @@ def measure_step(runner: ModelRunner, shape: StepShape, steps: int, profiled: in
 
 def best_rate(table: dict, rows: int) -> float:
     """Best GFLOP/s at `rows`, or at the nearest measured row count (log scale)."""
-    measured = [int(k) for k in table if k.isdigit()]
+    measured = [int(k) for k in table if k.isascii() and k.isdecimal()]  # row counts
     near = min(measured, key=lambda n: abs(math.log(n / rows)))
     return table[str(near)]["max"]
 

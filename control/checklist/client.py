@@ -15,7 +15,13 @@ import urllib.request
 from typing import Any
 
 from control.checklist.result import ChecklistError
-from control.cli.http_json import HTTPFailure, request_json
+from control.cli.http_json import (
+    HTTPFailure,
+    is_redirect,
+    open_url,
+    redirect_message,
+    request_json,
+)
 from control.trace.sources import REPLICA_HEADER
 
 TOKEN_ENV = "BATCHPILOT_TOKEN"  # the same default as `batchpilot ctl`
@@ -48,10 +54,12 @@ class ControlClient:
 
     def get_text(self, path: str) -> str:
         request = urllib.request.Request(self.url + path, headers=self._headers())
-        try:
-            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:
+        try:  # open_url: a redirect is not followed (it would carry the token on)
+            with open_url(request, HTTP_TIMEOUT_S) as resp:
                 text = resp.read().decode("utf-8", errors="replace")
         except urllib.error.HTTPError as exc:
+            if is_redirect(exc):
+                raise ChecklistError(redirect_message(exc, self.url, "GET", path)) from None
             raise self._failure(exc.code, str(exc.reason), path) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)

@@ -7,6 +7,11 @@ running server (--url: read and control APIs) or a trace file (--trace-db: postm
 
 Runs `python -m streamlit run dashboard/app.py` bound to --host (127.0.0.1 by default),
 headless, without usage statistics or Streamlit's developer toolbar; it stops with Ctrl+C.
+
+The dashboard has no login of its own: whoever opens its page acts with the operator's
+token (--url) or reads every tenant's requests (--trace-db). So it binds loopback only
+(LOOPBACK_HOSTS, as the server's rule for an open control API), unless
+--allow-public-dashboard says an authenticating proxy is in front.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import sys
 from pathlib import Path
 
 from control.cli.ctl import TOKEN_ENV, URL_ENV
+from control.serve.settings import LOOPBACK_HOSTS
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 
@@ -33,6 +39,17 @@ def streamlit_command(args: argparse.Namespace) -> list[str]:
             # that "auto" shows on localhost; an operator has no use for it
             "--client.toolbarMode", "minimal",
             "--", *source, "--token-env", args.token_env]
+
+
+def public_host_refusal(host: str, allow_public: bool, flag: str = "--host") -> str | None:
+    """Why the dashboard may not bind `host`, or None when it may (loopback, or allowed)."""
+    if allow_public or host in LOOPBACK_HOSTS:
+        return None
+    return (f"{flag} {host} is not a loopback address, and the dashboard has no login of"
+            " its own: whoever opens the page acts with the operator's token (with --url;"
+            " its Control page changes the config) or reads every tenant's requests (with"
+            " --trace-db). Keep it on 127.0.0.1 and put an authenticating proxy in front;"
+            " pass --allow-public-dashboard only when such a proxy is there")
 
 
 def _dashboard(args: argparse.Namespace) -> int:
@@ -67,7 +84,11 @@ def add_dashboard_parser(sub: argparse._SubParsersAction) -> None:
                         " a quoted glob ('DIR/replica-*.duckdb') reads a fleet's files as one")
     p.add_argument("--replica", metavar="ID", help="a fleet: show this replica first (the"
                    " sidebar switches between one replica and all)")
-    p.add_argument("--host", default="127.0.0.1", help="default %(default)s")
+    p.add_argument("--host", default="127.0.0.1", help="default %(default)s; a"
+                   " non-loopback address needs --allow-public-dashboard")
+    p.add_argument("--allow-public-dashboard", action="store_true",
+                   help="bind a non-loopback --host although whoever opens the page acts"
+                   " with the token (only behind an authenticating proxy)")
     p.add_argument("--port", type=int, default=8501, help="default %(default)s")
     p.add_argument("--token-env", default=TOKEN_ENV, metavar="NAME",
                    help="environment variable holding a control API token (default"
@@ -76,6 +97,10 @@ def add_dashboard_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    refusal = public_host_refusal(args.host, args.allow_public_dashboard)
+    if refusal is not None:  # checked first: nothing starts on a public address
+        print(f"batchpilot dashboard: {refusal}", file=sys.stderr)
+        return 2
     if not args.url and not args.trace_db:
         args.url = os.environ.get(URL_ENV)
         if not args.url:

@@ -133,7 +133,9 @@ class FleetIngress:
         named = request.headers.get(REPLICA_HEADER)
         if named is None:
             return self.any_replica()
-        if not named.isdigit() or int(named) >= len(self.handles):
+        # ASCII digits only: str.isdigit() is also true of '²' (int() raises: a 500) and
+        # of other scripts' digits (int() takes them: an id nobody typed)
+        if not (named.isascii() and named.isdecimal()) or int(named) >= len(self.handles):
             raise APIError(400, f"X-Batchpilot-Replica={named!r} must be a replica id in"
                            f" 0..{len(self.handles) - 1}", code="invalid_value",
                            param="X-Batchpilot-Replica")

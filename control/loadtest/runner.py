@@ -37,8 +37,11 @@ async def run(url: str, planned: list[PlannedRequest], prompts: dict[int, str], 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     gate = asyncio.Semaphore(concurrency)
     start = time.monotonic()
+    # follow_redirects stays False (httpx's default, said here so it is not turned on): a
+    # followed redirect would carry the token to wherever the 3xx points
     async with httpx.AsyncClient(base_url=url.rstrip("/"), limits=limits, headers=headers,
-                                 timeout=httpx.Timeout(timeout_s, connect=30.0)) as client:
+                                 timeout=httpx.Timeout(timeout_s, connect=30.0),
+                                 follow_redirects=False) as client:
         async def one(p: PlannedRequest) -> RequestResult:
             await asyncio.sleep(max(0.0, start + p.arrival_s - time.monotonic()))
             async with gate:

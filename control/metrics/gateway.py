@@ -121,8 +121,8 @@ def _gauges(m: ServingMetrics, key: list[str], static: StaticConfig | None,
         fam = GaugeMetricFamily("vllm:cache_config_info", "The KV cache's configuration.",
                                 labels=["block_size", "num_gpu_blocks",
                                         "enable_prefix_caching", "engine"])
-        fam.add_metric([str(static.block_size), str(static.num_kv_blocks), "True", ENGINE],
-                       1.0)
+        fam.add_metric([str(static.block_size), str(static.num_kv_blocks),
+                        str(static.enable_prefix_caching), ENGINE], 1.0)  # "True" / "False"
         yield fam
 
 

@@ -5,6 +5,10 @@ dashboard --url ...`, prints both URLs, and stops both (server first drains) on 
 or when either exits.
 
     python -m control.serve.run_all [--port 8000] [--dashboard-port 8501] [--trace-db FILE]
+
+--host binds the server only: the dashboard stays on 127.0.0.1 (--dashboard-host), since
+whoever opens it acts with the operator's token; a public --dashboard-host is refused
+before anything starts, unless --allow-public-dashboard (control/cli/dashboard.py).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import sys
 import threading
 import time
 
+from control.cli.dashboard import public_host_refusal
 from control.serve.server import READY_LINE
 
 
@@ -46,15 +51,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--dashboard-host", default="127.0.0.1")
     parser.add_argument("--dashboard-port", type=int, default=8501)
+    parser.add_argument("--allow-public-dashboard", action="store_true")
     parser.add_argument("--trace-db", default="batchpilot-trace.duckdb")
     args = parser.parse_args(argv)
+    refusal = public_host_refusal(args.dashboard_host, args.allow_public_dashboard,
+                                  "--dashboard-host")
+    if refusal is not None:  # before the server loads a model only to be stopped
+        print(f"run_all: {refusal}", file=sys.stderr)
+        return 2
     server, url = start_server(args)
+    public = ["--allow-public-dashboard"] if args.allow_public_dashboard else []
     dashboard = subprocess.Popen(
-        [sys.executable, "-m", "control.cli.main", "dashboard", "--url", url, "--host", args.host,
-         "--port", str(args.dashboard_port)], stdout=subprocess.DEVNULL)
+        [sys.executable, "-m", "control.cli.main", "dashboard", "--url", url,
+         "--host", args.dashboard_host, "--port", str(args.dashboard_port), *public],
+        stdout=subprocess.DEVNULL)
     print(f"\n  API        {url}   (OpenAI-compatible; /metrics; /control)\n"
-          f"  dashboard  http://{args.host}:{args.dashboard_port}\n"
+          f"  dashboard  http://{args.dashboard_host}:{args.dashboard_port}\n"
           f"  trace      {args.trace_db}\n\nCtrl+C stops both.", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

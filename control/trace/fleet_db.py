@@ -65,7 +65,8 @@ def expand(pattern: str, replica: str | None = None) -> dict[str, str]:
 
 
 def _order(name: str) -> tuple[int, int | str]:
-    return (0, int(name)) if name.isdigit() else (1, name)
+    # numeric ids first, in number order; ASCII digits only (int('²') raises)
+    return (0, int(name)) if name.isascii() and name.isdecimal() else (1, name)
 
 
 def _quote(text: str) -> str:
