@@ -134,10 +134,12 @@ class LLM:
         if not ids:
             raise ValueError(f"prompt {index} is empty: send at least one token")
         vocab = int(getattr(self.loaded.hf_config, "vocab_size", 0) or len(self.tokenizer))
-        outside = [t for t in (*ids, *(i for i, _ in params.logit_bias)) if not 0 <= t < vocab]
-        if outside:  # the model would index out of its vocabulary: the whole step fails
-            raise ValueError(f"prompt {index}: token ids {outside[:8]} (prompt or logit_bias)"
-                             f" are outside the vocabulary 0..{vocab - 1}")
+        outside = {"prompt": sorted({t for t in ids if not 0 <= t < vocab}),
+                   **params.token_ids_outside(vocab)}
+        for name, bad in outside.items():  # an id past the vocabulary fails the whole step
+            if bad:
+                raise ValueError(f"prompt {index}: {name} token ids {bad[:8]} are outside"
+                                 f" the vocabulary 0..{vocab - 1}")
         limit = self.engine.static.max_model_len
         if len(ids) + params.max_tokens > limit:
             raise ValueError(f"prompt {index} has {len(ids)} tokens and max_tokens is"

@@ -115,6 +115,17 @@ class SamplingParams:
                 raise ValueError(f"{name}={value!r} must be an integer in [0, {MAX_LOGPROBS}]"
                                  " (or None: off)")
 
+    def token_ids_outside(self, vocab_size: int) -> dict[str, list[int]]:
+        """The token ids these parameters carry that are not in 0..vocab_size-1, by field
+        (empty: none). Every id a request carries indexes a [.., vocab_size] tensor (the
+        stop mask of min_tokens, logit_bias): one outside fails the whole batch's step, and
+        on a GPU a negative one is a device-side assert that takes the process down."""
+        fields = {"stop_token_ids": self.stop_token_ids,
+                  "logit_bias": [t for t, _ in self.logit_bias]}
+        out = {name: sorted({t for t in ids if not 0 <= t < vocab_size})
+               for name, ids in fields.items()}
+        return {name: ids for name, ids in out.items() if ids}
+
     def _validate_processors(self) -> None:
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)

@@ -25,9 +25,11 @@ from control.admin import routes as admin_routes
 from control.admin.auth import check_exposure, load_tokens
 from control.admin.config_store import ConfigStore
 from control.admin.config_watch import ConfigWatcher
+from control.admin.origin_guard import OriginGuard
 from control.api import routes as api_routes
 from control.api import vllm_routes
 from control.api.arrival import StampArrival
+from control.api.body_limit import BodyLimit
 from control.api.delivery import DeliveryProbe
 from control.api.errors import install_error_handlers
 from control.metrics.gateway import install_gateway_metrics
@@ -101,9 +103,11 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     state = ServerState(settings, engine, metrics=metrics, observer=engine.observer,
                         trace=writer, delivery=DeliveryProbe(metrics.registry,
                                                              settings.model_name))
+    # tokens guard the trace, what-if and load-test routes too: loaded whatever is on
+    state.control_tokens = load_tokens(settings.control_tokens_path)
+    check_exposure(settings.host, state.control_tokens, LOOPBACK_HOSTS,
+                   control_api=settings.control_api, trace=writer is not None)
     if settings.control_api:
-        state.control_tokens = load_tokens(settings.control_tokens_path)
-        check_exposure(settings.host, state.control_tokens, LOOPBACK_HOSTS)
         state.config_store = ConfigStore(engine, writer)
 
     @asynccontextmanager
@@ -138,7 +142,10 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
                   lifespan=lifespan)
     app.state.serving = state
     app.add_middleware(StampArrival)  # arrival: before the body is read (control/api/arrival.py)
-    install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
+    app.add_middleware(OriginGuard, check_host=not state.control_tokens
+                       and settings.host in LOOPBACK_HOSTS)
+    install_error_handlers(app)  # outermost: anything unexpected in the above is a 500
     app.include_router(api_routes.router)
     app.include_router(vllm_routes.router)  # /health, /version, /tokenize, /detokenize
     app.include_router(trace_routes.router)

@@ -20,9 +20,14 @@ from engine.records import AdmissionDecision
 log = logging.getLogger("batchpilot.http")
 
 ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error",
-               405: "invalid_request_error", 413: "invalid_request_error",
+               403: "permission_error", 405: "invalid_request_error",
+               413: "invalid_request_error", 415: "invalid_request_error",
+               421: "invalid_request_error",
                429: "rate_limit_error", 500: "server_error",
                503: "service_unavailable_error"}
+
+# Starlette's HTTP errors -> the `code` of our body (413: control/api/body_limit.py)
+HTTP_ERROR_CODES = {413: "body_too_large", 415: "unsupported_media_type"}
 
 # Admission reason -> HTTP status. Unknown reasons are 503: the server could not take it.
 REJECTION_STATUS = {
@@ -98,7 +103,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return APIError(exc.status_code, str(exc.detail), code=None,
+        code = HTTP_ERROR_CODES.get(exc.status_code)
+        return APIError(exc.status_code, str(exc.detail), code=code,
+                        param="max_body_bytes" if exc.status_code == 413 else None,
                         headers=dict(exc.headers or {})).response()
 
     app.add_middleware(CatchAllMiddleware)

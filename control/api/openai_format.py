@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,7 +103,8 @@ class ResponseFormat:
     def start_headers(self) -> dict[str, str]:
         """What is known before the first token (all a stream can carry)."""
         headers = {"X-Batchpilot-Request-Id": self.request_id,
-                   "X-Batchpilot-Lane": self.lane, "X-Batchpilot-Tenant": self.meta.tenant,
+                   "X-Batchpilot-Lane": header_text(self.lane),
+                   "X-Batchpilot-Tenant": header_text(self.meta.tenant),
                    "X-Batchpilot-Priority": str(self.meta.priority)}
         if self.estimated_wait_s is not None:
             headers["X-Batchpilot-Estimated-Wait-S"] = f"{self.estimated_wait_s:.6f}"
@@ -110,7 +112,7 @@ class ResponseFormat:
 
     def final_headers(self, info: BatchpilotInfo) -> dict[str, str]:
         headers = self.start_headers()
-        headers["X-Batchpilot-Lane"] = info.lane
+        headers["X-Batchpilot-Lane"] = header_text(info.lane)
         for name in TIMING_HEADERS:
             value = getattr(info.timing, name)
             if value is not None:
@@ -244,3 +246,13 @@ def from_decision(fmt: ResponseFormat, decision: AdmissionDecision) -> ResponseF
 def _header_name(field_name: str) -> str:
     """queue_delay_s -> X-Batchpilot-Queue-Delay-S"""
     return "X-Batchpilot-" + "-".join(p.capitalize() for p in field_name.split("_"))
+
+
+def header_text(value: str) -> str:
+    """`value` as a response header can carry it: printable ASCII as it is, anything else
+    (a tenant named in any script, from `user` or a UTF-8 X-Tenant) percent-encoded as
+    UTF-8, as RFC 8187 does, so `urllib.parse.unquote` gives the name back. HTTP/1 headers
+    are Latin-1 bytes: a raw "用户" cannot be sent at all."""
+    if value.isascii() and value.isprintable() and "%" not in value:
+        return value
+    return urllib.parse.quote(value, safe=" !\"#$&'()*+,/:;<=>?@[\\]^_`{|}~")

@@ -38,8 +38,9 @@ def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None
               now: float, max_timeout_s: float) -> RequestMeta:
     """`now`: the request's arrival (engine clock). Raises APIError(400) naming the
     header that is malformed."""
-    tenant = _name(headers.get("x-tenant"), "X-Tenant") or _name(user, "user") or "default"
-    lane = _name(headers.get("x-lane"), "X-Lane")
+    tenant = (_name(_utf8(headers.get("x-tenant")), "X-Tenant") or _name(user, "user")
+              or "default")
+    lane = _name(_utf8(headers.get("x-lane")), "X-Lane")
     if priority is None:
         priority = _int(headers.get("x-priority"), "X-Priority", -PRIORITY_LIMIT,
                         PRIORITY_LIMIT - 1)
@@ -52,6 +53,18 @@ def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None
     timeout_s = max_timeout_s if timeout_ms is None else min(timeout_ms / 1000.0,
                                                               max_timeout_s)
     return RequestMeta(tenant, lane, priority or 0, deadline, timeout_s, arrival_time=now)
+
+
+def _utf8(value: str | None) -> str | None:
+    """A header's text as its sender meant it: ASGI servers decode header bytes as Latin-1,
+    so a gateway's UTF-8 "用户" arrives as mojibake; bytes that are not UTF-8 stay Latin-1
+    (and the printable check below refuses their control characters)."""
+    if value is None or value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
 
 
 def _name(value: str | None, where: str) -> str | None:

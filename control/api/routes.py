@@ -30,6 +30,11 @@ from control.api.errors import APIError, rejection_error, retry_after
 from control.api.generation import ClientDisconnected, EngineUnresponsive
 from control.api.logprobs_fields import with_logprobs
 from control.api.openai_format import ResponseFormat, from_decision
+from control.api.request_limits import (
+    check_prompt_chars,
+    check_prompt_ids,
+    check_sampling_limits,
+)
 from control.api.request_meta import RequestMeta, read_meta
 from control.api.response_schemas import (
     ChatCompletionResponse,
@@ -62,6 +67,10 @@ async def _tokenized(state: ServerState, meta: RequestMeta, encode: Callable[[An
 @router.post("/v1/completions", responses={200: {"model": CompletionResponse}, **ERRORS})
 async def completions(body: CompletionRequest, request: Request) -> Response:
     state, meta = _prepare(request, body)
+    if isinstance(body.prompt, str):
+        _check_prompt_chars(state, len(body.prompt), "prompt")
+    else:
+        check_prompt_ids(len(body.prompt), state.parts.static.max_model_len)
     meta, text, ids = await _tokenized(state, meta, state.encode_prompt, body.prompt)
     return await _generate(state, request, body, meta, "completion", text, ids,
                            body.max_tokens or 16)
@@ -72,6 +81,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     state, meta = _prepare(request, body)
     messages = [m.as_template_dict() for m in body.messages]
+    _check_prompt_chars(state, sum(len(m["content"]) for m in messages), "messages")
     meta, text, ids = await _tokenized(state, meta, state.encode_chat, messages)
     max_tokens = body.max_completion_tokens or body.max_tokens
     if max_tokens is None:  # the rest of the context (admission explains a prompt too long)
@@ -112,14 +122,21 @@ def _prepare(request: Request, body: CompletionRequest | ChatCompletionRequest,
     return state, meta
 
 
+def _check_prompt_chars(state: ServerState, chars: int, field: str) -> None:
+    parts = state.parts
+    check_prompt_chars(chars, state.settings.limits, parts.frontend_tokenizer,
+                       parts.static.max_model_len, field)
+
+
 def _sampling_params(body: CompletionRequest | ChatCompletionRequest, max_tokens: int,
                      vocab_size: int) -> SamplingParams:
     """The engine's parameters; a value it refuses is a 400 naming the field."""
     bias = body.logit_bias_ids
-    bad = sorted(t for t in bias if not 0 <= t < vocab_size)
-    if bad:
-        raise APIError(400, f"logit_bias keys must be token ids in 0..{vocab_size - 1};"
-                       f" got {bad[:5]}", code="invalid_value", param="logit_bias")
+    for name, ids in (("stop_token_ids", body.stop_token_ids or ()), ("logit_bias", bias)):
+        bad = sorted({t for t in ids if not 0 <= t < vocab_size})
+        if bad:  # before any tensor sees them: an id outside fails the whole batch's step
+            raise APIError(400, f"{name} must hold token ids in 0..{vocab_size - 1};"
+                           f" got {bad[:5]}", code="invalid_value", param=name)
 
     def given(value: Any, default: Any) -> Any:
         return default if value is None else value
@@ -143,6 +160,7 @@ def _sampling_params(body: CompletionRequest | ChatCompletionRequest, max_tokens
 async def _generate(state: ServerState, request: Request,
                     body: CompletionRequest | ChatCompletionRequest, meta: RequestMeta,
                     kind: str, text: str | None, ids: list[int], max_tokens: int) -> Response:
+    check_sampling_limits(body, state.settings.limits, max_tokens)
     params = _sampling_params(body, max_tokens, state.parts.vocab_size)
     params = await with_grammar(state, body, params)  # response_format: compiled off-thread
     prefix = "chatcmpl-" if kind == "chat" else "cmpl-"

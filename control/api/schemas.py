@@ -12,6 +12,7 @@ it, as vLLM does; so is a key outside stream_options' shape (named stream_option
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
@@ -32,6 +33,9 @@ MAX_STOP_STRINGS = 16
 MAX_CHOICES = 16  # n
 MAX_CACHE_SALT_LEN = 256  # characters; a salt needs ~22 of base64 for 128 random bits
 MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value, either sign
+MAX_STOP_TOKEN_IDS = 256  # stop_token_ids entries
+MAX_TOKEN_ID_DIGITS = 12  # a logit_bias key: int() of a longer one is no vocabulary's id
+_ASCII_DIGITS = re.compile(rf"[0-9]{{1,{MAX_TOKEN_ID_DIGITS}}}")
 
 
 class _WarnsUndeclared(BaseModel):
@@ -66,7 +70,7 @@ class _GenerationRequest(_WarnsUndeclared):
     top_k: int | None = Field(None, ge=-1)  # vLLM's -1 and 0 both mean off
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[int] | None = Field(None, max_length=MAX_STOP_TOKEN_IDS)
     n: int = 1  # choices: one engine request each, sharing the prompt's blocks (choices.py)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -97,7 +101,7 @@ class _GenerationRequest(_WarnsUndeclared):
     @classmethod
     def _logit_bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
         for token, value in (bias or {}).items():
-            if not token.strip().isdigit():
+            if not _ASCII_DIGITS.fullmatch(token.strip()):  # not isdigit(): '²' is a digit
                 raise ValueError(f"keys must be token ids (non-negative integers), got {token!r}")
             if not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
                 raise ValueError(f"values must be in [-100, 100], got {value!r} for {token}")

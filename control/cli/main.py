@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-request-timeout-s", type=float, default=600.0,
                        help="cap and default of a request's X-Request-Timeout-Ms"
                        " (default %(default)s)")
+    serve.add_argument("--limit", action="append", metavar="NAME=VALUE", default=[],
+                       help="a bound on what one request may ask for (repeatable), e.g."
+                       " max_body_bytes=1048576; the limits and their defaults:"
+                       " docs/security.md")
     serve.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=_serve)
@@ -102,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from control.api.limits import RequestLimits, parse_limit_args
     from control.serve.preflight import configure_logging, preflight
 
     settings = ServeSettings(
@@ -115,6 +120,8 @@ def _serve(args: argparse.Namespace) -> int:
         device=args.device, dtype=args.dtype, shutdown_grace_s=args.shutdown_grace_s,
         max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level)
     try:  # fail before binding a port or loading anything
+        settings = settings.replace(limits=RequestLimits().with_values(
+            parse_limit_args(args.limit)))
         preflight(settings)
     except (ValueError, FileNotFoundError) as exc:
         print(f"batchpilot serve: error: {exc}", file=sys.stderr)

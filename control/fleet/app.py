@@ -111,8 +111,8 @@ def build_application(settings: FleetSettings) -> Any:
         max_ongoing_requests=MAX_ONGOING,
         ray_actor_options={"num_cpus": settings.ingress_cpus})
     # the caller's token is checked once, at the ingress (replicas are reached by handle)
-    tokens = load_tokens(settings.serve.control_tokens_path) if settings.serve.control_api \
-        else ()
+    # (loaded whatever is on: they guard the trace and what-if routes too)
+    tokens = load_tokens(settings.serve.control_tokens_path)
     return ingress.bind(handles, settings.policy, control_tokens=tokens,
                         control_api=settings.serve.control_api)
 

@@ -23,9 +23,8 @@ def preflight(settings: ServeSettings) -> None:
     read_serving_config(settings.config_path)
     resolve_model_source(settings.model)
     check_trace_db(settings.trace_db)
-    if settings.control_api:
-        check_exposure(settings.host, load_tokens(settings.control_tokens_path),
-                       LOOPBACK_HOSTS)
+    check_exposure(settings.host, load_tokens(settings.control_tokens_path), LOOPBACK_HOSTS,
+                   control_api=settings.control_api, trace=bool(settings.trace_db))
 
 
 def configure_logging(level: str) -> None:

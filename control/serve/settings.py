@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from control.api.limits import RequestLimits
 from control.trace.retention import Retention
 from engine.dtype_choice import parse_dtype_choice
 
@@ -41,6 +42,7 @@ class ServeSettings:
     max_request_timeout_s: float = 600.0  # cap (and default) for X-Request-Timeout-Ms
     stall_after_s: float = 60.0  # /readyz fails when a step has run longer than this
     engine_overrides: dict[str, Any] = field(default_factory=dict)  # over the YAML's values
+    limits: RequestLimits = field(default_factory=RequestLimits)  # --limit NAME=VALUE
     log_level: str = "info"
 
     def validate(self) -> ServeSettings:
@@ -58,6 +60,7 @@ class ServeSettings:
         _require(self.metrics_compat in (None, "vllm"), "metrics_compat", self.metrics_compat,
                  "'vllm' or unset")
         self.trace_retention.validate()
+        self.limits.validate()
         return self
 
     @property

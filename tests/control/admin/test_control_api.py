@@ -108,7 +108,7 @@ def test_validation_if_match_dry_run_profiles_rollback_and_lanes(tiny_loaded, tm
             assert stale.status_code == 412 and stale.json()["current_version"] == 2
             prof = await client.post("/control/profiles/degrade", json={"reason": "incident"})
             assert prof.json()["config"]["max_num_seqs"] == 2 and prof.json()["version"] == 3
-            unknown = await client.post("/control/profiles/nope")
+            unknown = await client.post("/control/profiles/nope", json={})
             assert unknown.status_code == 404 and "degrade" in unknown.json()["error"]["message"]
             back = await client.post("/control/rollback/1", json={"reason": "all clear"})
             assert back.json()["version"] == 4 and back.json()["config"]["max_num_seqs"] == 4
@@ -159,7 +159,7 @@ def test_drain_refuses_new_requests_until_resumed(tiny_loaded, tmp_path):
             assert refused.status_code == 503
             assert refused.json()["error"]["code"] == "admission_paused"
             assert (await client.get("/readyz")).status_code == 503
-            assert (await client.post("/control/resume")).json() == {"admission": "open"}
+            assert (await client.post("/control/resume", json={})).json() == {"admission": "open"}
             assert (await generate(client, 1)).status_code == 200
     asyncio.run(scenario())
 

@@ -154,7 +154,7 @@ def test_readyz_fails_when_the_model_failed_to_load():
 
         app = create_app(ServeSettings(model="tiny"), engine)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://test") as client:
+                                     base_url="http://127.0.0.1") as client:
             ready = await client.get("/readyz")
             assert ready.status_code == 503
             assert "no such checkpoint" in ready.json()["reason"]

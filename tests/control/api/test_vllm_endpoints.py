@@ -88,7 +88,7 @@ def test_health_and_tokenize_are_503_while_the_model_loads():
     async def scenario():
         app = create_app(ServeSettings(model="tiny"), engine)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://test") as client:
+                                     base_url="http://127.0.0.1") as client:
             loading = await client.get("/health")
             tokenize = await client.post("/tokenize", json={"prompt": "Hi"})
             release.set()

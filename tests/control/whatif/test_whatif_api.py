@@ -42,7 +42,7 @@ def app(tmp_path_factory):
 def _post(app: FastAPI, body: object) -> httpx.Response:
     async def go() -> httpx.Response:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://t", timeout=120) as client:
+                                     base_url="http://127.0.0.1", timeout=120) as client:
             return await client.post("/v1/whatif", json=body)
 
     return asyncio.run(go())

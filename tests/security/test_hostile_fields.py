@@ -1,0 +1,159 @@
+"""A hostile client's request fields, on the tiny model's real app: every token id a request
+carries is checked against the vocabulary (a 400 naming the field, never a 500 or a silent
+acceptance), '²' is not a token id, names in any script are served and echoed safely, and
+every size bound answers with the limit's name."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+
+import pytest
+from fixtures.serving import asgi_client, make_engine
+
+from control.api.limits import RequestLimits
+from control.api.request_limits import longest_token_chars
+from control.serve.settings import ServeSettings
+
+PROMPT = {"prompt": "x", "max_tokens": 4}
+CHAT = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 4}
+ENDPOINTS = [("/v1/completions", PROMPT), ("/v1/chat/completions", CHAT)]
+
+
+@pytest.fixture(scope="module")
+def api(tiny_loaded):
+    limits = RequestLimits(max_logit_bias=4, max_stop_chars=8, max_generated_tokens=64,
+                           max_prompt_chars=2000)
+    engine, _, settings = make_engine(tiny_loaded, settings=ServeSettings(
+        model="tiny", limits=limits, metrics_tenants=("用户",)))
+    yield engine, settings, tiny_loaded
+    engine.stop()
+
+
+def send(api, requests: list[tuple[str, dict, dict]]) -> list:
+    """POST each (path, body, headers) on one client; the replies in order."""
+    engine, settings, _ = api
+
+    async def scenario():
+        async with asgi_client(engine, settings, stop=False) as client:
+            return [await client.post(path, json=body, headers=headers)
+                    for path, body, headers in requests]
+
+    return asyncio.run(scenario())
+
+
+def error(reply) -> dict:
+    assert 400 <= reply.status_code < 500, (reply.status_code, reply.text)
+    return reply.json()["error"]
+
+
+@pytest.mark.parametrize("path,base", ENDPOINTS)
+@pytest.mark.parametrize("ids", [[-1000000], [-1], [1000000000], [2**63], [0, -5]])
+def test_stop_token_ids_outside_the_vocabulary_are_a_400_naming_the_field(api, path, base,
+                                                                        ids):
+    body = {**base, "min_tokens": 2, "stop_token_ids": ids}
+    reply, = send(api, [(path, body, {})])
+    assert reply.status_code == 400, reply.text
+    assert error(reply)["param"] == "stop_token_ids"
+    assert "stop_token_ids" in error(reply)["message"]
+
+
+def test_every_token_id_field_is_checked(api):
+    vocab = api[2].hf_config.vocab_size
+    replies = send(api, [
+        ("/v1/completions", {**PROMPT, "logit_bias": {str(vocab): 1}}, {}),
+        ("/v1/completions", {**PROMPT, "logit_bias": {"²": 1}}, {}),
+        ("/v1/completions", {**PROMPT, "logit_bias": {"1" * 30: 1}}, {}),
+        ("/v1/completions", {**PROMPT, "prompt": [1, vocab]}, {}),
+        ("/v1/completions", {**PROMPT, "prompt": [-1]}, {}),
+        ("/detokenize", {"tokens": [vocab + 10]}, {}),
+        ("/detokenize", {"tokens": [-(2**40)]}, {}),
+    ])
+    params = [error(r)["param"] for r in replies]
+    assert params == ["logit_bias"] * 3 + ["prompt"] * 2 + ["tokens"] * 2
+    assert all(r.status_code == 400 for r in replies)
+    ok, = send(api, [("/v1/completions", {**PROMPT, "stop_token_ids": [vocab - 1],
+                                          "logit_bias": {"0": 1}}, {})])
+    assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path,base", ENDPOINTS)
+def test_a_user_in_any_script_is_served_and_echoed(api, path, base, stream):
+    replies = send(api, [(path, {**base, "user": "用户", "stream": stream}, {}),
+                         (path, {**base, "user": "José", "stream": stream}, {})])
+    for reply, name in zip(replies, ("用户", "José")):
+        assert reply.status_code == 200, reply.text
+        assert urllib.parse.unquote(reply.headers["x-batchpilot-tenant"]) == name
+
+
+def test_a_utf8_tenant_header_is_the_tenant_everywhere(tiny_loaded, tmp_path):
+    engine, _, settings = make_engine(tiny_loaded, settings=ServeSettings(
+        model="tiny", metrics_tenants=("租户-α",), trace_db=str(tmp_path / "t.duckdb")))
+    raw = "租户-α".encode()  # a gateway's UTF-8 bytes (the ASGI server decodes Latin-1)
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            client.app.state.serving.trace.start()
+            reply = await client.post("/v1/completions", json=PROMPT,
+                                      headers={"X-Tenant": raw})
+            metrics = (await client.get("/metrics")).text
+            request_id = reply.json()["id"]
+            timeline = await client.get(f"/v1/trace/requests/{request_id}")
+            return reply, metrics, timeline
+
+    reply, metrics, timeline = asyncio.run(scenario())
+    assert reply.status_code == 200, reply.text
+    assert urllib.parse.unquote(reply.headers["x-batchpilot-tenant"]) == "租户-α"
+    assert reply.json()["batchpilot"]["tenant"] == "租户-α"
+    assert 'tenant="租户-α"' in metrics
+    assert "租户-α" in timeline.text, timeline.text
+
+
+def test_a_control_character_in_a_tenant_is_a_400(api):
+    reply, = send(api, [("/v1/completions", PROMPT, {"X-Tenant": "a\x7fb"})])
+    assert error(reply)["param"] == "X-Tenant"
+
+
+def test_each_size_limit_names_itself(api):
+    replies = send(api, [
+        ("/v1/completions", {**PROMPT, "logit_bias": {str(i): 1 for i in range(5)}}, {}),
+        ("/v1/completions", {**PROMPT, "stop": ["123456789"]}, {}),
+        ("/v1/completions", {**PROMPT, "n": 2, "max_tokens": 33}, {}),
+        ("/v1/completions", {**PROMPT, "prompt": "word " * 500}, {}),
+        ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user",
+                                                        "content": "w" * 2001}]}, {}),
+        ("/v1/completions", {**PROMPT, "stop_token_ids": list(range(300))}, {}),
+    ])
+    messages = [error(r)["message"] for r in replies]
+    for message, limit in zip(messages, ("max_logit_bias", "max_stop_chars",
+                                         "max_generated_tokens", "max_prompt_chars",
+                                         "max_prompt_chars")):
+        assert limit in message, message
+    assert error(replies[5])["param"] == "stop_token_ids"
+    assert [r.status_code for r in replies] == [400] * 6
+
+
+def test_a_prompt_too_long_for_the_context_is_refused_before_tokenizing(tiny_loaded):
+    engine, _, settings = make_engine(tiny_loaded)  # the derived character limit
+    max_len = engine.parts.static.max_model_len
+    over = max_len * longest_token_chars(engine.parts.frontend_tokenizer) + 1
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            state = client.app.state.serving
+
+            async def no_tokenizer(*args):
+                raise AssertionError("the prompt reached the tokenizer")
+
+            state.run_tokenizer = no_tokenizer
+            text = await client.post("/v1/completions", json={
+                **PROMPT, "prompt": "a" * over})
+            ids = await client.post("/v1/completions", json={
+                **PROMPT, "prompt": [1] * (max_len + 1)})
+            return text, ids
+
+    text, ids = asyncio.run(scenario())
+    assert text.status_code == 400 and error(text)["code"] == "context_length_exceeded"
+    assert "max_model_len" in error(text)["message"]
+    assert ids.status_code == 400 and error(ids)["param"] == "prompt"
