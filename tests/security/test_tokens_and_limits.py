@@ -1,0 +1,71 @@
+"""Tokens as an operator writes them (a file, YAML, the environment; bound to tenants or
+not) and limits as `--limit NAME=VALUE`: what is accepted, and what is refused with a
+message that says what to fix, before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from control.admin.auth import ENV_VAR, load_tokens
+from control.api.limits import RequestLimits, parse_limit_args
+from control.cli.main import main
+
+
+def test_a_token_file_binds_read_tokens_to_tenants(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    path = tmp_path / "tokens.txt"
+    path.write_text("# ops\nalice admin s3cret-alice\n"
+                    "acme-ro read s3cret-acme acme,acme-eu\ngrafana:read:s3cret-graf\n")
+    alice, acme, grafana = load_tokens(str(path))
+    assert (alice.scope, alice.tenants) == ("admin", None)
+    assert (acme.scope, acme.tenants) == ("read", ("acme", "acme-eu"))
+    assert grafana.tenants is None
+
+
+def test_yaml_and_environment_tokens(tmp_path, monkeypatch):
+    path = tmp_path / "tokens.yaml"
+    path.write_text("tokens:\n  - {name: acme-ro, scope: read, secret: s3cret-acme,"
+                    " tenants: [acme, 用户]}\n")
+    monkeypatch.setenv(ENV_VAR, "alice:admin:s3cret-alice,beta-ro:read:s3cret-beta:beta,"
+                                "beta-eu,carol:read:s3cret-carol")
+    tokens = {t.name: t for t in load_tokens(str(path))}
+    assert tokens["acme-ro"].tenants == ("acme", "用户")
+    assert tokens["beta-ro"].tenants == ("beta", "beta-eu")
+    assert tokens["carol"].tenants is None and tokens["alice"].scope == "admin"
+
+
+@pytest.mark.parametrize("line,message", [
+    ("alice admin s3cret-alice acme", "only read tokens may be bound"),
+    ("bob read short", "at least 8"),
+    ("bob write s3cret-bob1", "scope"),
+    ("bob read s3cret-bob1 a\x01b", "printable"),
+])
+def test_a_bad_token_line_is_refused_with_its_reason(tmp_path, monkeypatch, line, message):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    path = tmp_path / "tokens.txt"
+    path.write_text(line + "\n")
+    with pytest.raises(ValueError, match=message):
+        load_tokens(str(path))
+
+
+def test_limits_from_the_command_line():
+    limits = RequestLimits().with_values(parse_limit_args(
+        ["max_body_bytes=1024", "grammar_compile_timeout_s=0.5"]))
+    assert (limits.max_body_bytes, limits.grammar_compile_timeout_s) == (1024, 0.5)
+    for bad, message in ((["max_body=1"], "unknown limit"), (["max_body_bytes=1.5"],
+                         "whole number"), (["max_body_bytes=0"], "> 0"),
+                         (["max_body_bytes"], "NAME=VALUE")):
+        with pytest.raises(ValueError, match=message):
+            RequestLimits().with_values(parse_limit_args(bad))
+
+
+def test_serve_refuses_a_bad_limit_before_loading_anything(capsys):
+    assert main(["serve", "--model", "nowhere", "--limit", "max_logit_bias=-3"]) == 2
+    assert "max_logit_bias=-3 must be a number > 0" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_public_trace_without_tokens(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    assert main(["serve", "--host", "0.0.0.0", "--no-control-api",
+                 "--trace-db", str(tmp_path / "t.duckdb")]) == 2
+    assert "trace API" in capsys.readouterr().err
