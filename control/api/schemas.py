@@ -112,7 +112,8 @@ class _GenerationRequest(_WarnsUndeclared):
     def _response_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
             try:
-                StructuredOutput.from_openai(value)
+                # its size: limit max_schema_bytes, checked by the route before compiling
+                StructuredOutput.from_openai(value, max_chars=None)
             except ValueError as exc:  # the message names response_format; the loc does too
                 raise ValueError(str(exc).removeprefix("response_format").lstrip(":. ")
                                  ) from None
@@ -125,10 +126,12 @@ class _GenerationRequest(_WarnsUndeclared):
             if self.response_format not in (None, {"type": "text"}):
                 raise ValueError("guided_json and response_format both ask for structured"
                                  " output: send one")
-            return StructuredOutput.json_schema(self.guided_json, field_name="guided_json"), \
+            return StructuredOutput.json_schema(self.guided_json, field_name="guided_json",
+                                                max_chars=None), \
                 "guided_json"
         fmt = self.response_format
-        return (None if fmt is None else StructuredOutput.from_openai(fmt)), "response_format"
+        return (None if fmt is None else StructuredOutput.from_openai(fmt, max_chars=None)), \
+            "response_format"
 
     @field_validator("n")
     @classmethod

@@ -1,16 +1,38 @@
 """A generation request's structured output (`response_format`, vLLM's `guided_json`):
-checked, then compiled to a grammar on the tokenizer thread, never on the event loop or the
-engine thread (engine/structured). Every refusal is a 400 naming the field the client sent.
+checked, then compiled to a grammar off the event loop and off the tokenizer thread
+(engine/structured). Every refusal names the field the client sent.
+
+Bounds (control/api/limits.py), because one schema can cost minutes of compile:
+
+    max_schema_bytes           the compact schema's UTF-8 bytes; more: 400, before compiling
+    grammar_compile_timeout_s  the compile awaited this long; past it: 400. The compile
+                               cannot be interrupted: it runs on, holding its slot only
+    max_grammar_compiles       compiles running at once (runaways included); a new schema
+                               finding them all taken: 429 + Retry-After, never a queue
+
+The model's compiler is built once on the tokenizer thread (it reads the whole vocabulary);
+each compile then runs on a compile slot (engine/structured/compile_slots.py), touching no
+tokenizer, so the tokenizer thread, and with it every other request, never waits on one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
+from typing import TYPE_CHECKING, Any
 
-from control.api.errors import APIError
+from control.api.errors import APIError, retry_after
 from control.api.schemas import ChatCompletionRequest, CompletionRequest
 from control.serve.state import ServerState
 from engine.request import SamplingParams
+from engine.structured.compile_slots import CompilesBusy
+from engine.structured.spec import StructuredOutput
+
+if TYPE_CHECKING:
+    from engine.structured.grammar import GrammarCache
+
+log = logging.getLogger("batchpilot.http")
 
 
 async def with_grammar(state: ServerState, body: CompletionRequest | ChatCompletionRequest,
@@ -23,6 +45,7 @@ async def with_grammar(state: ServerState, body: CompletionRequest | ChatComplet
         raise APIError(400, str(exc), code="invalid_value", param="guided_json") from None
     if spec is None:
         return params
+    check_schema_size(spec, field, state.settings.limits.max_schema_bytes)
     executor = state.parts.engine.executor
     # NOTE: the executors that sample from a model (engine/sampler.py, which applies the
     # grammar) are those that compute logprobs; another (a simulator) would ignore it
@@ -36,16 +59,65 @@ async def with_grammar(state: ServerState, body: CompletionRequest | ChatComplet
         name = str(exc).split("=", 1)[0]
         raise APIError(400, str(exc), code="invalid_value",
                        param=name if name.isidentifier() else field) from None
+    cache = await state.run_tokenizer(_model_cache, state, field)
+    compiled = await compile_bounded(state, cache, spec, field)
+    return dataclasses.replace(params, structured_output=dataclasses.replace(
+        spec, compiled=compiled))
+
+
+def check_schema_size(spec: StructuredOutput, field: str, max_schema_bytes: int) -> None:
+    """400 when the schema, as the compact JSON the compiler reads (spec.schema: a
+    guided_json string is parsed and re-serialized, so its spacing does not count), has
+    more than `max_schema_bytes` UTF-8 bytes."""
+    size = len(spec.schema.encode())
+    if size > max_schema_bytes:
+        raise APIError(400, f"{field}: the schema is {size} bytes as compact JSON; at most"
+                       f" {max_schema_bytes} are accepted"
+                       f" (limit max_schema_bytes={max_schema_bytes})",
+                       code="invalid_value", param=field)
+
+
+def _model_cache(state: ServerState, field: str) -> GrammarCache:
+    """The served model's GrammarCache, its compiler built (on the tokenizer thread: the
+    build reads the tokenizer's vocabulary; ~0.2 s once per model)."""
+    from engine.structured.grammar import cache_for  # imports xgrammar
+
     parts = state.parts
-
-    def compile_grammar() -> SamplingParams:  # on the tokenizer thread
-        from engine.structured.grammar import bind_params, cache_for  # imports xgrammar
-
-        return bind_params(params, lambda: cache_for(
-            parts.frontend_tokenizer, parts.vocab_size, parts.engine.eos_token_id),
-            field_name=field)
-
     try:
-        return await state.run_tokenizer(compile_grammar)
+        cache = cache_for(parts.frontend_tokenizer, parts.vocab_size, parts.engine.eos_token_id)
+    except ValueError as exc:  # a model without EOS inside its logits: no grammar can end
+        raise APIError(400, str(exc), code="invalid_value", param=field) from None
+    cache.ensure_compiler()
+    return cache
+
+
+async def compile_bounded(state: ServerState, cache: GrammarCache, spec: StructuredOutput,
+                          field: str) -> Any:
+    """`spec`'s grammar.CompiledFormat, compiled on a compile slot and awaited at most
+    `grammar_compile_timeout_s`: 429 when no slot is free, 400 past the timeout or when
+    xgrammar refuses the schema."""
+    limits, slots = state.settings.limits, state.grammar_compiles
+    timeout_s = limits.grammar_compile_timeout_s
+    try:  # the key holds the field: the compile's error message names it
+        future = slots.submit((cache, field, spec.schema), lambda: cache.compile(spec, field))
+    except CompilesBusy:
+        raise APIError(429, f"{field}: the grammar compiler is busy: {slots.capacity}"
+                       f" schemas are compiling (limit max_grammar_compiles={slots.capacity});"
+                       " retry later",
+                       code="grammar_compiler_busy", param=field,
+                       headers=retry_after(timeout_s)) from None
+    try:
+        # shield: a timeout here must not cancel the future others may have joined
+        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout_s)
+    except TimeoutError:
+        slots.abandon(future)
+        log.warning("%s: a schema of %d bytes did not compile within %g s (limit"
+                    " grammar_compile_timeout_s): refused; its compile runs on (%d of %d"
+                    " compile slots busy; %d timeouts since start)", field,
+                    len(spec.schema.encode()), timeout_s, slots.running, slots.capacity,
+                    slots.counts.timed_out)
+        raise APIError(400, f"{field}: the schema did not compile within {timeout_s:g} s"
+                       " (limit grammar_compile_timeout_s); simplify it (fewer nested"
+                       " repeats, patterns, enums)", code="invalid_value", param=field) from None
     except ValueError as exc:  # the schema is refused by the compiler
         raise APIError(400, str(exc), code="invalid_value", param=field) from None

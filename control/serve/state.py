@@ -1,31 +1,37 @@
 """The server's state on `app.state.serving`: settings, the engine loop, the tokenizer
-thread, and the count of generation requests in flight (read by graceful shutdown).
+thread, the grammar compile slots, and the count of generation requests in flight (read by
+graceful shutdown).
 
 Touched only from the event loop, except `encode_*`, which run on the one tokenizer thread
 (tokenizing a long prompt or rendering a chat template must not block the event loop).
+Grammar compiles run on their own threads, at most `limits.max_grammar_compiles` at once
+(engine/structured/compile_slots.py): a schema that compiles for minutes must not hold the
+tokenizer thread that every request needs (control/api/structured.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from fastapi import Request
+from prometheus_client.core import GaugeMetricFamily
 
 from control.admin.auth import Token
 from control.admin.config_store import ConfigStore
 from control.api.delivery import DeliveryProbe
 from control.api.errors import APIError
 from control.metrics.observer import Observer
-from control.metrics.registry import ServingMetrics
+from control.metrics.registry import ServingMetrics, counter_family
 from control.serve.bootstrap import EngineParts
 from control.serve.engine_loop import AsyncEngine
 from control.serve.settings import ServeSettings
 from control.trace.writer import TraceWriter
+from engine.structured.compile_slots import CompileSlots
 
 T = TypeVar("T")
 
@@ -45,6 +51,13 @@ class ServerState:
     inflight: int = 0  # generation requests admitted and not yet answered
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         max_workers=1, thread_name_prefix="tokenizer"))
+    grammar_compiles: CompileSlots = field(init=False)  # response_format / guided_json
+
+    def __post_init__(self) -> None:
+        self.grammar_compiles = CompileSlots(self.settings.limits.max_grammar_compiles)
+        if self.metrics is not None:
+            self.metrics.add_source(lambda: _compile_families(self.grammar_compiles,
+                                                              self.metrics.model))
 
     @property
     def parts(self) -> EngineParts | None:
@@ -97,3 +110,18 @@ class ServerState:
 
 def get_state(request: Request) -> ServerState:
     return request.app.state.serving
+
+
+def _compile_families(slots: CompileSlots, model: str) -> Iterator[Any]:
+    counts = slots.counts
+    running = GaugeMetricFamily("batchpilot_grammar_compiles_running",
+                                "Grammar compiles running, abandoned ones (past their"
+                                " timeout, uninterruptible) included.", labels=["model"])
+    running.add_metric([model], slots.running)
+    yield running
+    yield counter_family(
+        "batchpilot_grammar_compiles_total", "Grammar compiles by outcome: started, joined"
+        " (the same schema already compiling), refused_busy (429), timed_out (400).",
+        ["model", "outcome"],
+        {(model, name): getattr(counts, name)
+         for name in ("started", "joined", "refused_busy", "timed_out")})

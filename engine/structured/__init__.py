@@ -1,10 +1,11 @@
 """Structured output: JSON (any object, or one JSON schema) by grammar-constrained decoding.
 
-    frontend (server's tokenizer thread, or LLM.generate)      engine thread (sampler)
+    frontend (server's compile slots, or LLM.generate)         engine thread (sampler)
     StructuredOutput spec --GrammarCache.bind--> compiled  ->  per request: a matcher that
     (spec.py: OpenAI / vLLM shapes,               grammar       accepts each output token and
      validated, compact schema)     (grammar.py: xgrammar,      masks the next token's logits
                                      once per distinct schema)  (constrain.py)
+                  (compile_slots.py: the server's bounded compile threads)
 
 A request's output follows its grammar token by token: the sampler sets every token the
 grammar cannot take next to -inf, for the rows that have a grammar only (a step without one

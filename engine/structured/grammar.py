@@ -4,14 +4,19 @@ distinct schema.
 One `GrammarCache` per (tokenizer, logits width, stop tokens), found with `cache_for`. Its
 xgrammar compiler keeps compiled grammars in an LRU bounded by bytes (CACHE_LIMIT_BYTES), keyed
 by the compact schema text, so a schema sent again costs a lookup. Compiling runs on the
-caller's thread: the server's tokenizer thread, or LLM.generate's caller; never the engine
-thread, which only matches (constrain.py). Measured on the 2-core dev VM, shared with other
-jobs (load 4-6): a 3-property schema compiles in 5-16 ms on SmolLM2's 49152-token
-vocabulary; the TokenizerInfo, built once per cache, ~0.2 s.
+caller's thread: a server compile slot (compile_slots.py, bounded in time by the server),
+or LLM.generate's caller; never the engine thread, which only matches (constrain.py).
+Compiles are not serialized: a schema that compiles for minutes (a few `pattern`s with
+nested repeats do) delays no other. Measured on the 2-core dev VM, shared with other jobs
+(load 4-6): a 3-property schema compiles in 5-16 ms on SmolLM2's 49152-token vocabulary;
+the TokenizerInfo, built once per cache, ~0.2 s.
 
 The grammar's vocabulary is the model's logits width (`vocab_size`, which may exceed the
 tokenizer's: padding ids are never allowed), and its stop tokens are the model's EOS ids:
 the ones that end a request, so the request ends when, and only when, the JSON is complete.
+So every id a grammar allows is < vocab_size (xgrammar drops tokenizer ids and stop ids
+past it; the cache refuses stop ids past it), and constrain.py refuses a grammar compiled
+for another width than the logits it masks.
 
 NOTE: xgrammar 0.2.9's strings with minLength / maxLength admit raw control characters
 (U+0000-U+001F), which no JSON parser accepts (found by tests/llm/test_structured_output.py).
@@ -56,27 +61,42 @@ class GrammarCache:
         if not stop_token_ids:
             raise ValueError("response_format needs a model with an EOS token: the grammar"
                              " ends the output with it")
+        outside = [t for t in stop_token_ids if not 0 <= t < vocab_size]
+        if outside:  # xgrammar drops them silently: a finished JSON could then take no token
+            raise ValueError(f"response_format: the model's EOS ids {outside} are outside its"
+                             f" {vocab_size} logits, so the grammar could never end")
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.stop_token_ids = stop_token_ids
-        self._lock = threading.Lock()
+        self._build_lock = threading.Lock()  # the compiler's one-time build, not compiles
         self._compiler: xgr.GrammarCompiler | None = None  # built on first use (~0.2 s)
-        self._token_filter: torch.Tensor | None = None  # built with it
+        self._token_filter: torch.Tensor | None = None  # set before _compiler
 
     def compile(self, spec: StructuredOutput, field_name: str = "response_format",
                 ) -> CompiledFormat:
         """The grammar of `spec`; ValueError naming `field_name` when xgrammar refuses the
-        schema (unknown type, bad reference, ...)."""
-        with self._lock:  # NOTE: xgrammar's compiler is shared; compiles are serialized
-            compiler = self._compiler or self._build_compiler()
-            try:
-                # compact JSON: no free whitespace, so a weak model cannot loop on spaces
-                grammar = compiler.compile_json_schema(spec.schema, any_whitespace=False,
-                                                       strict_mode=True)
-                return CompiledFormat(grammar, self._token_filter)
-            except RuntimeError as exc:
-                raise ValueError(f"{field_name}: the schema is not supported:"
-                                 f" {_xgrammar_message(exc)}") from None
+        schema (unknown type, bad reference, ...). Any number of threads may compile at
+        once: xgrammar's compiler is thread-safe (its cache is a ThreadSafeLRUCache that
+        also makes concurrent compiles of one schema share one; vLLM compiles on a pool
+        sharing one compiler), so a compile that never ends blocks no other schema's."""
+        compiler = self.ensure_compiler()
+        try:
+            # compact JSON: no free whitespace, so a weak model cannot loop on spaces
+            grammar = compiler.compile_json_schema(spec.schema, any_whitespace=False,
+                                                   strict_mode=True)
+        except RuntimeError as exc:
+            raise ValueError(f"{field_name}: the schema is not supported:"
+                             f" {_xgrammar_message(exc)}") from None
+        return CompiledFormat(grammar, self._token_filter)
+
+    def ensure_compiler(self) -> xgr.GrammarCompiler:
+        """The compiler, built on first call (reads the tokenizer's whole vocabulary: call
+        it where the tokenizer may be used, e.g. the server's tokenizer thread)."""
+        if self._compiler is None:
+            with self._build_lock:
+                if self._compiler is None:
+                    self._build_compiler()
+        return self._compiler
 
     @property
     def cached_bytes(self) -> int:
@@ -90,14 +110,15 @@ class GrammarCache:
             return spec
         return dataclasses.replace(spec, compiled=self.compile(spec, field_name))
 
-    def _build_compiler(self) -> xgr.GrammarCompiler:
+    def _build_compiler(self) -> None:
         info = xgr.TokenizerInfo.from_huggingface(
             self.tokenizer, vocab_size=self.vocab_size, stop_token_ids=list(self.stop_token_ids))
-        # NOTE: one thread: a compile runs beside the engine thread, which needs the cores
-        self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=True,
-                                             cache_limit_bytes=CACHE_LIMIT_BYTES)
+        # NOTE: one thread per compile: it runs beside the engine thread, which needs the cores
+        compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=True,
+                                       cache_limit_bytes=CACHE_LIMIT_BYTES)
+        # the filter first: a thread that sees _compiler set (without the lock) finds it too
         self._token_filter = _token_filter(info.decoded_vocab, self.vocab_size)
-        return self._compiler
+        self._compiler = compiler
 
 
 _caches: weakref.WeakKeyDictionary[Any, dict[tuple, GrammarCache]] = weakref.WeakKeyDictionary()

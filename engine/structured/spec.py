@@ -16,7 +16,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-MAX_SCHEMA_CHARS = 65536  # compact JSON; a bigger schema is refused before compiling
+# compact JSON; a bigger schema is refused before compiling (the server passes max_chars=None
+# and applies its own limit, max_schema_bytes, which an operator may set: control/api/limits.py)
+MAX_SCHEMA_CHARS = 65536
 # json_object: any JSON object (OpenAI's JSON mode never yields an array or a scalar)
 ANY_OBJECT_SCHEMA = '{"type":"object"}'
 
@@ -39,9 +41,11 @@ class StructuredOutput:
 
     @classmethod
     def json_schema(cls, schema: dict[str, Any] | str, name: str = "", *,
-                    field_name: str = "response_format") -> StructuredOutput:
+                    field_name: str = "response_format",
+                    max_chars: int | None = MAX_SCHEMA_CHARS) -> StructuredOutput:
         """`schema`: a JSON schema as a dict or as JSON text. Raises ValueError naming
-        `field_name` when it is not a JSON object or is too large."""
+        `field_name` when it is not a JSON object or has more than `max_chars` characters as
+        compact JSON (None: any size; the caller bounds it)."""
         if isinstance(schema, str):
             try:
                 schema = json.loads(schema)
@@ -51,13 +55,14 @@ class StructuredOutput:
             raise ValueError(f"{field_name}: the schema must be a JSON object, got"
                              f" {type(schema).__name__}")
         text = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
-        if len(text) > MAX_SCHEMA_CHARS:
+        if max_chars is not None and len(text) > max_chars:
             raise ValueError(f"{field_name}: the schema has {len(text)} characters; at most"
-                             f" {MAX_SCHEMA_CHARS} are accepted")
+                             f" {max_chars} are accepted")
         return cls("json_schema", text, name)
 
     @classmethod
-    def from_openai(cls, value: Any) -> StructuredOutput | None:
+    def from_openai(cls, value: Any, *, max_chars: int | None = MAX_SCHEMA_CHARS,
+                    ) -> StructuredOutput | None:
         """OpenAI's `response_format` -> a spec, or None for {"type": "text"} (no
         constraint). `json_schema` is {"name", "schema", "strict", "description"}: the
         schema is always enforced, so `strict` changes nothing (properties the schema does
@@ -79,4 +84,4 @@ class StructuredOutput:
         name = spec.get("name") or ""
         if not isinstance(name, str):
             raise ValueError(f"response_format.json_schema.name={name!r} must be a string")
-        return cls.json_schema(spec["schema"], name)
+        return cls.json_schema(spec["schema"], name, max_chars=max_chars)
