@@ -91,7 +91,7 @@ def alone(served):
 
 
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=120, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(poison=poison_bodies)
