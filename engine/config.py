@@ -8,6 +8,7 @@ rejected change leaves the running config untouched.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 LANE_POLICIES = ("fcfs", "priority", "deadline")
@@ -138,21 +139,21 @@ class LiveConfig:
     def replace(self, **changes: object) -> LiveConfig:
         return dataclasses.replace(self, **changes)
 
-    def validate(self, static: StaticConfig) -> None:
-        """Raise ValueError naming the first field out of range; checks fit with `static`."""
+    def validate(self, static: StaticConfig, fitted: Collection[str] = ()) -> None:
+        """Raise ValueError naming the first field out of range, or the first that does not
+        fit `static` (`fitted`: its fields the model chose, said so in the message)."""
+        self.validate_fields()
+        self.validate_fit(static, fitted)
+
+    def validate_fields(self) -> None:
+        """The checks that need no model: what a serving YAML can be refused for before the
+        model is loaded (preflight)."""
         _require(1 <= self.max_num_seqs <= MAX_NUM_SEQS_LIMIT, "max_num_seqs",
                  self.max_num_seqs, f"in 1..{MAX_NUM_SEQS_LIMIT}")
-        _require(self.max_num_seqs <= static.num_kv_blocks, "max_num_seqs", self.max_num_seqs,
-                 f"<= num_kv_blocks ({static.num_kv_blocks}): each sequence needs a block")
         _require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens",
                  self.max_num_batched_tokens, ">= 1")
-        _require(1 <= self.prefill_chunk_size <= static.max_model_len, "prefill_chunk_size",
-                 self.prefill_chunk_size, f"in 1..max_model_len ({static.max_model_len})")
-        if not self.chunked_prefill:
-            _require(self.max_num_batched_tokens >= static.max_model_len,
-                     "max_num_batched_tokens", self.max_num_batched_tokens,
-                     f">= max_model_len ({static.max_model_len}) when chunked_prefill is off,"
-                     " or a long prompt could never run")
+        _require(self.prefill_chunk_size >= 1, "prefill_chunk_size", self.prefill_chunk_size,
+                 ">= 1")
         _require(self.max_waiting_requests >= 1, "max_waiting_requests",
                  self.max_waiting_requests, ">= 1 (0 would reject every request as"
                  " queue_full, even on an idle engine)")
@@ -170,6 +171,23 @@ class LiveConfig:
         self._validate_lanes()
         _require(self.long_context_threshold >= 1, "long_context_threshold",
                  self.long_context_threshold, ">= 1")
+
+    def validate_fit(self, static: StaticConfig, fitted: Collection[str] = ()) -> None:
+        """The checks against the static config. max_model_len and num_kv_blocks are fitted
+        to the model (engine/llm.py `fit_engine_config`), so these run on the fitted static:
+        against a default, a budget right for the model would be refused (or a wrong one
+        kept)."""
+        blocks = _limit(static, "num_kv_blocks", fitted)
+        context = _limit(static, "max_model_len", fitted)
+        _require(self.max_num_seqs <= static.num_kv_blocks, "max_num_seqs", self.max_num_seqs,
+                 f"<= {blocks}: each sequence needs a block")
+        _require(self.prefill_chunk_size <= static.max_model_len, "prefill_chunk_size",
+                 self.prefill_chunk_size, f"in 1..{context}")
+        if not self.chunked_prefill:
+            _require(self.max_num_batched_tokens >= static.max_model_len,
+                     "max_num_batched_tokens", self.max_num_batched_tokens,
+                     f">= {context} when chunked_prefill is off, or a long prompt could"
+                     " never run")
 
     def _validate_lanes(self) -> None:
         _require(len(self.lanes) >= 1, "lanes", len(self.lanes), "at least one lane")
@@ -192,10 +210,18 @@ class EngineConfig:
     static: StaticConfig = field(default_factory=StaticConfig)
     live: LiveConfig = field(default_factory=LiveConfig)
 
-    def validate(self) -> EngineConfig:
+    def validate(self, fitted: Collection[str] = ()) -> EngineConfig:
+        """`fitted`: the static fields fitted to the model, named so in messages."""
         self.static.validate()
-        self.live.validate(self.static)
+        self.live.validate(self.static, fitted)
         return self
+
+
+def _limit(static: StaticConfig, name: str, fitted: Collection[str]) -> str:
+    """'max_model_len (8192)', and which value it is when the model chose it: a message
+    must name the limit the server runs with, not the one the YAML or a default gave."""
+    value = getattr(static, name)
+    return f"{name} ({value}, fitted to the model)" if name in fitted else f"{name} ({value})"
 
 
 def _require(ok: bool, name: str, value: object, allowed: str) -> None:

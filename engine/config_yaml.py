@@ -15,11 +15,18 @@ The file's shape::
 
 Both the seed's key names and ours are accepted. Unknown keys are errors that list the
 allowed keys, so a typo never silently falls back to a default.
+
+Loading checks what needs no model: keys, types, ranges, lanes. What depends on the static
+config (a budget against max_model_len, max_num_seqs against the KV pool) is checked once
+the model has fitted it (`EngineConfig.validate`, `check_profiles`): the YAML's own static
+values, or the defaults, are not what the server runs with (max_model_len is capped at
+the model's context, the KV pool sized to memory).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +47,7 @@ TOP_LEVEL_KEYS = {"serving", "lanes", "profiles"}
 
 @dataclasses.dataclass(frozen=True)
 class LoadedConfig:
-    config: EngineConfig
+    config: EngineConfig  # checked as far as it can be without the model (see above)
     profiles: dict[str, dict[str, Any]]
 
 
@@ -68,16 +75,30 @@ def load_config_dict(data: dict[str, Any]) -> LoadedConfig:
     live_kw = {k: v for k, v in serving.items() if k in LIVE_KEYS}
     if "lanes" in data:
         live_kw["lanes"] = parse_lanes(data["lanes"])
-    config = EngineConfig(StaticConfig(**static_kw), LiveConfig(**live_kw)).validate()
+    config = EngineConfig(StaticConfig(**static_kw), LiveConfig(**live_kw))
+    config.static.validate()
+    config.live.validate_fields()  # against the static config once fitted: see the docstring
     profiles = {}
     for name, changes in (data.get("profiles") or {}).items():
         changes = _normalise(changes or {}, f"profiles.{name}", allowed=LIVE_KEYS)
         try:  # found now, not when an operator applies it in an incident
-            config.live.replace(**changes).validate(config.static)
+            config.live.replace(**changes).validate_fields()
         except ValueError as exc:
             raise ValueError(f"profiles.{name}: {exc}") from None
         profiles[str(name)] = changes
     return LoadedConfig(config, profiles)
+
+
+def check_profiles(profiles: dict[str, dict[str, Any]], config: EngineConfig,
+                   fitted: Collection[str] = ()) -> None:
+    """Each profile applied to `config` (the one in force: at start, the fitted one) must
+    validate, so a bad profile fails the start, not the `ctl profile` of an incident.
+    `fitted`: the static fields the model chose, named so in the ValueError."""
+    for name, changes in profiles.items():
+        try:
+            config.live.replace(**changes).validate(config.static, fitted)
+        except ValueError as exc:
+            raise ValueError(f"profiles.{name}: {exc}") from None
 
 
 def parse_lanes(lanes: Any) -> tuple[LaneConfig, ...]:

@@ -8,7 +8,8 @@
 Keyword overrides are engine config fields (static or live), e.g. `max_num_seqs`,
 `prefill_chunk_size`, `num_kv_blocks`, `max_model_len`; unknown names are refused.
 `dtype` ("auto", the default, "float32" or "bfloat16"; engine/models/cpu_dtype.py) applies
-when LLM loads the model; a LoadedModel keeps the dtype it was loaded with.
+when LLM loads the model; a LoadedModel keeps the dtype it was loaded with (`load_model`'s
+default is "auto" too, so `LLM(load_model(name))` runs as `LLM(name)` does).
 """
 
 from __future__ import annotations
@@ -205,7 +206,8 @@ def fit_engine_config(loaded: LoadedModel, overrides: dict[str, Any] | None = No
     `base` (LiveConfig() when None). What is not overridden is fitted to the model:
     max_model_len capped at the model's, num_kv_blocks sized to the memory left, and live
     defaults that do not fit a small model or KV pool capped. Raises ValueError naming a
-    field that is unknown or out of range."""
+    field that is unknown or out of range; the live settings are checked against this
+    fitted static config, never against the defaults."""
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - _STATIC - _LIVE)
     if unknown:
@@ -219,7 +221,15 @@ def fit_engine_config(loaded: LoadedModel, overrides: dict[str, Any] | None = No
     static = StaticConfig(**static_kw)
     live = (base or LiveConfig()).replace(**{k: v for k, v in overrides.items() if k in _LIVE})
     live = _fit_live_to_static(live, static, explicit=set(overrides))
-    return EngineConfig(static, live).validate()
+    return EngineConfig(static, live).validate(fitted_static_fields(static, overrides))
+
+
+def fitted_static_fields(static: StaticConfig, overrides: dict[str, Any]) -> frozenset[str]:
+    """The static fields whose value the model chose, not `overrides`: max_model_len when
+    not given or capped at the model's context, num_kv_blocks when not given. Messages name
+    them "fitted to the model": the operator wrote another value, or none."""
+    return frozenset(name for name in ("max_model_len", "num_kv_blocks")
+                     if overrides.get(name) != getattr(static, name))
 
 
 def build_engine(loaded: LoadedModel, config: EngineConfig,

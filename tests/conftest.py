@@ -59,15 +59,19 @@ def smollm2(tmp_path_factory):
 
     os.environ["BATCHPILOT_CACHE_DIR"] = str(tmp_path_factory.mktemp("batchpilot-cache"))
     os.environ["BATCHPILOT_GGUF_CACHE"] = "1"
-    return load_model("smollm2-135m", keep_reference=True)
+    # float32: the parity tests compare it exactly with transformers ("auto" is the default)
+    return load_model("smollm2-135m", dtype="float32", keep_reference=True)
 
 
 @pytest.fixture(scope="session")
 def tiny_loaded(tiny_llama_dir):
-    """The tiny model loaded once; every in-process engine shares its weights."""
+    """The tiny model loaded once; every in-process engine shares its weights. float32,
+    not the default "auto": a step's logits then do not depend on how many rows it runs
+    (the tests compare a request alone with the same request in a batch), and it is the
+    fp32 baseline the dtype tests compare "auto" with."""
     from engine.models import load_model
 
-    return load_model(tiny_llama_dir)
+    return load_model(tiny_llama_dir, dtype="float32")
 
 
 @pytest.fixture(scope="module")

@@ -66,6 +66,11 @@ class ConfigStore:
         return self._parts().static
 
     @property
+    def fitted_static(self) -> frozenset[str]:
+        """The static fields the model chose at start (bootstrap's `EngineParts`)."""
+        return self._parts().fitted_static
+
+    @property
     def step_fit(self):
         """The budgets fitted to the device at start-up (engine/step_fit.py), or None."""
         return self._parts().step_fit

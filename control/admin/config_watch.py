@@ -5,8 +5,10 @@ Only what the file names is applied: its `serving:` live settings, its `lanes:` 
 whole set: a lane missing from the file is removed, and refused while it has requests),
 and its profiles. Settings the file does not name keep their live values. A static
 setting (KV pool, block size, max_model_len) that differs from the running one refuses
-the whole reload: it needs a restart. A refused reload is logged with its reason and the
-config in force stays as it was.
+the whole reload: it needs a restart (a max_model_len the model capped compares as
+capped). The file's settings and each profile are checked against the running static
+config, as the start checked them against the fitted one. A refused reload is logged with
+its reason and the config in force stays as it was.
 """
 
 from __future__ import annotations
@@ -20,8 +22,15 @@ from typing import Any
 import yaml
 
 from control.admin.config_store import ChangeError, ConfigStore
-from engine.config_patch import lane_to_dict
-from engine.config_yaml import KEY_ALIASES, LIVE_KEYS, STATIC_KEYS, load_config_dict
+from engine.config import EngineConfig, StaticConfig
+from engine.config_patch import apply_patch, lane_to_dict
+from engine.config_yaml import (
+    KEY_ALIASES,
+    LIVE_KEYS,
+    STATIC_KEYS,
+    check_profiles,
+    load_config_dict,
+)
 
 log = logging.getLogger("batchpilot.control")
 POLL_S = 1.0
@@ -77,20 +86,33 @@ class ConfigWatcher:
             data = yaml.safe_load(Path(self.path).read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
             raise ValueError(f"cannot read it: {exc}") from None
-        loaded = load_config_dict(data)  # every check the startup did
+        loaded = load_config_dict(data)  # the checks that need no model, as at start
         serving = {KEY_ALIASES.get(k, k): v for k, v in (data.get("serving") or {}).items()}
-        static = self.store.static
+        static, fitted = self.store.static, self.store.fitted_static
         changed = sorted(k for k in serving if k in STATIC_KEYS
-                         and serving[k] != getattr(static, k))
+                         and _as_fitted(k, serving[k], static, fitted) != getattr(static, k))
         if changed:
             raise ValueError(f"static setting(s) {', '.join(changed)} differ from the running"
                              " server's; they need a restart")
         patch: dict[str, Any] = {k: v for k, v in serving.items() if k in LIVE_KEYS}
+        live = self.store.current()
         if "lanes" in data:
-            live = self.store.current()
             new = {lane.name for lane in loaded.config.live.lanes}
             patch["lanes"] = {**{name: None for name in live.lane_names if name not in new},
                               **{lane.name: lane_to_dict(lane) for lane in
                                  loaded.config.live.lanes}}
+        # the rest of the start's checks: against the running (fitted) static config, the
+        # profiles on the config this reload installs
+        after = apply_patch(live, static, patch)
+        check_profiles(loaded.profiles, EngineConfig(static, after), fitted)
         return patch, loaded.profiles
+
+
+def _as_fitted(name: str, value: Any, static: StaticConfig, fitted: frozenset[str]) -> Any:
+    """`value` of a static field as the start would have fitted it: a max_model_len the
+    model capped is its context (the running value), so a file asking for as much or more
+    (the 32768 of DESIGN.md on an 8192 model) changes nothing."""
+    if name == "max_model_len" and name in fitted and isinstance(value, int):
+        return min(value, static.max_model_len)
+    return value
 

@@ -6,6 +6,8 @@ others are fitted to the model exactly as the offline `LLM` does (max_model_len 
 at the model's, KV blocks sized to memory, defaults that do not fit capped), and the
 prefill chunk and token budget to the device: steps measured on the model runner keep one
 step under `target_step_ms` (engine/step_fit.py; `EngineParts.step_fit` says what and why).
+The YAML's settings and profiles are checked against that fitted config, before the
+engine starts: a message names the fitted max_model_len, not the default.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import yaml
 
 from control.serve.settings import ServeSettings
 from engine.config import EngineConfig, LiveConfig, StaticConfig
-from engine.config_yaml import KEY_ALIASES, load_config_file
+from engine.config_yaml import KEY_ALIASES, check_profiles, load_config_file
 from engine.engine import Engine
 from engine.output_processor import OutputProcessor
 from engine.step_fit import StepFit
@@ -39,6 +41,9 @@ class EngineParts:
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     step_fit: StepFit | None = None  # budgets fitted to the device at start-up, if any
     weights: str = ""  # the dtype the weights run in and why, for the ready line
+    # static fields the model chose (max_model_len, num_kv_blocks): a reloaded YAML is
+    # compared and checked against these as fitted (control/admin/config_watch.py)
+    fitted_static: frozenset[str] = frozenset()
 
     @property
     def max_prompt_capacity(self) -> int:
@@ -58,7 +63,9 @@ class ServingConfig:
 
 
 def read_serving_config(path: str | None) -> ServingConfig:
-    """Raises ValueError naming the bad field, before any model is loaded."""
+    """Raises ValueError naming the bad field, before any model is loaded: keys, types and
+    ranges. Checks against max_model_len and the KV pool wait for their fitted values
+    (`build_parts`): the model decides them, so a default would give the wrong verdict."""
     if path is None:
         return ServingConfig({}, LiveConfig(), {})
     loaded = load_config_file(path)
@@ -76,7 +83,7 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     """Load the model (unless `loaded`, a LoadedModel, is given) and build the engine."""
     import torch
 
-    from engine.llm import build_engine, fit_engine_config, fit_to_runner
+    from engine.llm import build_engine, fit_engine_config, fit_to_runner, fitted_static_fields
     from engine.model_runner import ModelRunner
     from engine.models import load_model
 
@@ -92,6 +99,8 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     config = fit_engine_config(loaded, overrides, base=serving.live)
     runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
     config, step_fit = fit_to_runner(config, set(overrides), runner)
+    fitted = fitted_static_fields(config.static, overrides)
+    check_profiles(serving.profiles, config, fitted)  # a bad profile fails the start
     engine = build_engine(loaded, config, runner,
                           step_law=step_fit.law if step_fit is not None else None)
     try:
@@ -102,4 +111,5 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     plan = loaded.dtype_plan
     weights = plan.describe() if plan is not None else str(loaded.dtype).removeprefix("torch.")
     return EngineParts(engine, OutputProcessor(loaded.tokenizer), frontend, vocab,
-                       config.static, serving.profiles, step_fit, f"weights: {weights}")
+                       config.static, serving.profiles, step_fit, f"weights: {weights}",
+                       fitted)

@@ -11,9 +11,11 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def preflight(settings: ServeSettings) -> None:
-    """Raises ValueError or FileNotFoundError saying what is wrong: the serving YAML, the
-    model source, the trace file (another process may hold it), and the control API's
-    exposure rule (tokens, or bound to loopback). `settings.validate()` runs first."""
+    """Raises ValueError or FileNotFoundError saying what is wrong: the serving YAML (what
+    needs no model; checks against the fitted max_model_len and KV pool fail the start once
+    the model is loaded, see control/serve/bootstrap.py), the model source, the trace file
+    (another process may hold it), and the control API's exposure rule (tokens, or bound
+    to loopback). `settings.validate()` runs first."""
     from control.admin.auth import check_exposure, load_tokens
     from control.serve.bootstrap import read_serving_config
     from control.trace.store import check_trace_db

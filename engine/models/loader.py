@@ -65,17 +65,18 @@ class LoadedModel:
 
 def load_model(
     source: str | os.PathLike[str],
-    dtype: str | torch.dtype = torch.float32,
+    dtype: str | torch.dtype = "auto",
     device: torch.device | str = "cpu",
     *,
     keep_reference: bool = False,
 ) -> LoadedModel:
     """Load an alias, checkpoint directory or .gguf file (see resolve_model_source).
 
-    dtype: "auto" | "float32" | "bfloat16" or a torch dtype (cpu_dtype.py; the engine's
-    entry points pass "auto", this function defaults to float32, exact against
-    transformers). keep_reference=True also returns the transformers model (in the plan's
-    dtype) for parity checks; for a GGUF source it costs nothing extra.
+    dtype: "auto" | "float32" | "bfloat16" or a torch dtype (cpu_dtype.py). "auto", the
+    default everywhere (`LLM(name)`, `batchpilot serve`), so `LLM(load_model(name))` runs
+    as `LLM(name)` does; ask for "float32" where exactness against transformers is the
+    point (the parity tests do). keep_reference=True also returns the transformers model
+    (in the plan's dtype) for parity checks; for a GGUF source it costs nothing extra.
     """
     from transformers import AutoConfig, AutoTokenizer  # heavy import, deferred
 

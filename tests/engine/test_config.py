@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from engine.config import EngineConfig, LaneConfig, LiveConfig, StaticConfig
-from engine.config_yaml import load_config_dict, load_config_file
+from engine.config_yaml import check_profiles, load_config_dict, load_config_file
 
 # The seed's starting point, exactly as DESIGN.md shows it.
 DESIGN_SERVING = """\
@@ -89,7 +91,7 @@ def test_unknown_keys_are_errors_that_list_the_allowed_keys(data, names):
     ({"max_active_sequences": 0}, "max_num_seqs", "1..8192"),
     ({"max_active_sequences": 9000}, "max_num_seqs", "1..8192"),
     ({"max_batched_tokens": 0}, "max_num_batched_tokens", ">= 1"),
-    ({"prefill_chunk_size": 40000}, "prefill_chunk_size", "max_model_len (32768)"),
+    ({"prefill_chunk_size": 0}, "prefill_chunk_size", ">= 1"),
     ({"block_size": 12}, "block_size", "8, 16, 32, 64, 128"),
     ({"num_kv_blocks": 0}, "num_kv_blocks", ">= 1"),
     ({"queue_timeout_ms": 0}, "queue_timeout_ms", ">= 1"),
@@ -100,7 +102,6 @@ def test_unknown_keys_are_errors_that_list_the_allowed_keys(data, names):
     ({"kv_cache_reject_watermark": 1.5}, "kv_cache_high_watermark", "<= 1"),
     ({"schedule_policy": "fastest"}, "schedule_policy", "decode_first, mixed"),
     ({"batching": "dynamic"}, "batching", "continuous, static"),
-    ({"max_active_sequences": 8192, "num_kv_blocks": 100}, "max_num_seqs", "num_kv_blocks"),
 ])
 def test_bad_values_name_the_field_and_the_allowed_range(serving, field, allowed):
     with pytest.raises(ValueError) as exc:
@@ -148,13 +149,42 @@ def test_a_profile_with_a_bad_value_is_refused_at_load():
         load_config_dict({"profiles": {"degrade": {"max_active_sequences": 0}}})
 
 
-def test_chunked_prefill_off_needs_a_budget_of_max_model_len():
-    with pytest.raises(ValueError) as exc:
-        load_config_dict({"serving": {"chunked_prefill": False, "max_batched_tokens": 8192}})
-    assert "max_num_batched_tokens" in str(exc.value) and "32768" in str(exc.value)
-    config = load_config_dict({"serving": {"chunked_prefill": False, "max_model_len": 8192,
-                                           "max_batched_tokens": 8192}}).config
-    assert not config.live.chunked_prefill
+@pytest.mark.parametrize(("serving", "message"), [
+    ({"prefill_chunk_size": 40000}, "prefill_chunk_size=40000 must be in 1..max_model_len"
+                                    " (32768)"),
+    ({"max_active_sequences": 8192, "num_kv_blocks": 100},
+     "max_num_seqs=8192 must be <= num_kv_blocks (100)"),
+    ({"chunked_prefill": False, "max_batched_tokens": 8192},
+     "max_num_batched_tokens=8192 must be >= max_model_len (32768) when chunked_prefill is"
+     " off"),
+])
+def test_checks_against_the_static_config_wait_for_it(serving, message):
+    """The model fits max_model_len and the KV pool (engine/llm.py), so loading the YAML
+    leaves these to the fitted config; against a given one they are refused."""
+    config = load_config_dict({"serving": serving}).config
+    with pytest.raises(ValueError, match=re.escape(message)):
+        config.validate()
+
+
+def test_messages_say_which_static_values_the_model_chose():
+    live = LiveConfig(chunked_prefill=False, max_num_batched_tokens=512)
+    with pytest.raises(ValueError, match=re.escape("max_model_len (8192, fitted to the"
+                                                   " model) when chunked_prefill is off")):
+        live.validate(StaticConfig(max_model_len=8192), fitted={"max_model_len"})
+    with pytest.raises(ValueError, match=re.escape("num_kv_blocks (4, fitted to the model)")):
+        LiveConfig(max_num_seqs=8).validate(StaticConfig(num_kv_blocks=4),
+                                            fitted={"num_kv_blocks"})
+    live.replace(max_num_batched_tokens=8192).validate(StaticConfig(max_model_len=8192))
+
+
+def test_a_profile_is_checked_against_the_static_config_once_given():
+    loaded = load_config_dict({"profiles": {"whole": {"chunked_prefill": False}}})
+    assert loaded.profiles == {"whole": {"chunked_prefill": False}}  # 8192 < 32768: later
+    small = EngineConfig(StaticConfig(max_model_len=8192), loaded.config.live)
+    check_profiles(loaded.profiles, small)
+    with pytest.raises(ValueError, match=re.escape(
+            "profiles.whole: max_num_batched_tokens=8192 must be >= max_model_len (32768)")):
+        check_profiles(loaded.profiles, loaded.config)
 
 
 def test_missing_or_broken_file_is_a_value_error(tmp_path):

@@ -20,7 +20,7 @@ PROMPTS = ["The scheduler picks the running decodes first, then prefill chunks",
 @pytest.fixture(scope="module")
 def loaded(tiny_llama_dir):
     torch.set_num_threads(2)
-    return load_model(tiny_llama_dir, keep_reference=True)
+    return load_model(tiny_llama_dir, dtype="float32", keep_reference=True)  # vs transformers
 
 
 def reference_logprobs(loaded, ids: list[int]) -> torch.Tensor:

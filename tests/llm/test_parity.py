@@ -48,8 +48,9 @@ def _check_parity(loaded, regime: str, prompts: list[str]) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_models(tiny_llama_dir, tiny_qwen2_dir):
-    return {"llama": load_model(tiny_llama_dir, keep_reference=True),
-            "qwen2": load_model(tiny_qwen2_dir, keep_reference=True)}
+    # float32: token-for-token parity with transformers is a float32 property
+    return {"llama": load_model(tiny_llama_dir, dtype="float32", keep_reference=True),
+            "qwen2": load_model(tiny_qwen2_dir, dtype="float32", keep_reference=True)}
 
 
 @pytest.mark.parametrize("regime", sorted(REGIMES))

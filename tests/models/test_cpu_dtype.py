@@ -140,3 +140,12 @@ def test_llm_refuses_a_bad_dtype_and_a_dtype_for_a_loaded_model(tiny_loaded, tin
         LLM(tiny_llama_dir, device="cpu", dtype="half")
     with pytest.raises(ValueError, match="applies only when LLM loads the model"):
         LLM(tiny_loaded, dtype="float32")
+
+
+def test_llm_over_load_model_runs_as_llm_over_a_name(amx_cpu, tiny_llama_dir):
+    """One default, "auto", for load_model as for LLM and `serve --dtype`: LLM(load_model(x))
+    ran float32 while LLM(x) ran auto (3.3x slower on a bf16 CPU, and nothing said so)."""
+    loaded = load_model(tiny_llama_dir)
+    assert loaded.dtype_plan.choice == "auto" and loaded.dtype_plan.bf16_min_rows is not None
+    by_name = LLM(tiny_llama_dir, num_kv_blocks=16)
+    assert LLM(loaded, num_kv_blocks=16).loaded.dtype_plan == by_name.loaded.dtype_plan

@@ -16,7 +16,7 @@ ATOL = 1e-4
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def tiny(request):
     directory = request.getfixturevalue(f"tiny_{request.param}_dir")
-    return load_model(directory, keep_reference=True)
+    return load_model(directory, dtype="float32", keep_reference=True)  # exact parity
 
 
 def test_fused_weights_are_the_transformers_rows_stacked(tiny):

@@ -25,7 +25,7 @@ OTHER_PROMPTS = [
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def tiny(request):
     directory = request.getfixturevalue(f"tiny_{request.param}_dir")
-    return load_model(directory, keep_reference=True)
+    return load_model(directory, dtype="float32", keep_reference=True)  # exact parity
 
 
 def encode(loaded, text: str) -> list[int]:
