@@ -28,13 +28,16 @@ ctx = context()
 st.title("Canary")
 
 
+NOT_A_FLEET = ("This server is not a fleet (or its control API is off): canaries run on"
+               " a fleet's ingress — `batchpilot dashboard --url INGRESS`.")
+
+
 def get(path: str) -> Any | None:
     try:
         return ctx.control.call("GET", path)
     except CtlError as exc:
         if "answered 404" in str(exc):
-            st.info("This server is not a fleet (or its control API is off): canaries run on"
-                    " a fleet's ingress — `batchpilot dashboard --url INGRESS`.")
+            st.info(NOT_A_FLEET)
         else:
             st.error(str(exc))
         return None
@@ -66,7 +69,10 @@ def side_by_side(canary: dict | None, baseline: dict | None,
 
 def versions_section() -> None:
     config = get("/control/config")
-    if config is None or "converged" not in config:
+    if config is None:
+        st.stop()
+    if "converged" not in config:  # a single server's config: it has no replicas
+        st.info(NOT_A_FLEET)
         st.stop()
     cols = st.columns(3)
     cols[0].metric("Fleet version", config["version"])

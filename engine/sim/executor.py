@@ -16,6 +16,7 @@ check has shown equal to the request's tokens.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.records import SchedulerOutput
@@ -54,6 +55,9 @@ class SimulatedExecutor:
     step_cost_s: float = 0.0  # fixed cost of a step
     prefill_token_cost_s: float = 0.0  # per prompt token computed
     decode_token_cost_s: float = 0.0  # per decode token
+    # replaces the three linear costs above: seconds of a step from its work (e.g.
+    # engine/sim/step_cost.py's CpuLikeStepCost: attention, per-sequence cost, noise)
+    cost_model: Callable[[SchedulerOutput], float] | None = None
     clock: FakeClock | None = None  # advanced by the cost; else the cost is slept
     shadow_kv: bool = True
     block_size: int | None = None  # the KV pool's; None until bind_kv_pool
@@ -94,8 +98,11 @@ class SimulatedExecutor:
                 raise
         else:
             sampled = [self.next_token(r) for r in out.sample_requests()]
-        cost = (self.step_cost_s + self.prefill_token_cost_s * out.num_prefill_tokens
-                + self.decode_token_cost_s * out.num_decode_tokens)
+        if self.cost_model is not None:
+            cost = self.cost_model(out)
+        else:
+            cost = (self.step_cost_s + self.prefill_token_cost_s * out.num_prefill_tokens
+                    + self.decode_token_cost_s * out.num_decode_tokens)
         if self.clock is not None:
             self.clock.advance(cost)
         elif cost > 0:

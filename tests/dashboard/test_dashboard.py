@@ -4,11 +4,15 @@ Control page's form calling the control API."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from fixtures.fleet_fakes import FakeReplica, fake_fleet_server, good_window
 from fixtures.serving import LiveServer, make_engine
 from fixtures.trace_data import fill_trace
 from streamlit.testing.v1 import AppTest
@@ -16,9 +20,23 @@ from streamlit.testing.v1 import AppTest
 from control.serve.settings import ServeSettings
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
-PAGES = ["views/overview.py", "views/scheduler.py", "views/requests.py", "views/control.py",
-         "views/checklist.py", "views/whatif.py"]
 TIMEOUT_S = 60
+
+
+def app_pages() -> list[str]:
+    """dashboard/app.py's PAGES, read from its source (importing it would run the app), so
+    a page added there is smoke-tested here without anyone remembering to list it."""
+    tree = ast.parse(Path(APP).read_text())
+    value = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["PAGES"])
+    return [path for path, _title, _icon in ast.literal_eval(value)]
+
+
+PAGES = app_pages()  # PAGES[0] is the page the app opens on
+OVERVIEW, SCHEDULER, REQUESTS, CONTROL = (f"views/{name}.py" for name in (
+    "overview", "scheduler", "requests", "control"))
+CHECKLIST, CANARY = "views/checklist.py", "views/canary.py"
+NO_CHARTS = {CONTROL, CHECKLIST, "views/whatif.py", CANARY}  # over a trace file
 
 
 def open_page(page: str, **state) -> AppTest:
@@ -49,6 +67,11 @@ def charts_of(at: AppTest) -> int:
     return len(at.get("vega_lite_chart"))
 
 
+def test_the_smoke_covers_every_page_of_the_app():
+    views = sorted(f"views/{p.name}" for p in (Path(APP).parent / "views").glob("*.py"))
+    assert sorted(PAGES) == views and CANARY in PAGES
+
+
 @pytest.fixture(scope="module")
 def trace_db(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("dash") / "trace.duckdb")
@@ -60,23 +83,23 @@ def trace_db(tmp_path_factory) -> str:
 def test_every_page_renders_a_recorded_trace(trace_db, page):
     at = open_page(page, bp_db=trace_db)
     assert not problems(at), problems(at)
-    if page not in ("views/control.py", "views/checklist.py", "views/whatif.py"):
+    if page not in NO_CHARTS:
         assert charts_of(at) >= 1
     assert "trace file" in texts(at)
 
 
 def test_overview_shows_the_workload_and_the_scheduler_its_steps(trace_db):
-    at = open_page(PAGES[0], bp_db=trace_db)
+    at = open_page(OVERVIEW, bp_db=trace_db)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Requests"] == "9" and metrics["Rejected"] == "1"
     assert charts_of(at) == 6  # 4 latency panels, tokens/s, failures
-    at = open_page(PAGES[1], bp_db=trace_db)
+    at = open_page(SCHEDULER, bp_db=trace_db)
     assert charts_of(at) >= 7
     assert len(at.dataframe) == 1 and at.dataframe[0].value.shape[0] > 10
 
 
 def test_requests_page_explains_one_request(trace_db):
-    at = open_page(PAGES[2], bp_db=trace_db)
+    at = open_page(REQUESTS, bp_db=trace_db)
     slow = at.dataframe[0].value
     assert list(slow["e2e_s"]) == sorted(slow["e2e_s"], reverse=True)
     at.text_input(key="bp_request_id").input("r1").run()
@@ -90,7 +113,7 @@ def test_requests_page_explains_one_request(trace_db):
 
 
 def test_control_page_over_a_file_lists_recorded_changes(trace_db):
-    at = open_page(PAGES[3], bp_db=trace_db)
+    at = open_page(CONTROL, bp_db=trace_db)
     table = at.dataframe[0].value
     assert list(table["diff"]) == ["max_num_seqs: 4 -> 3"]
     assert not at.button  # read-only: no form, no rollback
@@ -122,6 +145,8 @@ def test_every_page_renders_live(live_url, page):
     at = open_page(page, bp_url=live_url)
     assert not problems(at), problems(at)
     assert "server" in texts(at)
+    if page == CANARY:  # a single server: says where canaries run, never a blank page
+        assert "This server is not a fleet" in texts(at)
 
 
 def config(url: str) -> dict:
@@ -130,7 +155,7 @@ def config(url: str) -> dict:
 
 def test_control_form_applies_validates_and_rolls_back(live_url):
     before = config(live_url)
-    at = open_page(PAGES[3], bp_url=live_url)
+    at = open_page(CONTROL, bp_url=live_url)
     at.number_input(key="bp_max_num_seqs").set_value(3)
     at.text_input(key="bp_reason").input("dashboard test")
     at.button(key="bp_apply").click().run()
@@ -140,14 +165,14 @@ def test_control_form_applies_validates_and_rolls_back(live_url):
     assert after["config"]["max_num_seqs"] == 3
     assert "applied: now version" in texts(at)
 
-    at = open_page(PAGES[3], bp_url=live_url)  # a high watermark above the reject one
+    at = open_page(CONTROL, bp_url=live_url)  # a high watermark above the reject one
     at.number_input(key="bp_kv_cache_high_watermark").set_value(0.99)
     at.button(key="bp_apply").click().run()
     assert "the server answered 400" in at.error[0].value
     assert "kv_cache_high_watermark" in at.error[0].value
     assert config(live_url)["version"] == after["version"]
 
-    at = open_page(PAGES[3], bp_url=live_url)
+    at = open_page(CONTROL, bp_url=live_url)
     at.selectbox(key="bp_rollback_to").set_value(before["version"])
     at.button(key="bp_rollback").click().run()
     now = config(live_url)
@@ -156,7 +181,7 @@ def test_control_form_applies_validates_and_rolls_back(live_url):
 
 
 def test_checklist_page_shows_each_verdict_with_its_evidence(live_url):
-    at = open_page(PAGES[4], bp_url=live_url)
+    at = open_page(CHECKLIST, bp_url=live_url)
     metrics = {m.label: int(m.value) for m in at.metric}
     assert sum(metrics.values()) >= 10 and metrics["fail"] >= 1
     titles = [e.label for e in at.expander]
@@ -165,3 +190,32 @@ def test_checklist_page_shows_each_verdict_with_its_evidence(live_url):
     assert "not ready to go live" in at.error[0].value
     markdown = at.get("download_button")[0]
     assert markdown is not None
+
+
+@pytest.fixture(scope="module")
+def fleet_url() -> Iterator[str]:
+    """A fleet's ingress over three stand-in replicas (tests/fixtures/fleet_fakes.py)."""
+    fakes = [FakeReplica(i) for i in range(3)]
+    for fake in fakes:
+        fake.windows[0] = good_window(20, ttft=0.05)
+    with socket.socket() as probe:  # a free port (fixtures.browser's needs chromium)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with fake_fleet_server(fakes, port):
+        yield f"http://127.0.0.1:{port}"
+
+
+def test_the_canary_page_renders_a_fleet_before_and_during_a_canary(fleet_url):
+    at = open_page(CANARY, bp_url=fleet_url)
+    assert not problems(at), problems(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Replicas"] == "3" and metrics["Converged"] == "yes", metrics
+    assert "No canary has run on this fleet yet" in texts(at)
+    resp = httpx.post(f"{fleet_url}/control/canary", headers={"If-Match": "0"}, json={
+        "changes": {"max_num_seqs": 64}, "replicas": 1, "watch_s": 600, "poll_s": 0.3,
+        "reason": "dashboard smoke"}, timeout=30)
+    assert resp.status_code == 202, resp.text
+    at = open_page(CANARY, bp_url=fleet_url)
+    assert not problems(at), problems(at)
+    assert "canary-1: watching" in texts(at)
+    assert len(at.table) >= 2  # the replicas' versions, canary against baseline

@@ -1,13 +1,22 @@
 """Fixtures of the native kernels' model-level tests: the tiny Llama and Qwen2, and a Llama
-of odd sizes, each loaded in float32."""
+of odd sizes, each loaded in float32; and `native_library`, which a test of the C kernels
+uses (`needs_native`) so that a library that did not build skips it, or fails it under CI
+(tests/fixtures/native_build.py says when)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from fixtures.native_build import require_native
 from fixtures.tiny_models import TINY_LLAMA, write_checkpoint
 
 from engine.models import load_model
+
+
+@pytest.fixture
+def native_library():
+    """The native library; a test that uses this skips or fails where it is missing."""
+    return require_native()
 
 
 @pytest.fixture(scope="module")

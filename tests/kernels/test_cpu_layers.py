@@ -18,10 +18,10 @@ from fixtures.native_steps import BLOCK_SIZE, assert_same_step, decode_step, run
 from engine.models import native_decode
 from engine.models.attention import build_attention_metadata
 from engine.models.llama import rope_for_rotate
-from kernels import cpu_layers, cpu_native, use_attention_backend
+from kernels import cpu_layers, use_attention_backend
 
-needs_native = pytest.mark.skipif(cpu_native.load() is None,
-                                  reason=f"{cpu_native.unavailable_reason()}")
+# skips where the library did not build, fails under CI (conftest.py)
+needs_native = pytest.mark.usefixtures("native_library")
 
 
 @pytest.fixture(autouse=True)

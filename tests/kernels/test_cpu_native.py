@@ -2,7 +2,8 @@
 (kernels/cpu_plan.py) against the torch reference.
 
 Caches are garbage-filled and block ids shuffled (make_paged), so a wrong block, offset,
-head or row changes the result. Skipped, saying why, where no C compiler builds the kernel.
+head or row changes the result. Where the kernel does not build: skipped, saying why; under
+CI with a C compiler, failed (tests/fixtures/native_build.py).
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from unittest import mock
 
 import pytest
 import torch
+from fixtures.native_build import compiler_here, require_native
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels import cpu_attention, cpu_native, cpu_plan, reference
 from tests.kernels.test_cpu_attention import MIXED, TOLERANCE, make_paged
 
-needs_native = pytest.mark.skipif(cpu_native.load() is None,
-                                  reason=f"{cpu_native.unavailable_reason()}")
+# skips where the library did not build, fails under CI (conftest.py)
+needs_native = pytest.mark.usefixtures("native_library")
 
 
 def native_matches_reference(paged, scale=0.125, expect_native=True):
@@ -94,8 +96,7 @@ def test_results_match_torch_path_and_dense_attention():
     seed=st.integers(0, 2**16),
 )
 def test_random_mixed_batches_match_reference(lens, block_size, kv_group, dtype, seed):
-    if cpu_native.load() is None:
-        pytest.skip(f"{cpu_native.unavailable_reason()}")
+    require_native()  # not the fixture: hypothesis reruns the body, not the fixtures
     native_matches_reference(make_paged(lens, block_size, *kv_group, 16, dtype, seed))
 
 
@@ -133,6 +134,33 @@ def test_switched_off_or_without_a_compiler_falls_back(monkeypatch, tmp_path):
     monkeypatch.setattr(cpu_native, "load", lambda: None)  # the backend keeps serving
     native_matches_reference(make_paged(MIXED, 16, 3, 3, 64, torch.float32, 4),
                              expect_native=False)
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_source_that_stops_compiling_fails_the_kernel_tests_under_ci(monkeypatch, tmp_path,
+                                                                     ci):
+    """A real compiler on a copy of the sources with a syntax error: under CI the kernel
+    tests fail with the compiler's message; elsewhere they skip with it."""
+    if compiler_here() is None:
+        require_native()  # no compiler: this skips (CI or not), as the kernel tests do
+    broken = tmp_path / "src" / "cpu_decode.c"
+    broken.parent.mkdir()
+    broken.write_text(cpu_native.SOURCES[0].read_text() + "\nint broken(void) { return }\n")
+    monkeypatch.setattr(cpu_native, "SOURCES", (broken,))
+    monkeypatch.setattr(cpu_native, "HEADERS", ())
+    for name, value in (("CI", ci), ("BATCHPILOT_KERNEL_CACHE", str(tmp_path / "cache")),
+                        (cpu_native.NATIVE_ENV_VAR, "1")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(cpu_native, "_reason", [])
+    cpu_native.load.cache_clear()
+    outcome = pytest.fail.Exception if ci else pytest.skip.Exception
+    try:
+        with pytest.warns(UserWarning), pytest.raises(outcome) as caught:
+            require_native()
+    finally:
+        cpu_native.load.cache_clear()  # later tests load the real sources again
+    assert "failed" in str(caught.value) and "cpu_decode.c" in str(caught.value)
+    assert ("CI=true" in str(caught.value)) == bool(ci)
 
 
 @needs_native

@@ -4,6 +4,8 @@ operator's values kept, the choice shown in the ready banner and GET /control/co
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 
 import pytest
 from fixtures.serving import asgi_client, make_engine
@@ -11,9 +13,10 @@ from fixtures.serving import asgi_client, make_engine
 from control.serve.server import banner
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.config_yaml import load_config_dict
-from engine.llm import LLM
+from engine.llm import LLM, fit_engine_config
 from engine.step_fit import fit_step_budgets
 from engine.step_law import StepLaw, chunk_pairs
+from engine.step_probe import MIN_CHUNK
 
 # A CPU-like device: 12 ms per step plus 0.9 ms per token (attention terms: see below).
 CPU_LAW = (0.012, 0.0009)
@@ -128,13 +131,45 @@ def test_the_yaml_takes_the_target_and_checks_its_type():
         load_config_dict({"serving": {"target_step_ms": "fast"}})
 
 
+def assert_the_law_is_sane(law: StepLaw, largest_step: int) -> None:
+    """Costs are finite and >= 0; a first chunk costs more the more tokens it runs, and a
+    decode batch no less the longer its contexts (else the budgets mean nothing)."""
+    costs = (law.fixed_s, law.token_s, law.prefill_pair_s, law.decode_kv_s)
+    assert all(math.isfinite(c) and c >= 0 for c in costs), law
+    chunks = [law.fixed_s + law.chunk_s(0, n) for n in range(1, largest_step + 2)]
+    assert chunks[0] > 0 and all(b > a for a, b in itertools.pairwise(chunks)), law
+    decodes = [law.step_s(8, 0, 8 * context) for context in (1, 64, 512)]
+    assert decodes == sorted(decodes), law
+
+
+def assert_the_budgets_follow_the_law(result, before: LiveConfig, live: LiveConfig) -> None:
+    """The fitted budgets lie within the config's bounds (MIN_CHUNK .. the unfitted
+    values), a full chunk leaves a third of the step (step_fit.py's rule), and the budget
+    is the largest first chunk the law keeps within the target (or the unfitted default)."""
+    chunk, budget = live.prefill_chunk_size, live.max_num_batched_tokens
+    assert result.fitted == {"prefill_chunk_size": chunk, "max_num_batched_tokens": budget}
+    assert MIN_CHUNK <= chunk <= before.prefill_chunk_size and chunk & (chunk - 1) == 0
+    assert math.ceil(chunk * 3 / 2) <= budget <= before.max_num_batched_tokens
+    target_ms = result.target_step_ms
+    assert "over the target" not in result.note  # the tiny model's steps take a few ms
+    assert result.predicted_ms(budget) <= target_ms * (1 + 1e-9)
+    n = result.step_tokens  # the most tokens of a first chunk within the target
+    assert result.predicted_ms(n) <= target_ms * (1 + 1e-9) < result.predicted_ms(n + 1)
+    if budget < before.max_num_batched_tokens:
+        assert budget == max(n, math.ceil(chunk * 3 / 2))
+
+
 def test_the_real_runner_probe_fits_the_tiny_model_and_leaves_the_pool_clean(tiny_loaded):
-    llm = LLM(tiny_loaded, num_kv_blocks=64, target_step_ms=250)
+    options = {"num_kv_blocks": 64, "target_step_ms": 250}
+    before = fit_engine_config(tiny_loaded, options).live  # what the fit may lower
+    llm = LLM(tiny_loaded, **options)
     result = llm.step_fit
     assert result is not None and len(result.points) >= 2
     assert all(p.seconds > 0 for p in result.probes)
     kinds = {p.label.split()[0] for p in result.probes}
     assert kinds == {"prefill", "decode"}  # the decode probes ran on the real runner too
+    assert_the_law_is_sane(result.law, before.max_num_batched_tokens)
+    assert_the_budgets_follow_the_law(result, before, llm.engine.live_config)
     assert all(float(k.abs().sum()) == 0 and float(v.abs().sum()) == 0
                for k, v in llm.runner.kv_caches)
     out = llm.generate([[1, 2, 3]], use_tqdm=False)[0]

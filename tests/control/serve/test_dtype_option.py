@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import engine.models
 from control.cli.main import main
 from control.serve.bootstrap import build_parts
 from control.serve.settings import ServeSettings
+from engine.models.cpu_dtype import resolve_dtype
+from engine.models.projections import Projection
 
 
 def test_a_bad_dtype_is_refused_before_anything_loads(capsys):
@@ -29,19 +30,24 @@ def test_serve_help_lists_dtype(capsys):
     assert "--dtype" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("dtype", ["auto", "float32"])
-def test_the_dtype_reaches_load_model_and_the_parts(dtype, monkeypatch, tiny_loaded,
-                                                   one_torch_thread):
-    asked = []
-
-    def fake_load(model, dtype, device):
-        asked.append((model, dtype, device))
-        return tiny_loaded
-
-    monkeypatch.setattr(engine.models, "load_model", fake_load)
-    settings = ServeSettings(model="tiny", device="cpu", dtype=dtype,
+@pytest.mark.parametrize("dtype", ["auto", "float32", "bfloat16"])
+def test_the_dtype_reaches_load_model_and_the_parts(dtype, tiny_llama_dir, one_torch_thread):
+    """The real load of the tiny checkpoint: the weights, the KV cache and the ready line
+    are in the dtype asked for. An option that stopped reaching load_model would load its
+    default instead: whatever that default is, the other two choices fail here."""
+    settings = ServeSettings(model=str(tiny_llama_dir), device="cpu", dtype=dtype,
                              engine_overrides={"max_num_batched_tokens": 256,
                                                "prefill_chunk_size": 64})
     parts = build_parts(settings)
-    assert asked == [("tiny", dtype, "cpu")]
-    assert parts.weights == "weights: float32 (asked for float32)"  # tiny_loaded's plan
+    loaded = parts.engine.executor.loaded
+    expected = resolve_dtype(dtype, "cpu")  # auto: float32, + bf16 copies on AMX/AVX512-BF16
+    assert loaded.dtype_plan == expected and expected.choice == dtype
+    assert {p.dtype for p in loaded.model.parameters()} == {expected.dtype}
+    assert {k.dtype for k, _ in parts.engine.executor.kv_caches} == {expected.dtype}
+    copies = [m.weight_bf16 for m in loaded.model.modules() if isinstance(m, Projection)]
+    assert copies and all((c is not None) == (expected.bf16_min_rows is not None)
+                          for c in copies)
+    assert loaded.model.bf16_min_rows == expected.bf16_min_rows
+    assert parts.weights == f"weights: {expected.describe()}"
+    if dtype != "auto":
+        assert parts.weights == f"weights: {dtype} (asked for {dtype})"

@@ -4,9 +4,12 @@
 
 The SimulatedExecutor advances a FakeClock by fixed + prefill * tokens + decode * tokens
 per step, so the trace's steps follow that law exactly and the requests' latencies are
-what that engine did: what a what-if replay of the recorded config must reproduce.
+what that engine did: what a what-if replay of the recorded config must reproduce. With
+`cost_model` (engine/sim/step_cost.py) the steps cost what a CPU step costs instead:
+attention quadratic in a prompt's length, per-sequence costs, noise; not the fit's law.
 Requests: seeded Poisson arrivals, prompts 20..300 tokens, outputs 4..60 (ignore_eos),
-two tenants; tenant "rag" shares a 64-token prompt prefix (prefix-cache hits).
+two tenants; tenant "rag" shares a 64-token prompt prefix (prefix-cache hits); or `jobs`,
+a workload of the caller's in the same form.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.sim.executor import FakeClock, SimulatedExecutor
+from engine.sim.step_cost import CpuLikeStepCost
 from engine.step_law import StepLaw
 
 START = 1_700_000_000.0
@@ -36,18 +40,40 @@ def workload(n: int, rate_per_s: float, seed: int) -> list[tuple[float, int, int
     return out
 
 
+def phased_workload(seed: int, cycles: int = 2, phase_s: float = 40.0,
+                    ) -> list[tuple[float, int, int, str]]:
+    """A workload whose contexts change over the window, as a day's do: `cycles` times a
+    chat phase (4/s, prompts 20..300, outputs 16..100) then a documents phase (0.5/s,
+    prompts 1000..1800, outputs 100..250), each `phase_s` long; Poisson arrivals, seeded.
+    Tenants "chat" and "docs" (no shared prefix). Same form as `workload`."""
+    rng = random.Random(seed)
+    phases = ((4.0, (20, 300), (16, 100), "chat"), (0.5, (1000, 1800), (100, 250), "docs"))
+    out, begin = [], 0.0
+    for _ in range(cycles):
+        for rate, prompts, outputs, tenant in phases:
+            t = begin + rng.expovariate(rate)
+            while t < begin + phase_s:
+                out.append((t, rng.randint(*prompts), rng.randint(*outputs), tenant))
+                t += rng.expovariate(rate)
+            begin += phase_s
+    return out
+
+
 def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
            seed: int = 0, cancel_every: int = 0, start: float = START,
            static: StaticConfig = STATIC, step_law: StepLaw | None = None,
-           ) -> tuple[float, float, float]:
+           cost_model: CpuLikeStepCost | None = None,
+           jobs: list[tuple[float, int, int, str]] | None = None) -> tuple[float, float, float]:
     """Run the workload through a simulated engine into a trace at `path` (writer
     stopped). `cancel_every`: every k-th request is aborted 0.3 s after it arrives;
     `start`: the epoch second the clock starts at (a live window: a recent one);
     `step_law`: the scheduler holds steps to static.target_step_ms by it, and the run's
-    settings say so (as a server with fitted budgets writes them)."""
+    settings say so (as a server with fitted budgets writes them); `cost_model`: the steps
+    cost what it says instead of LAW (engine/sim/step_cost.py: not the fit's linear law)."""
     clock = FakeClock(start)
     executor = SimulatedExecutor(clock=clock, step_cost_s=LAW[0], prefill_token_cost_s=LAW[1],
-                                 decode_token_cost_s=LAW[2], shadow_kv=False)
+                                 decode_token_cost_s=LAW[2], cost_model=cost_model,
+                                 shadow_kv=False)
     engine = Engine(EngineConfig(static, live), executor, clock=clock, step_law=step_law)
     writer = TraceWriter(TraceSettings(path), "run1", "sim").start()
     if step_law is not None:
@@ -55,7 +81,7 @@ def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
     observer = Observer(None, writer, kv_snapshot_every=50)
     rng = random.Random(seed + 1)
     shared = [rng.randrange(3, 30000) for _ in range(64)]
-    jobs = workload(n, rate_per_s, seed)
+    jobs = workload(n, rate_per_s, seed) if jobs is None else jobs
     cancels: list[tuple[float, str]] = []
     i = 0
     while i < len(jobs) or engine.has_unfinished_requests():
