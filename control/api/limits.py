@@ -24,7 +24,7 @@ class RequestLimits:
     # cannot fit whatever it tokenizes to (control/api/prompt_limits.py)
     max_prompt_chars: int | None = None
     max_logit_bias: int = 300  # logit_bias entries (OpenAI's and vLLM's cap)
-    max_generated_tokens: int = 65_536  # n x max_tokens of one request
+    max_generated_tokens: int = 65_536  # n x max_tokens of one request with n > 1
     max_stop_chars: int = 256  # characters of each stop string (at most 16 strings)
     max_schema_bytes: int = 64 * 1024  # a response_format / guided_json schema, as JSON
     grammar_compile_timeout_s: float = 10.0  # past it: a 400, and the tokenizer thread free

@@ -61,7 +61,7 @@ def check_prompt_ids(count: int, max_model_len: int) -> None:
 
 
 def check_sampling_limits(body: Any, limits: RequestLimits, max_tokens: int) -> None:
-    """logit_bias entries, stop strings' length, and n x max_tokens of one request."""
+    """logit_bias entries, stop strings' length, and n x max_tokens of one request (n > 1)."""
     bias = body.logit_bias or {}
     if len(bias) > limits.max_logit_bias:
         raise APIError(400, f"logit_bias has {len(bias)} entries, more than"
@@ -72,8 +72,10 @@ def check_sampling_limits(body: Any, limits: RequestLimits, max_tokens: int) -> 
             raise APIError(400, f"a stop string has {len(stop)} characters, more than"
                            f" {limits.max_stop_chars} (limit max_stop_chars)",
                            code="invalid_value", param="stop")
+    # NOTE: one choice's max_tokens is bounded by the context, by admission (too_long, a
+    # rejection the trace records); this bounds what n choices multiply it to
     total = body.n * max_tokens
-    if total > limits.max_generated_tokens:
+    if body.n > 1 and total > limits.max_generated_tokens:
         raise APIError(400, f"n={body.n} x max_tokens={max_tokens} = {total} tokens is more"
                        f" than {limits.max_generated_tokens} (limit max_generated_tokens):"
                        " ask for fewer choices or fewer tokens", code="invalid_value",
