@@ -67,8 +67,11 @@ def _context(url: str | None, db: str | None, token_env: str,
         source = open_source(db=db, replica=replica)
         kind = "trace files" if is_pattern(db) else "trace file"
         return Ctx(source, None, False, f"{kind} {db}{one}", token_env, replica)
-    return Ctx(UrlSource(url, replica), Client(url, token_env), True, f"server {url}{one}",
-               token_env, replica)
+    # every trace read carries the token: a server with tokens answers nothing without one,
+    # and one bound to tenants shows their requests only (the server scopes its answers)
+    source = UrlSource(url, replica, os.environ.get(token_env))
+    return Ctx(source, Client(url, token_env), True, f"server {url}{one}", token_env,
+               replica)
 
 
 @st.cache_data(ttl=60, show_spinner=False)
@@ -127,6 +130,20 @@ def ask(ctx: Ctx, question: str, **params: Any) -> Any:
             return _ask_live(ctx, ctx.label, question, tuple(sorted(params.items())))
         return _ask_file(ctx, ctx.label, question, tuple(sorted(params.items())))
     except TraceError as exc:
+        st.error(f"{question}: {exc}")
+        st.stop()
+
+
+def ask_shared(ctx: Ctx, question: str, **params: Any) -> Any:
+    """A question about the whole server (config changes), [] where the token is bound to
+    tenants (the server answers 403: not theirs to see), so their pages still draw."""
+    try:
+        if ctx.live:
+            return _ask_live(ctx, ctx.label, question, tuple(sorted(params.items())))
+        return _ask_file(ctx, ctx.label, question, tuple(sorted(params.items())))
+    except TraceError as exc:
+        if exc.status == 403:
+            return []
         st.error(f"{question}: {exc}")
         st.stop()
 

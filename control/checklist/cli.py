@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec)
         if url:
-            source = UrlSource(url, args.replica)
+            source = UrlSource(url, args.replica, os.environ.get(args.token_env))
             control = ControlClient(url, args.token_env, replica=args.replica)
         else:
             source, control = open_source(db=args.trace_db, replica=args.replica), None

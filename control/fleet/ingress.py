@@ -9,7 +9,9 @@
     /control/config, history, canary, ...        the fleet's control plane (control_routes.py)
     /control/fleet/restart                       a rolling restart (restart.py)
     anything else (/v1/whatif, ...)              the replica named by X-Batchpilot-Replica
-                                                 (default: the first healthy one)
+                                                 (default: the first healthy one); what
+                                                 needs a token on one server needs the
+                                                 fleet's here (trace_fanout.guard_forwarded)
 
 Every answer from a replica carries `X-Batchpilot-Replica`. The class needs no Ray import:
 `handles` are anything with `.options(stream=True).http.remote(...)` and `.stats.remote()`
@@ -45,7 +47,7 @@ from control.fleet.router import (
     choose,
     prompt_prefix,
 )
-from control.fleet.trace_fanout import install_trace_routes
+from control.fleet.trace_fanout import guard_forwarded, install_trace_routes
 
 log = logging.getLogger("batchpilot.fleet")
 GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
@@ -247,6 +249,9 @@ def build_app(fleet: FleetIngress) -> FastAPI:
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     async def other(path: str, request: Request) -> Response:
+        # /v1/whatif, /v1/loadtest/results, any other /v1/trace path: the fleet's tokens,
+        # here, before the request reaches a replica (which may run without them)
+        guard_forwarded(request, fleet.control_tokens)
         body = await request.body()
         return await fleet.forward(request, body, fleet.named_replica(request), retry=False)
 

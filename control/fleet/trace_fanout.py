@@ -11,6 +11,17 @@
 
 A replica that does not answer fails the read (502 naming it) rather than leaving its
 rows out: ask the others one by one with X-Batchpilot-Replica.
+
+Who may read: the ingress checks the caller's token against the fleet's tokens
+(FleetIngress.control_tokens) on every route here, as one server does (a read token
+whenever the fleet has tokens; 401 without), and passes the caller's Authorization on to
+each replica (one started with the same tokens checks it again). A token bound to tenants
+is never answered with a replica's rows as they come (a replica may run without tokens, and
+then would not scope them): each replica's tables come over as Parquet, and the question
+runs here on their union scoped to the caller's tenants (control/trace/tenant_scope.py,
+the same rules as one server), for row questions too (their rows then carry no `replica`);
+the questions one server answers a bound token 403, this answers 403. `guard_forwarded` is
+the same check for what the ingress relays as is (its catch-all route).
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -25,14 +37,21 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from control.admin.auth import Caller, caller, require_unbound
 from control.api.errors import APIError
 from control.trace import fleet_merge
 from control.trace.export_route import WINDOWS
 from control.trace.sources import QUESTIONS
+from control.trace.tenant_scope import UNBOUND_ONLY, UNBOUND_TABLES
 from control.trace.timeparse import parse_time
 
 REPLICA_HEADER = "x-batchpilot-replica"
 TIMES = ("since", "until", "at")
+Headers = list[tuple[bytes, bytes]]
+# what an unbound caller's aggregates read (request_ids: only the row questions use it)
+AGGREGATE_TABLES = [t for t in WINDOWS if t != "request_ids"]
+# what a bound caller's questions read: every table it may see (its scope), none it may not
+SCOPED_TABLES = [t for t in WINDOWS if t not in UNBOUND_TABLES]
 
 
 def install_trace_routes(app: FastAPI, fleet: Any) -> None:
@@ -44,15 +63,47 @@ def install_trace_routes(app: FastAPI, fleet: Any) -> None:
 
 def _handler(fleet: Any, question: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     async def handler(request: Request) -> Response:
+        who = caller(request, fleet.control_tokens, "read")  # before anything else
+        if question in UNBOUND_ONLY:
+            require_unbound(who, UNBOUND_ONLY[question])
+        auth = _authorization(request)
+        if who.bound:  # never a replica's rows as they come: see the module docstring
+            named = request.headers.get(REPLICA_HEADER) is not None
+            replicas = [fleet.named_replica(request)] if named else \
+                list(range(len(fleet.handles)))
+            return await _aggregate(fleet, fn, typed_params(fn, request), auth, replicas,
+                                    who)
         if request.headers.get(REPLICA_HEADER) is not None:
             return await fleet.forward(request, b"", fleet.named_replica(request),
                                        retry=False)
         params = typed_params(fn, request)
         if question in fleet_merge.ROW_QUESTIONS:
-            return await _rows(fleet, question, params, request)
-        return await _aggregate(fleet, fn, params)
+            return await _rows(fleet, question, params, request, auth)
+        return await _aggregate(fleet, fn, params, auth, list(range(len(fleet.handles))))
 
     return handler
+
+
+def _authorization(request: Request) -> Headers:
+    """The caller's Authorization, for the replicas (one with tokens checks it too)."""
+    value = request.headers.get("authorization")
+    return [(b"authorization", value.encode("latin-1"))] if value is not None else []
+
+
+def guard_forwarded(request: Request, tokens: tuple[Any, ...]) -> None:
+    """The ingress's catch-all relays a request to one replica as is; for the routes that
+    need a token on one server the fleet's tokens are checked first, at the ingress:
+    POST /v1/loadtest/results an admin token, /v1/whatif and any /v1/trace or /v1/loadtest
+    path a read token not bound to tenants (a replica's answer relayed as is is not scoped
+    to them, and a replica may run without tokens)."""
+    # NOTE: normalised as a router might read it (case, repeated and trailing slashes), so
+    # no spelling of a guarded path slips past this check to a replica that matches it
+    path = re.sub(r"/+", "/", request.url.path).rstrip("/").lower()
+    if path == "/v1/loadtest/results":
+        caller(request, tokens, "admin")
+    elif path.startswith(("/v1/whatif", "/v1/trace", "/v1/loadtest")):
+        require_unbound(caller(request, tokens, "read"), f"{request.url.path} (relayed to one"
+                        " replica as is, not scoped to its tenants)")
 
 
 def typed_params(fn: Callable[..., Any], request: Request) -> dict[str, Any]:
@@ -84,12 +135,12 @@ def typed_params(fn: Callable[..., Any], request: Request) -> dict[str, Any]:
 
 
 async def call(fleet: Any, replica_id: int, path: str, query: bytes = b"",
-               ) -> tuple[int, bytes]:
+               headers: Headers | None = None) -> tuple[int, bytes]:
     """One GET to one replica -> (status, body); (0, why) when it did not answer."""
     status, chunks = 0, []
     try:
         async for message in fleet.handles[replica_id].options(stream=True).http.remote(
-                "GET", path, query, [], b""):
+                "GET", path, query, headers or [], b""):
             status = message.get("status", status)
             chunks.append(message.get("body", b""))
     except Exception as exc:  # down or restarting
@@ -128,10 +179,10 @@ def _check(answers: list[tuple[int, int, bytes]], path: str, found_ok: bool = Fa
 
 
 async def _rows(fleet: Any, question: str, params: dict[str, Any],
-                request: Request) -> Response:
+                request: Request, auth: Headers) -> Response:
     query = request.scope.get("query_string", b"")
     path = request.url.path
-    answers = await asyncio.gather(*(_tagged(fleet, i, path, query)
+    answers = await asyncio.gather(*(_tagged(fleet, i, path, query, auth)
                                      for i in range(len(fleet.handles))))
     _check(answers, path, found_ok=question == "request")
     replies = [(str(i), json.loads(body) if status == 200 else None)
@@ -144,35 +195,54 @@ async def _rows(fleet: Any, question: str, params: dict[str, Any],
     return JSONResponse(merged)
 
 
-async def _tagged(fleet: Any, i: int, path: str, query: bytes) -> tuple[int, int, bytes]:
-    return (i, *await call(fleet, i, path, query))
+async def _tagged(fleet: Any, i: int, path: str, query: bytes,
+                  auth: Headers) -> tuple[int, int, bytes]:
+    return (i, *await call(fleet, i, path, query, auth))
 
 
-async def _aggregate(fleet: Any, fn: Callable[..., Any], params: dict[str, Any]) -> Response:
+async def _aggregate(fleet: Any, fn: Callable[..., Any], params: dict[str, Any],
+                     auth: Headers, replicas: list[int], who: Caller | None = None,
+                     ) -> Response:
+    """`fn` over the union of `replicas`' tables in the window; scoped to `who`'s tenants
+    when it is bound (then every question comes here, row questions too)."""
     window = {k: params[k] for k in ("since", "until") if params.get(k) is not None}
     query = urllib.parse.urlencode(window).encode()
-    tables = list(WINDOWS)
-    jobs = [(i, t) for i in range(len(fleet.handles)) for t in tables]
-    answers = await asyncio.gather(*(call(fleet, i, f"/v1/trace/export/{t}", query)
+    bound = who is not None and who.bound
+    tables = SCOPED_TABLES if bound else AGGREGATE_TABLES
+    jobs = [(i, t) for i in replicas for t in tables]
+    answers = await asyncio.gather(*(call(fleet, i, f"/v1/trace/export/{t}", query, auth)
                                      for i, t in jobs))
     # a table a replica does not have yet (the load-test tables) is left out, not an error
     tagged = [(i, status, body) for (i, t), (status, body) in zip(jobs, answers, strict=True)
               if not (status == 404 and _error(body).get("code") == "not_found")]
     _check(tagged, "/v1/trace/export")
-    parts: dict[str, dict[str, bytes]] = {str(i): {} for i in range(len(fleet.handles))}
+    parts: dict[str, dict[str, bytes]] = {str(i): {} for i in replicas}
     for (i, table), (status, body) in zip(jobs, answers, strict=True):
         if status == 200:
             parts[str(i)][table] = body
-    data = await asyncio.to_thread(_run_over, parts, fn, params)
+    tenants = who.tenants if bound and who is not None else None
+    data = await asyncio.to_thread(_run_over, parts, fn, params, tenants)
+    if data is None:  # a request's timeline: not in (their scope of) any replica's trace
+        raise APIError(404, f"request {params.get('request_id')!r} is not in any replica's"
+                       " trace (it may still be queued, or retention removed it)",
+                       code="not_found")
     return JSONResponse(data)
 
 
 def _run_over(parts: dict[str, dict[str, bytes]], fn: Callable[..., Any],
-              params: dict[str, Any]) -> Any:
+              params: dict[str, Any], tenants: tuple[str, ...] | None = None) -> Any:
     from control.trace.fleet_db import open_parquet
+    from control.trace.schema import TABLES
+    from control.trace.tenant_scope import scope
 
     con = open_parquet(parts)
     try:
+        if tenants is not None:
+            have = {r[0] for r in con.execute("SELECT table_name FROM"
+                                              " information_schema.tables").fetchall()}
+            for name in TABLES.keys() - have:  # not pulled (config_changes): empty
+                con.execute(TABLES[name].ddl())
+            scope(con, tenants)
         data = fleet_merge.label_runs(con, fn(con, **params))
     except ValueError as exc:
         raise APIError(400, str(exc), code="invalid_value") from None

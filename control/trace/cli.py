@@ -9,7 +9,10 @@
     batchpilot trace --url http://FLEET:8000 --replica 1 slow    # one replica of a fleet
 
 --db opens the file read-only and runs control/trace/queries.py in this process; --url (or
-$BATCHPILOT_URL) asks the server's /v1/trace/* API, which runs the same queries. Both give
+$BATCHPILOT_URL) asks the server's /v1/trace/* API, which runs the same queries, with the
+read token in $BATCHPILOT_TOKEN (--token-env NAME: another variable) when it is set (a
+server with tokens answers nothing without one; a token bound to tenants reads only their
+requests, and steps and KV as aggregates). Both give
 the same JSON, so one set of formatters (format.py) serves both. Times are parsed here
 (timeparse.py, this machine's local time) and sent as epoch seconds.
 
@@ -24,6 +27,7 @@ import os
 import sys
 from typing import Any
 
+from control.cli.ctl import TOKEN_ENV
 from control.trace import format as fmt
 from control.trace import queries, report
 from control.trace.schema import TABLES
@@ -162,6 +166,9 @@ def _source_options(parser: argparse.ArgumentParser, default: Any) -> None:
     parser.add_argument("--url", metavar="URL", default=default,
                         help=f"a running server, e.g. http://127.0.0.1:8000 (default:"
                         f" ${URL_ENV})")
+    parser.add_argument("--token-env", metavar="NAME", default=default,
+                        help=f"with --url: the variable holding a read token (default"
+                        f" {TOKEN_ENV})")
 
 
 def _window(parser: argparse.ArgumentParser) -> None:
@@ -187,7 +194,8 @@ def _source(args: argparse.Namespace) -> FileSource | UrlSource:
                          f" or --url URL (a running server; or set ${URL_ENV})", 2)
     if not url.startswith(("http://", "https://")):
         raise TraceError(f"--url {url!r} must start with http:// or https://", 2)
-    return open_source(url=url, replica=args.replica)
+    token = os.environ.get(getattr(args, "token_env", None) or TOKEN_ENV)
+    return open_source(url=url, replica=args.replica, token=token)
 
 
 def run(args: argparse.Namespace) -> int:

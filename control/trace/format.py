@@ -175,18 +175,26 @@ def steps(rows: list[dict[str, Any]], batch: bool = False, at: float | None = No
     return "\n".join(out)
 
 
+OTHER = "(other)"  # a request of another tenant, its id not shown to a tenant-bound token
+
+
+def _ids(ids: list[str | None]) -> list[str]:
+    return [OTHER if rid is None else rid for rid in ids]
+
+
 def _batch_lines(r: dict[str, Any]) -> list[str]:
     lines = []
     if r.get("prefill_ids"):
         lines.append("      prefill " + " ".join(
-            f"{rid}:{n}" for rid, n in zip(r["prefill_ids"], r["prefill_tokens"], strict=True)))
+            f"{rid}:{n}" for rid, n in zip(_ids(r["prefill_ids"]), r["prefill_tokens"],
+                                           strict=True)))
     if r.get("decode_ids"):
-        lines.append("      decode  " + " ".join(r["decode_ids"]))
+        lines.append("      decode  " + " ".join(_ids(r["decode_ids"])))
     if r["preempted"]:
-        lines.append("      preempted " + " ".join(r["preempted"]))
+        lines.append("      preempted " + " ".join(_ids(r["preempted"])))
     if r["finished"]:
         lines.append("      finished " + " ".join(
-            f"{rid}({why})" for rid, why in zip(r["finished"], r["finish_reasons"],
+            f"{rid}({why})" for rid, why in zip(_ids(r["finished"]), r["finish_reasons"],
                                                 strict=True)))
     return lines
 

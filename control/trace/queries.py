@@ -61,10 +61,10 @@ def steps(con, since: float | None = None, until: float | None = None, limit: in
 def _with_request_ids(con, steps_: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Replace each step's request numbers by request ids: decode_ids, prefill_ids."""
     wanted: dict[str, set[int]] = {}
-    for s in steps_:
-        wanted.setdefault(s["run_id"], set()).update(s["decode_seqs"] or (),
-                                                     s["prefill_seqs"] or ())
-    names: dict[tuple[str, int], str] = {}
+    for s in steps_:  # NULL: another tenant's request, for a tenant-bound read
+        wanted.setdefault(s["run_id"], set()).update(
+            q for q in (*(s["decode_seqs"] or ()), *(s["prefill_seqs"] or ())) if q is not None)
+    names: dict[tuple[str, int], str | None] = {}
     for run_id, seqs in wanted.items():
         for seq, rid in con.execute(
                 "SELECT seq, request_id FROM request_ids WHERE run_id = ? AND seq IN"
@@ -72,10 +72,14 @@ def _with_request_ids(con, steps_: list[dict[str, Any]]) -> list[dict[str, Any]]
             names[run_id, seq] = rid
     for s in steps_:
         run = s["run_id"]
-        s["decode_ids"] = [names.get((run, q), f"#{q}") for q in s.pop("decode_seqs") or ()]
-        s["prefill_ids"] = [names.get((run, q), f"#{q}")
-                            for q in s.pop("prefill_seqs") or ()]
+        s["decode_ids"] = [_name(names, run, q) for q in s.pop("decode_seqs") or ()]
+        s["prefill_ids"] = [_name(names, run, q) for q in s.pop("prefill_seqs") or ()]
     return steps_
+
+
+def _name(names: dict[tuple[str, int], str | None], run: str, seq: int | None) -> str | None:
+    """A request number's id; "#seq" when request_ids lost it; None (another tenant's) stays."""
+    return None if seq is None else names.get((run, seq), f"#{seq}")
 
 
 def steps_around(con, at: float, before: int = 5, after: int = 5) -> list[dict[str, Any]]:

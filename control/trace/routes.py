@@ -20,21 +20,32 @@ Times: epoch seconds, ISO 8601, 14:02, or relative (-15m). Each read first waits
 2 s) for the writer to commit what the engine has handed it, so a read sees the latest
 steps. Handlers are plain functions: FastAPI runs them on its thread pool, off the event
 loop, each with its own DuckDB cursor.
+
+Who may read: every route here but /metrics needs a read token whenever the server has
+tokens (401 without, checked before any parameter: `trace_reader`), whatever flags turned
+other routes off; POST /v1/loadtest/results an admin one. Without tokens the server listens
+on loopback only (control/admin/auth.py). A token bound to tenants reads through
+control/trace/tenant_scope.py: its tenants' requests, steps and KV as aggregates, another
+tenant's request id a 404 like a missing one; config_changes, checklist and the load-test
+routes answer it 403 (they show the server's config or every tenant's). /metrics stays open:
+Prometheus scrapes it, and its tenant labels are bounded by --metrics-tenants.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import duckdb
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
+from control.admin.auth import Caller, caller, require_unbound
 from control.api.errors import APIError
 from control.metrics.registry import CONTENT_TYPE
 from control.serve.state import get_state
 from control.trace import facts, queries, report_queries, series
+from control.trace.tenant_scope import UNBOUND_ONLY, scope
 from control.trace.timeparse import parse_time
 
 router = APIRouter()
@@ -51,7 +62,25 @@ def metrics(request: Request) -> Response:
     return Response(state.metrics.render(), media_type=CONTENT_TYPE)
 
 
-def _read(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def trace_reader(request: Request) -> Caller:
+    """Who reads the trace: a read token whenever the server has tokens (401/403 here, as a
+    dependency, before any parameter is validated or any table looked at)."""
+    return caller(request, get_state(request).control_tokens, "read")
+
+
+def trace_admin(request: Request) -> Caller:
+    """Who writes to the trace (load-test results): an admin token whenever the server has
+    tokens, with or without --no-control-api (401/403 before the body is validated)."""
+    return caller(request, get_state(request).control_tokens, "admin")
+
+
+Reader = Annotated[Caller, Depends(trace_reader)]
+Admin = Annotated[Caller, Depends(trace_admin)]
+
+
+def _read(request: Request, who: Caller, fn: Callable[..., Any], *args: Any,
+          **kwargs: Any) -> Any:
+    """`fn(cursor, ...)` on a cursor of this read, scoped to `who`'s tenants if bound."""
     writer = get_state(request).trace
     if writer is None:
         raise APIError(404, "tracing is off: start the server with --trace-db PATH",
@@ -59,6 +88,8 @@ def _read(request: Request, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
     writer.sync(SYNC_TIMEOUT_S)
     con = writer.cursor()
     try:
+        if who.bound:  # TEMP views on this cursor only; closing it drops them
+            scope(con, who.tenants or ())
         return fn(con, *args, **kwargs)
     except ValueError as exc:
         raise APIError(400, str(exc), code="invalid_value") from None
@@ -78,24 +109,29 @@ _t = query_time  # short, for the routes below
 
 
 @router.get("/v1/trace/summary")
-def summary(request: Request, since: str | None = None, until: str | None = None) -> Any:
-    return _read(request, queries.summary, _t(since, "since"), _t(until, "until"))
+def summary(request: Request, who: Reader, since: str | None = None,
+            until: str | None = None) -> Any:
+    return _read(request, who, queries.summary, _t(since, "since"), _t(until, "until"))
 
 
 @router.get("/v1/trace/steps")
-def steps(request: Request, since: str | None = None, until: str | None = None,
+def steps(request: Request, who: Reader, since: str | None = None, until: str | None = None,
           limit: int = 1000, batch: bool = False) -> Any:
-    return _read(request, queries.steps, _t(since, "since"), _t(until, "until"), limit, batch)
+    return _read(request, who, queries.steps, _t(since, "since"), _t(until, "until"), limit,
+                 batch)
 
 
 @router.get("/v1/trace/steps/around")
-def steps_around(request: Request, at: str, before: int = 5, after: int = 5) -> Any:
-    return _read(request, queries.steps_around, _t(at, "at"), before, after)
+def steps_around(request: Request, who: Reader, at: str, before: int = 5,
+                 after: int = 5) -> Any:
+    return _read(request, who, queries.steps_around, _t(at, "at"), before, after)
 
 
 @router.get("/v1/trace/requests/{request_id}")
-def request_timeline(request: Request, request_id: str) -> Any:
-    timeline = _read(request, queries.request_timeline, request_id)
+def request_timeline(request: Request, who: Reader, request_id: str) -> Any:
+    # NOTE: for a tenant-bound token another tenant's request is not in its scope, so it
+    # gets this same 404: the answer tells it nothing about which ids exist
+    timeline = _read(request, who, queries.request_timeline, request_id)
     if timeline is None:
         raise APIError(404, f"request {request_id!r} is not in the trace (it may still be"
                        " queued, or retention removed it)", code="not_found")
@@ -103,21 +139,23 @@ def request_timeline(request: Request, request_id: str) -> Any:
 
 
 @router.get("/v1/trace/slow")
-def slow(request: Request, since: str | None = None, until: str | None = None,
+def slow(request: Request, who: Reader, since: str | None = None, until: str | None = None,
          limit: int = 10, by: str = "e2e_s") -> Any:
-    return _read(request, queries.slow, _t(since, "since"), _t(until, "until"), limit, by)
+    return _read(request, who, queries.slow, _t(since, "since"), _t(until, "until"), limit,
+                 by)
 
 
 @router.get("/v1/trace/latency")
-def latency(request: Request, since: str | None = None, until: str | None = None,
-            by: str = "lane") -> Any:
-    return _read(request, queries.latency, _t(since, "since"), _t(until, "until"), by)
+def latency(request: Request, who: Reader, since: str | None = None,
+            until: str | None = None, by: str = "lane") -> Any:
+    return _read(request, who, queries.latency, _t(since, "since"), _t(until, "until"), by)
 
 
 @router.get("/v1/trace/kv")
-def kv(request: Request, since: str | None = None, until: str | None = None,
+def kv(request: Request, who: Reader, since: str | None = None, until: str | None = None,
        bucket_s: float = 10.0) -> Any:
-    return _read(request, queries.kv_usage, _t(since, "since"), _t(until, "until"), bucket_s)
+    return _read(request, who, queries.kv_usage, _t(since, "since"), _t(until, "until"),
+                 bucket_s)
 
 
 SERIES = {"latency": series.latency_series, "steps": series.step_series,
@@ -125,7 +163,7 @@ SERIES = {"latency": series.latency_series, "steps": series.step_series,
 
 
 @router.get("/v1/trace/series/{kind}")
-def time_series(request: Request, kind: str, since: str | None = None,
+def time_series(request: Request, who: Reader, kind: str, since: str | None = None,
                 until: str | None = None, buckets: int = 300, by: str | None = None) -> Any:
     if kind not in SERIES:
         raise APIError(404, f"no series {kind!r}: one of {', '.join(SERIES)}",
@@ -134,53 +172,59 @@ def time_series(request: Request, kind: str, since: str | None = None,
         raise APIError(400, "by= applies to the latency series only", code="invalid_value",
                        param="by")
     extra = {"by": by} if by is not None else {}
-    return _read(request, SERIES[kind], _t(since, "since"), _t(until, "until"), buckets,
-                 **extra)
+    return _read(request, who, SERIES[kind], _t(since, "since"), _t(until, "until"),
+                 buckets, **extra)
 
 
 @router.get("/v1/trace/config_changes")
-def config_changes(request: Request, since: str | None = None,
+def config_changes(request: Request, who: Reader, since: str | None = None,
                    until: str | None = None) -> Any:
-    return _read(request, series.config_changes, _t(since, "since"), _t(until, "until"))
+    require_unbound(who, UNBOUND_ONLY["config_changes"])
+    return _read(request, who, series.config_changes, _t(since, "since"),
+                 _t(until, "until"))
 
 
 @router.get("/v1/loadtest/runs")
-def loadtest_runs(request: Request, limit: int = 100) -> Any:
-    return _read(request, series.loadtest_runs, limit)
+def loadtest_runs(request: Request, who: Reader, limit: int = 100) -> Any:
+    require_unbound(who, UNBOUND_ONLY["loadtest_runs"])
+    return _read(request, who, series.loadtest_runs, limit)
 
 
 @router.get("/v1/trace/checklist")
-def checklist_facts(request: Request) -> Any:
-    return _read(request, facts.checklist_facts)
+def checklist_facts(request: Request, who: Reader) -> Any:
+    require_unbound(who, UNBOUND_ONLY["checklist_facts"])
+    return _read(request, who, facts.checklist_facts)
 
 
 @router.get("/v1/loadtest/stats")
-def loadtest_stats(request: Request, long_prompt_tokens: int = 512, limit: int = 100) -> Any:
-    return _read(request, facts.loadtest_stats, long_prompt_tokens, limit)
+def loadtest_stats(request: Request, who: Reader, long_prompt_tokens: int = 512,
+                   limit: int = 100) -> Any:
+    require_unbound(who, UNBOUND_ONLY["loadtest_stats"])
+    return _read(request, who, facts.loadtest_stats, long_prompt_tokens, limit)
 
 
 @router.get("/v1/trace/report/latency")
-def cohort_latency(request: Request, since: str | None = None,
+def cohort_latency(request: Request, who: Reader, since: str | None = None,
                    until: str | None = None) -> Any:
-    return _read(request, report_queries.cohort_latency, _t(since, "since"),
+    return _read(request, who, report_queries.cohort_latency, _t(since, "since"),
                  _t(until, "until"))
 
 
 @router.get("/v1/trace/report/kv_crossings")
-def kv_crossings(request: Request, since: str | None = None,
+def kv_crossings(request: Request, who: Reader, since: str | None = None,
                  until: str | None = None) -> Any:
-    return _read(request, report_queries.kv_crossings, _t(since, "since"), _t(until, "until"))
+    return _read(request, who, report_queries.kv_crossings, _t(since, "since"),
+                 _t(until, "until"))
 
 
 @router.post("/v1/loadtest/results")
-def loadtest_results(request: Request, body: dict[str, Any]) -> dict[str, Any]:
+def loadtest_results(request: Request, who: Admin, body: dict[str, Any]) -> dict[str, Any]:
     """Store `batchpilot loadtest` results in the trace DB (tables loadtest_runs and
-    loadtest_requests), so the dashboard and the checklist find them. Admin scope."""
-    from control.admin.auth import authorize
+    loadtest_requests), so the dashboard and the checklist find them. Admin scope whenever
+    the server has tokens, with or without --no-control-api."""
     from control.loadtest.store import insert_rows
 
     state = get_state(request)
-    authorize(request, state.control_tokens, "admin")
     if state.trace is None:
         raise APIError(404, "tracing is off: start the server with --trace-db PATH, or save"
                        " the results with `batchpilot loadtest --db FILE`", code="trace_off")

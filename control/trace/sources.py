@@ -46,11 +46,12 @@ QUESTIONS: dict[str, tuple[Callable[..., Any], str]] = {
 
 
 class TraceError(Exception):
-    """A failure to report on stderr, with the exit code it gets."""
+    """A failure to report on stderr, with the exit code it gets (and the server's HTTP
+    status, when a server answered)."""
 
-    def __init__(self, message: str, code: int):
+    def __init__(self, message: str, code: int, status: int | None = None):
         super().__init__(message)
-        self.code = code
+        self.code, self.status = code, status
 
 
 def not_found(request_id: str) -> TraceError:
@@ -144,8 +145,10 @@ def _ask_file(source: FileSource, question: str, params: dict[str, Any]) -> Any:
 
 
 def open_source(db: str | None = None, url: str | None = None,
-                replica: str | None = None) -> FileSource | UrlSource:
-    """--db FILE (a glob: a fleet's files) or --url URL; `replica` picks one replica."""
+                replica: str | None = None, token: str | None = None,
+                ) -> FileSource | UrlSource:
+    """--db FILE (a glob: a fleet's files) or --url URL (with `token`, the bearer token a
+    server with tokens needs for every trace read); `replica` picks one replica."""
     from control.trace.fleet_db import is_pattern
 
     if db is not None:
@@ -154,16 +157,19 @@ def open_source(db: str | None = None, url: str | None = None,
         return FileSource(db)
     if url is None:
         raise TraceError("give a trace file (--db) or a server's URL (--url)", 2)
-    return UrlSource(url, replica)
+    return UrlSource(url, replica, token)
 
 
 class UrlSource:
     """A running server's trace read API (a fleet ingress's: every replica's, merged;
-    `replica` asks one, by the X-Batchpilot-Replica header)."""
+    `replica` asks one, by the X-Batchpilot-Replica header). `token`: sent as
+    `Authorization: Bearer` with every question (a token bound to tenants reads their
+    requests only: the server scopes its answers)."""
 
-    def __init__(self, url: str, replica: str | None = None):
+    def __init__(self, url: str, replica: str | None = None, token: str | None = None):
         self.url = url.rstrip("/")
         self.replica = replica
+        self.token = token or None
         self._checked = replica is None
 
     def _check_fleet(self) -> None:
@@ -192,12 +198,16 @@ class UrlSource:
                                                                safe=""))
         query = urllib.parse.urlencode({k: str(v).lower() if isinstance(v, bool) else v
                                         for k, v in params.items() if v is not None})
+        headers = {REPLICA_HEADER: self.replica} if self.replica is not None else {}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         try:
-            headers = {REPLICA_HEADER: self.replica} if self.replica is not None else None
             return request_json(self.url, route + (f"?{query}" if query else ""),
                                 headers=headers, timeout_s=HTTP_TIMEOUT_S)
         except HTTPFailure as exc:
             if exc.status is None:
                 raise TraceError(exc.message, 1) from None
-            raise TraceError(f"the server answered {exc.status}: {exc.message}",
-                             2 if exc.status == 400 else 1) from None
+            hint = " (no token was sent: set $BATCHPILOT_TOKEN or --token-env NAME)" \
+                if exc.status == 401 and not self.token else ""
+            raise TraceError(f"the server answered {exc.status}: {exc.message}{hint}",
+                             2 if exc.status == 400 else 1, exc.status) from None

@@ -14,7 +14,15 @@ control API's history still holds it (else the current one, said in the notes).
 Each proposal that changes something is recorded in the trace's `config_changes` as a
 `whatif` row (control/whatif/audit.py): the audit shows what was predicted before a change.
 Errors: 400 naming the field (a bad body, time, setting: the control API's validation and
-wording), 404 tracing off, 503 still loading; a read token when tokens are configured.
+wording), 404 tracing off, 503 still loading; 400/429 naming the limit past
+max_whatif_proposals, max_whatif_window_s or max_whatif_waiting (control/whatif/bounds.py).
+
+Who may predict: a read token whenever the server has tokens (401 without, before the body
+is looked at). A token bound to tenants gets 403: a what-if replays every tenant's requests
+together, since they share the engine. Replaying its tenants' requests alone would predict
+a server without the others' load (wrong, and flattering); replaying all of them would show
+it every tenant's outcomes (`by_tenant`, the totals) and record the prediction in the
+config audit it may not read. An unbound read token runs it for them.
 """
 
 from __future__ import annotations
@@ -30,11 +38,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
-from control.admin.auth import authorize
+from control.admin.auth import require_unbound
 from control.api.errors import APIError
+from control.api.limits import RequestLimits
 from control.loadtest.records import SLO
 from control.serve.state import ServerState, get_state
+from control.trace.routes import Reader
 from control.trace.timeparse import parse_time
+from control.whatif import bounds
 from control.whatif.audit import record_predictions
 from control.whatif.configs import propose, recorded_config
 from control.whatif.run import predict
@@ -46,6 +57,7 @@ BODY_KEYS = {"since", "until", "set", "compare", "slo"}
 SYNC_TIMEOUT_S = 2.0
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
+waiting = bounds.Waiting()  # predictions admitted and not done, with the one process
 
 
 def _predictor() -> ProcessPoolExecutor:
@@ -107,6 +119,7 @@ def _read(state: ServerState, since: float | None, until: float | None) -> Windo
     writer.sync(SYNC_TIMEOUT_S)
     con = writer.cursor()
     try:
+        bounds.check_span(con, since, until, state.settings.limits)
         return read_window(con, since, until)
     except ValueError as exc:
         raise _bad(str(exc), "since") from None
@@ -132,31 +145,56 @@ def _base(state: ServerState, window: Window) -> tuple[EngineConfig, list[str]]:
 
 
 @router.post("/v1/whatif")
-async def whatif(request: Request, body: dict[str, Any]) -> Any:
+async def whatif(request: Request, who: Reader, body: dict[str, Any]) -> Any:
+    require_unbound(who, "a what-if (it replays every tenant's requests together)")
     state = get_state(request)
-    actor = authorize(request, state.control_tokens, "read")
+    limits: RequestLimits = state.settings.limits
     props, slo, since, until = parse_body(body)
+    bounds.check_proposals(props, limits, "compare" if body.get("compare") else "set")
+    bounds.check_window(since, until, limits)
     if state.trace is None:
         raise APIError(404, "tracing is off: start the server with --trace-db PATH",
                        code="trace_off")
     if state.engine.parts is None:
         raise APIError(503, "the model is loading", code="loading")
+    waiting.admit(limits)  # held until the job is done: released below or by its future
+    try:
+        job = await _prepare(state, body, props, slo, since, until)
+        future = _predictor().submit(job)
+    except BrokenProcessPool as exc:
+        waiting.release()
+        raise _died(exc) from exc
+    except BaseException:
+        waiting.release()
+        raise
+    waiting.release_when(future)
+    try:
+        result = await asyncio.wrap_future(future)
+    except BrokenProcessPool as exc:
+        raise _died(exc) from exc
+    record_predictions(state.trace, state.engine.live_config.version, who.name, result)
+    return result
+
+
+def _died(exc: BrokenProcessPool) -> APIError:
+    global _pool
+    with _pool_lock:
+        _pool = None  # start a fresh one next time
+    return APIError(500, f"the what-if process died ({exc}); try again", code="whatif_failed")
+
+
+async def _prepare(state: ServerState, body: dict[str, Any], props: dict[str, dict],
+                   slo: SLO | None, since: float | None, until: float | None,
+                   ) -> functools.partial:
+    """The window, read on a worker thread, and the job for the predictor process; each
+    proposal validated as the control API would, before any replay."""
     window = await run_in_threadpool(_read, state, since, until)
     base, notes = _base(state, window)
     recorded, _ = recorded_config(window, base, exact=True)
-    for name, patch in props.items():  # the control API's validation, before any replay
+    for name, patch in props.items():
         try:
             propose(recorded, patch)
         except ValueError as exc:
             raise _bad(f"{name}: {exc}", f"compare.{name}" if name in (
                 body.get("compare") or {}) else "set") from None
-    job = functools.partial(predict, window, base, props, exact=True, slo=slo, notes=notes)
-    try:
-        result = await asyncio.get_running_loop().run_in_executor(_predictor(), job)
-    except BrokenProcessPool as exc:
-        global _pool
-        with _pool_lock:
-            _pool = None  # start a fresh one next time
-        raise APIError(500, "the what-if process died; try again", code="whatif_failed") from exc
-    record_predictions(state.trace, state.engine.live_config.version, actor, result)
-    return result
+    return functools.partial(predict, window, base, props, exact=True, slo=slo, notes=notes)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import charts
-from dashboard.context import ask, context, window
+from dashboard.context import ask, ask_shared, context, window
 
 ctx = context()
 since, until = window(ctx)
@@ -29,7 +29,8 @@ if not steps.get("steps"):
     st.info("No steps in this window: the engine has not run anything yet (or choose a"
             " wider window).")
 
-changes = charts.changes_frame(ask(ctx, "config_changes", since=since, until=until))
+changes = charts.changes_frame(ask_shared(ctx, "config_changes", since=since,
+                                           until=until))
 latency = charts.frame(ask(ctx, "series_latency", since=since, until=until, buckets=120,
                            by=by)["rows"])
 left, right = st.columns(2)

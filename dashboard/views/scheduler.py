@@ -8,13 +8,14 @@ import altair as alt
 import streamlit as st
 
 from dashboard import charts
-from dashboard.context import ask, columns, context, window
+from dashboard.context import ask, ask_shared, columns, context, window
 
 ctx = context()
 since, until = window(ctx)
 st.title("Scheduler")
 
-changes = charts.changes_frame(ask(ctx, "config_changes", since=since, until=until))
+changes = charts.changes_frame(ask_shared(ctx, "config_changes", since=since,
+                                           until=until))
 series = ask(ctx, "series_steps", since=since, until=until, buckets=300)
 rows = charts.frame(series["rows"])
 if rows.empty:

@@ -46,7 +46,7 @@ def url(tmp_path_factory):
     app = FastAPI()
     install_error_handlers(app)
     app.include_router(trace_routes.router)
-    app.state.serving = SimpleNamespace(trace=writer, metrics=None)
+    app.state.serving = SimpleNamespace(trace=writer, metrics=None, control_tokens=())
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
                                            log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from whatif_sim_trace import START, STATIC, record
 
 from control.api.errors import install_error_handlers
+from control.api.limits import RequestLimits
 from control.trace.writer import TraceSettings, TraceWriter
 from control.whatif import routes as whatif_routes
 from engine.config import LiveConfig
@@ -26,7 +27,8 @@ def _app(writer: TraceWriter | None) -> FastAPI:
     app.include_router(whatif_routes.router)
     engine = SimpleNamespace(parts=SimpleNamespace(static=STATIC), live_config=LIVE)
     app.state.serving = SimpleNamespace(trace=writer, engine=engine, config_store=None,
-                                        control_tokens=())
+                                        control_tokens=(),
+                                        settings=SimpleNamespace(limits=RequestLimits()))
     return app
 
 

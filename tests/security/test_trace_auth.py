@@ -1,0 +1,144 @@
+"""Every route that reads or writes the trace needs a token whenever the server has tokens,
+whatever flags turned other routes off: the routes are enumerated from the app itself
+(/v1/trace/*, /v1/loadtest/*, /v1/whatif), so a route added later is covered too.
+
+    no token                          401, before any parameter is looked at
+    a read token                      200, or the route's own 4xx (a missing request: 404)
+    a read token on the one write     403 (POST /v1/loadtest/results needs admin)
+    a token bound to tenants          403 where the answer is the server's, not theirs
+/metrics stays open (Prometheus scrapes it; its tenant labels are bounded)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+from fixtures.app_routes import api_routes
+from fixtures.serving import asgi_client, make_engine
+
+from control.admin.auth import ENV_VAR
+from control.loadtest.metrics import summarize
+from control.loadtest.records import PlannedRequest, RequestResult
+from control.loadtest.store import rows_for_api
+from control.serve.settings import ServeSettings
+
+GUARDED = ("/v1/trace", "/v1/loadtest", "/v1/whatif")
+ADMIN_ONLY = {("POST", "/v1/loadtest/results")}
+# the routes that show the server's config or every tenant's data: 403 for a bound token
+SERVER_WIDE = {("GET", "/v1/trace/config_changes"), ("GET", "/v1/trace/checklist"),
+               ("GET", "/v1/loadtest/runs"), ("GET", "/v1/loadtest/stats"),
+               ("POST", "/v1/whatif"), ("POST", "/v1/loadtest/results")}
+PATH_VALUES = {"table": "requests", "kind": "steps", "request_id": "no-such-request"}
+ADMIN, READ, BOUND = ("Bearer ops-secret-1", "Bearer view-secret-1", "Bearer acme-secret1")
+
+
+def _results_body() -> dict:
+    results = [RequestResult(PlannedRequest(index=i, arrival_s=0.0, prompt_tokens=8,
+                                            output_tokens=4, tenant="acme", lane=None,
+                                            stream=True, cancel_after_s=None),
+                             "ok", 200, sent_at=1000.0 + i,
+                             ttft_s=0.1, e2e_s=0.5, chunk_times_s=[0.1, 0.5],
+                             prompt_tokens=8, output_tokens=2) for i in range(2)]
+    rows = rows_for_api("run-x", "tiny", "cfg", "http://x", summarize(results, 1.0, None,
+                                                                      "cfg"), results)
+    return {"runs": [rows]}
+
+
+BODIES = {"/v1/whatif": {"set": {"max_num_seqs": 2}}, "/v1/loadtest/results": None}
+
+
+@pytest.fixture(params=[True, False], ids=["control-api", "no-control-api"])
+def served(request, tiny_loaded, tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("ops admin ops-secret-1\nviewer read view-secret-1\n"
+                      "acme-ro read acme-secret1 acme\n")
+    engine, _, settings = make_engine(tiny_loaded, settings=ServeSettings(
+        model="tiny", control_api=request.param, control_tokens_path=str(tokens),
+        trace_db=str(tmp_path / "trace.duckdb")))
+    return engine, settings
+
+
+def guarded_routes(app) -> list[tuple[str, str]]:
+    """(method, concrete path) of every trace, load-test and what-if route of `app`."""
+    found = []
+    for path, route in api_routes(app.routes):
+        if path.startswith(GUARDED):
+            path = re.sub(r"\{(\w+)(:\w+)?\}", lambda m: PATH_VALUES[m.group(1)], path)
+            found += [(method, path) for method in sorted(route.methods)]
+    return found
+
+
+def _call(client, method: str, path: str, auth: str | None):
+    headers = {"Authorization": auth} if auth else {}
+    template = next((p for p in BODIES if path == p), None)
+    body = (BODIES[template] or _results_body()) if template else None
+    return client.request(method, path, params={"at": "0"}, json=body, headers=headers)
+
+
+def _every_route(served, auth_by_case):
+    engine, settings = served
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            client.app.state.serving.trace.start()
+            routes = guarded_routes(client.app)
+            out = {}
+            for case, auth in auth_by_case.items():
+                out[case] = {r: await _call(client, *r, auth) for r in routes}
+            out["metrics"] = await client.get("/metrics")
+            client.app.state.serving.trace.stop()
+            return routes, out
+
+    return asyncio.run(scenario())
+
+
+def test_every_trace_route_needs_a_token(served):
+    routes, out = _every_route(served, {"none": None, "wrong": "Bearer not-a-token1",
+                                        "read": READ, "admin": ADMIN})
+    assert len(routes) >= 17, routes  # the enumeration found the trace API
+    for route in routes:
+        for case in ("none", "wrong"):
+            reply = out[case][route]
+            assert reply.status_code == 401, (case, route, reply.text)
+            assert reply.headers["WWW-Authenticate"] == "Bearer"
+        read = out["read"][route]
+        if route in ADMIN_ONLY:
+            assert read.status_code == 403, (route, read.text)
+            assert out["admin"][route].status_code == 200, (route, out["admin"][route].text)
+        else:  # its answer, or its own 4xx: never a refusal of the token
+            assert read.status_code not in (401, 403), (route, read.text)
+            assert read.status_code == 200 or read.json()["error"]["code"] in (
+                "not_found", "invalid_value"), (route, read.text)
+    assert out["metrics"].status_code == 200  # scraped without a token
+
+
+def test_a_tenant_bound_token_may_not_read_what_is_the_servers(served):
+    routes, out = _every_route(served, {"bound": BOUND})
+    assert set(routes) >= SERVER_WIDE
+    for route in routes:
+        reply = out["bound"][route]
+        if route in SERVER_WIDE:
+            assert reply.status_code == 403, (route, reply.text)
+            assert route in ADMIN_ONLY or "bound to tenants" in reply.json()["error"][
+                "message"], (route, reply.text)
+        else:
+            assert reply.status_code not in (401, 403), (route, reply.text)
+
+
+def test_a_bound_token_may_not_export_the_config_audit_or_load_tests(served):
+    engine, settings = served
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            client.app.state.serving.trace.start()
+            replies = {t: await client.get(f"/v1/trace/export/{t}",
+                                           headers={"Authorization": BOUND})
+                       for t in ("config_changes", "loadtest_runs", "loadtest_requests",
+                                 "requests", "steps")}
+            client.app.state.serving.trace.stop()
+            return replies
+
+    replies = asyncio.run(scenario())
+    assert [replies[t].status_code for t in replies] == [403, 403, 403, 200, 200]
