@@ -27,7 +27,7 @@ from control.admin.auth import load_tokens
 from control.fleet.ingress import FleetIngress
 from control.fleet.replica import EngineReplica
 from control.fleet.router import RoutingPolicy
-from control.serve.settings import ServeSettings
+from control.serve.settings import LOOPBACK_HOSTS, ServeSettings
 
 log = logging.getLogger("batchpilot.fleet")
 APP_NAME = "batchpilot-fleet"
@@ -110,10 +110,12 @@ def build_application(settings: FleetSettings) -> Any:
         serve.ingress()(FleetIngress), name="ingress", num_replicas=1,
         max_ongoing_requests=MAX_ONGOING,
         ray_actor_options={"num_cpus": settings.ingress_cpus})
-    # the caller's token is checked once, at the ingress (replicas are reached by handle)
-    # (loaded whatever is on: they guard the trace and what-if routes too)
+    # the caller's token is checked at the ingress, and passed on to the replicas (which
+    # load the same tokens); loaded whatever is on: they guard the trace and what-if too
     tokens = load_tokens(settings.serve.control_tokens_path)
     return ingress.bind(handles, settings.policy, control_tokens=tokens,
+                        max_body_bytes=settings.serve.limits.max_body_bytes,
+                        loopback=settings.serve.host in LOOPBACK_HOSTS,
                         control_api=settings.serve.control_api)
 
 

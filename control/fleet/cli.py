@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from control.fleet.restart_cli import add_restart_parser
@@ -49,6 +50,9 @@ def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
     fleet.add_argument("--shutdown-grace-s", type=float, default=30.0,
                        help="on SIGTERM, how long in-flight requests may run (default"
                        " %(default)s)")
+    fleet.add_argument("--limit", action="append", metavar="NAME=VALUE", default=[],
+                       help="a bound on what one request may ask for, as for `batchpilot"
+                       " serve` (the ingress and every replica; docs/security.md)")
     fleet.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug"])
     fleet.set_defaults(func=run_fleet)
@@ -56,6 +60,7 @@ def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_fleet(args: argparse.Namespace) -> int:
+    from control.api.limits import RequestLimits, parse_limit_args
     from control.serve.preflight import configure_logging, preflight
 
     serve = ServeSettings(model=args.model, config_path=args.config_path, host=args.host,
@@ -75,6 +80,8 @@ def run_fleet(args: argparse.Namespace) -> int:
                              trace_dir=args.trace_dir, policy=RoutingPolicy(
                                  mode=args.routing, max_imbalance=args.max_imbalance))
     try:  # fail before starting Ray or loading anything; every replica serves /control:
+        serve = serve.replace(limits=RequestLimits().with_values(parse_limit_args(args.limit)))
+        settings = dataclasses.replace(settings, serve=serve)
         settings.validate()  # the same rule as `batchpilot serve` (tokens, or loopback)
         preflight(serve)
     except (ValueError, FileNotFoundError) as exc:

@@ -32,7 +32,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from control.admin.auth import Token
+from control.admin.origin_guard import OriginGuard
+from control.api.body_limit import BodyLimit
 from control.api.errors import APIError, install_error_handlers
+from control.api.limits import RequestLimits
 from control.fleet.control_plane import FleetControl
 from control.fleet.control_routes import fleet_control_router
 from control.fleet.forward import NotAccepted, open_call, relay, upstream_headers
@@ -50,6 +53,7 @@ from control.fleet.router import (
 from control.fleet.trace_fanout import guard_forwarded, install_trace_routes
 
 log = logging.getLogger("batchpilot.fleet")
+DEFAULT_MAX_BODY_BYTES = RequestLimits().max_body_bytes
 GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
 REPLICA_HEADER = "x-batchpilot-replica"
 
@@ -57,7 +61,8 @@ REPLICA_HEADER = "x-batchpilot-replica"
 class FleetIngress:
     def __init__(self, handles: list[Any], policy: RoutingPolicy, poll_s: float = POLL_S,
                  seed: int | None = None, control_tokens: tuple[Token, ...] = (),
-                 control_api: bool = True):
+                 control_api: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 loopback: bool = False):
         self.handles = list(handles)
         self.policy = policy.validate()
         self.poll_s = poll_s
@@ -68,6 +73,10 @@ class FleetIngress:
         self.routed: dict[tuple[int, str], int] = {}  # (replica, reason) -> count: /metrics
         self._polls: list[asyncio.Task] = []
         self.control_api, self.control_tokens = control_api, control_tokens
+        # the front door's own bounds, before a body is buffered to be forwarded
+        # (control/api/body_limit.py, control/admin/origin_guard.py); `loopback`: it
+        # listens on loopback (control/fleet/app.py says), so a tokenless one checks Host
+        self.max_body_bytes, self.loopback = max_body_bytes, loopback
         self.control = FleetControl(self)  # /control: fleet versions, canaries
         self.restart: Any = None  # the running or last RestartRun (restart.py)
         self.restarts = 0  # started so far: names the next one
@@ -208,6 +217,8 @@ async def _collect(handle: Any, method: str, path: str, body: bytes,
 
 def build_app(fleet: FleetIngress) -> FastAPI:
     app = FastAPI(title="batchpilot fleet", summary="one OpenAI API over N engine replicas")
+    app.add_middleware(BodyLimit, max_bytes=fleet.max_body_bytes)
+    app.add_middleware(OriginGuard, check_host=fleet.loopback and not fleet.control_tokens)
     install_error_handlers(app)
 
     @app.post("/v1/completions")

@@ -74,7 +74,7 @@ def test_a_change_is_versioned_pushed_to_every_replica_and_converges():
         assert [(v["version"], v["source"], v["actor"]) for v in history] == [
             (0, "startup", "fleet"), (1, "api", "local"), (2, "rollback:0", "local")]
         assert history[1]["reason"] == "incident 7"
-        profile = await c.post("/control/profiles/degrade")
+        profile = await c.post("/control/profiles/degrade", json={})
         assert profile.json()["config"]["max_num_seqs"] == 8
         named = await c.patch("/control/config", json=body, headers={
             "If-Match": "3", "X-Batchpilot-Replica": "1"})

@@ -147,8 +147,8 @@ def test_one_at_a_time_and_not_with_a_canary_and_admin_only():
 
     async def scenario(c, fakes, fleet, log):
         url = "/control/fleet/restart"
-        assert (await c.post(url)).status_code == 401
-        read_only = await c.post(url, headers={"Authorization": "Bearer r3ad"})
+        assert (await c.post(url, json={})).status_code == 401
+        read_only = await c.post(url, headers={"Authorization": "Bearer r3ad"}, json={})
         assert read_only.status_code == 403
         assert (await c.get(url, headers={"Authorization": "Bearer r3ad"})).json() == \
             {"restart": None}
@@ -159,14 +159,14 @@ def test_one_at_a_time_and_not_with_a_canary_and_admin_only():
         canary = await c.post("/control/canary", headers={**as_admin, "If-Match": "0"},
                               json={"changes": {"max_num_seqs": 8}, "watch_s": 60})
         assert canary.status_code == 202, canary.text
-        refused = await c.post(url, headers=as_admin)
+        refused = await c.post(url, headers=as_admin, json={})
         assert refused.status_code == 409 and refused.json()["error"]["code"] == \
             "canary_running" and "canary-1" in refused.json()["error"]["message"]
         fleet.control.canary.task.cancel()
         fleet.control.canary.status = "rolled_back"
         started = await c.post(url, headers=as_admin, json={"grace_s": 1, "reason": "upgrade"})
         assert started.status_code == 202 and started.json()["restart"]["actor"] == "ops"
-        again = await c.post(url, headers=as_admin)
+        again = await c.post(url, headers=as_admin, json={})
         assert again.status_code == 409 and again.json()["error"]["code"] == \
             "restart_running" and "restart-1" in again.json()["error"]["message"]
         canary = await c.post("/control/canary", headers={**as_admin, "If-Match": "0"},
@@ -180,7 +180,7 @@ def test_one_at_a_time_and_not_with_a_canary_and_admin_only():
 
 def test_a_single_replica_fleet_cannot_roll():
     async def scenario(c, fakes, fleet, log):
-        answer = await c.post("/control/fleet/restart")
+        answer = await c.post("/control/fleet/restart", json={})
         assert answer.status_code == 409 and answer.json()["error"]["code"] == "single_replica"
     run_fleet(scenario, n=1)
 
