@@ -6,7 +6,7 @@ Sides (each a (write_kv, paged_attention) pair given to every attention layer):
              reference write_kv: the baseline, loaded from git without touching the tree
     torch    this tree with NATIVE_DECODE off: the torch decode path (gather + bmm, or
              per-decode SDPA up to FEW_DECODES), host work once per step (kernels/cpu_plan.py)
-    native   this tree as served: decodes in the native kernel (kernels/cpu_native.py)
+    native   this tree as served: decodes in the native kernel (kernels/native_library.py)
 
 Part 1 (kernel): write_kv + paged_attention over SmolLM2-shaped layers (9 heads, 3 KV heads,
 d 64, block 16; 30 layers, each its own cache, so nothing stays hot between layers), per
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from kernels import AttentionBackend, cpu_attention, cpu_native, reference
+from kernels import AttentionBackend, cpu_attention, native_library, reference
 from kernels.cpu_plan import write_kv as plan_write_kv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,10 +48,17 @@ def log(*parts: object) -> None:
     print(*parts, file=sys.stderr, flush=True)
 
 
+# What a revision before issue 30 calls by the names it had then (kernels/cpu_native.py,
+# cpu_plan.step_plan): the committed file runs against this tree's kernels.
+RENAMED = {"cpu_native": "native_library", "step_plan": "attention_plan"}
+
+
 def committed_module(rev: str):
     """kernels/cpu_attention.py at git revision `rev`, imported under another name."""
     source = subprocess.run(["git", "show", f"{rev}:kernels/cpu_attention.py"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout
+    for old, new in RENAMED.items():
+        source = re.sub(rf"\b{old}\b", new, source)
     spec = importlib.util.spec_from_loader(f"kernels._cpu_attention_{rev}", loader=None)
     module = importlib.util.module_from_spec(spec)
     exec(compile(source, f"{rev}:kernels/cpu_attention.py", "exec"), module.__dict__)  # noqa: S102
@@ -64,10 +72,10 @@ def sides(rev: str) -> dict[str, tuple[AttentionBackend, bool]]:
     out = {"before": (AttentionBackend("before", reference.write_kv, before.paged_attention),
                       False),
            "torch": (current, False)}
-    if cpu_native.load() is not None:
+    if native_library.load() is not None:
         out["native"] = (current, True)
     else:
-        log(f"native side skipped: {cpu_native.unavailable_reason()}")
+        log(f"native side skipped: {native_library.unavailable_reason()}")
     return out
 
 
@@ -146,7 +154,7 @@ def kernel_part(args, chosen) -> dict:
 
 def engine_part(args, chosen) -> dict:
     from bench import roofline_steps as steps
-    from engine.model_runner import ModelRunner
+    from engine.execution.model_runner import ModelRunner
     from engine.models import load_model
 
     loaded = load_model(args.model, dtype="auto")

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from bench import roofline_steps as steps
 from bench.random_models import run_bench
-from engine.model_runner import ModelRunner
+from engine.execution.model_runner import ModelRunner
 from engine.models import load_model
 from engine.models.cpu_dtype import cpu_info
 

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from bench import roofline_steps as steps
 from bench.random_models import run_native_bench, step_ab_parser
-from engine.model_runner import ModelRunner
+from engine.execution.model_runner import ModelRunner
 from engine.models import load_model
 from kernels import cpu_elementwise
 

@@ -67,7 +67,7 @@ def run_case(torch, kernels_mod, name, shape, dtype_name, seqs, options, device)
     expected = reference.paged_attention(*batch, scale)
     error = (out.float() - expected.float()).abs().max().item()
     splits = options.get("num_splits") or kernels_mod.triton_decode.choose_num_splits(
-        len(seqs), kvh, max_ctx, kernels_mod.triton_utils.num_sms(batch.q.device))
+        len(seqs), kvh, max_ctx, kernels_mod.triton_launch.num_sms(batch.q.device))
     return {"case": name, "shape": shape, "dtype": dtype_name, "seqs": len(seqs),
             "tokens": int(batch.q.shape[0]), "max_context_len": max_ctx, "decode_splits": splits,
             "max_abs_error": error, "ok": error <= TOLERANCE[dtype_name]}
@@ -104,10 +104,10 @@ def main() -> int:
         os.environ["TRITON_INTERPRET"] = "1"  # before the kernels are imported
     import torch
 
-    from kernels import triton_attention, triton_decode, triton_utils
+    from kernels import triton_attention, triton_decode, triton_launch
 
     kernels_mod = argparse.Namespace(triton_attention=triton_attention,
-                                     triton_decode=triton_decode, triton_utils=triton_utils)
+                                     triton_decode=triton_decode, triton_launch=triton_launch)
     if not args.interpret and not torch.cuda.is_available():
         print("kernel_check: no CUDA device (torch.cuda.is_available() is False); use "
               "--interpret for the CPU version", file=sys.stderr)

@@ -213,12 +213,12 @@ def main() -> int:
               "CPU the kernels are tested by tests/kernels/test_triton.py (or run this with "
               "--smoke for a dry run of the script itself)", file=sys.stderr)
         return 2
-    from kernels import triton_attention, triton_decode, triton_utils
+    from kernels import triton_attention, triton_decode, triton_launch
 
     ops = argparse.Namespace(
         paged_attention=triton_attention.paged_attention,
         decode_attention=triton_decode.decode_attention,
-        choose_num_splits=triton_decode.choose_num_splits, num_sms=triton_utils.num_sms,
+        choose_num_splits=triton_decode.choose_num_splits, num_sms=triton_launch.num_sms,
         DecodeTile=triton_decode.DecodeTile, default_tile=triton_decode.default_tile,
         dtype=torch.bfloat16, device="cpu" if args.smoke else "cuda")
     timer = make_timer(args.smoke)

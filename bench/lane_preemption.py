@@ -72,7 +72,7 @@ def run(trace: list[TraceRequest], chat: set[int], on: bool, seed: int) -> dict:
 
     def on_step(out) -> None:
         if out.record is not None:
-            preempted.extend(out.record.stats.preempted)
+            preempted.extend(out.record.decisions.preempted)
 
     result = simulate(engine, clock, trace, route=route, seed=seed, on_step=on_step)
     return summary(result, preempted)

@@ -47,7 +47,7 @@ from control.loadtest.runner import run
 from control.loadtest.scenario import plan, scenario_from_dict
 
 LONG_TOKENS, SHORT_AFTER_S = 1500, 0.3
-TARGET_STEP_S = 0.25  # engine/step_fit.py's default target_step_ms
+TARGET_STEP_S = 0.25  # engine/calibration/budget_fit.py's default target_step_ms
 SMOKE = {"rounds": 2, "requests": 6, "long_tokens": 300, "time_scale": 0.2,
          "prompt_scale": 0.05}
 REPLAY = {"name": "long-prompt-replay", "seed": 22, "concurrency": 64,

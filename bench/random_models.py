@@ -139,8 +139,9 @@ def step_ab_parser(doc: str, smoke: dict, pairs: int, steps: int) -> argparse.Ar
 def run_native_bench(name: str, args, smoke: dict, measure) -> dict:
     """run_bench for a bench of the native kernels: exits with the reason where they do not
     build here."""
-    from kernels import cpu_native
+    from kernels import native_library
 
-    if cpu_native.load() is None:
-        raise SystemExit(f"the native kernels are unavailable: {cpu_native.unavailable_reason()}")
+    if native_library.load() is None:
+        raise SystemExit("the native kernels are unavailable:"
+                         f" {native_library.unavailable_reason()}")
     return run_bench(name, args, smoke, measure)

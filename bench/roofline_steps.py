@@ -4,7 +4,7 @@
 Nothing here edits or patches the engine. Categories come from the profiler's event tree:
 attention modules get a `record_function` label through forward hooks (a public nn.Module
 API, installed only for the profiled steps); sampling is every op whose Python stack passes
-through engine/sampler.py; projections are matmul-family ops outside those; the rest, and
+through engine/execution/sampler.py; projections are matmul-family ops outside those; the rest, and
 the host time between ops, is "other". Weight shapes and counts are read from the model's
 modules, so fused or unfused projections and any weight dtype are measured as they are.
 """
@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from engine.model_runner import ModelRunner
+from engine.execution.model_runner import ModelRunner
 from engine.models import Attention
 from engine.records import PrefillChunk, SchedulerOutput
 from engine.request import Request, SamplingParams
@@ -31,7 +31,7 @@ STEP_LABEL, ATTENTION_LABEL = "bench::step", "bench::attention"
 PROJECTION_OPS = {"linear", "addmm", "mm", "matmul", "bmm", "baddbmm", "_addmm_activation",
                   "_linear_pointwise", "mkldnn_linear", "_weight_int8pack_mm",
                   "_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu"}
-SAMPLER_FILE, ATTENTION_FILE = "engine/sampler.py", "kernels/"  # in Python frames' names
+SAMPLER_FILE, ATTENTION_FILE = "engine/execution/sampler.py", "kernels/"  # in Python frames' names
 NATIVE_LAYERS_FILE = "kernels/cpu_layers.py"  # all layers of a small decode step in one call
 CATEGORIES = ("projections", "attention", "native_layers", "sampling", "other")
 TABLE_HEADER = ("  step         wall ms p50 [min-max]  profiled ms p50 and share of the profiled"
@@ -200,7 +200,7 @@ def label_attention(model: nn.Module) -> list:
 def categorise(event) -> tuple[str, int] | None:
     """(category, id of the profiled step) of one profiler event, its self time counting
     there, from its ancestry, which with_stack=True interleaves with Python frames
-    ("engine/sampler.py(52): sample"): native layers (a kernels/cpu_layers.py frame: the
+    ("engine/execution/sampler.py(52): sample"): native layers (a kernels/cpu_layers.py frame: the
     projections, attention and elementwise work of every layer in one native call) >
     attention (label, or a kernels/ frame) > sampling (a sampler frame) > projections (a
     matmul-family op) > other. None: outside every step."""

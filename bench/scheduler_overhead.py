@@ -14,7 +14,7 @@ theory is the measured ratio over that ideal ratio.
 Part 3: prefix-cache block hashing, µs per full block (hashing happens only when a block
 becomes full, and on a first schedule's prefix lookup): the old builtin
 `hash((parent, tuple(tokens)))` beside the keyed 128-bit blake2b chain the BlockManager now
-uses (engine/prefix_hash.py), A B A B over rounds, each round hashing the same chained
+uses (engine/kv/prefix_hash.py), A B A B over rounds, each round hashing the same chained
 prompt of random token ids; the median over rounds [min-max].
 
 Last line: one JSON object.
@@ -48,7 +48,7 @@ from functools import partial
 from pathlib import Path
 
 from bench.step_cost import build_engine, us_per_step
-from engine.prefix_hash import BlockHasher, digest_key
+from engine.kv.prefix_hash import BlockHasher, digest_key
 from engine.request import SamplingParams
 from engine.sim.workload import TraceScale, load_trace
 

@@ -41,7 +41,7 @@ from control.whatif.run import predict
 from control.whatif.summary import recorded_summary
 from control.whatif.window import read_window
 from engine.config import EngineConfig, StaticConfig
-from engine.config_patch import apply_patch, live_from_dict
+from engine.config.patch import apply_patch, live_from_dict
 
 SCENARIO = "chat.yaml"
 A = "batching=continuous,max_num_seqs=64,chunked_prefill=true,prefill_chunk_size=32," \

@@ -25,7 +25,8 @@ from typing import Any
 
 import streamlit as st
 
-from control.cli.ctl import TOKEN_ENV, URL_ENV, Client, CtlError
+from control.cli.ctl import TOKEN_ENV, URL_ENV, Client
+from control.cli.ctl_error import CtlError
 from control.cli.http_json import HTTPFailure, request_json
 from control.trace.fleet_db import expand, is_pattern
 from control.trace.sources import FileSource, TraceError, UrlSource, open_source

@@ -2,6 +2,13 @@
 
 Not thread-safe by design: one thread (the engine loop) calls every method. Other threads
 hand it work through the loop's command queue (see control/).
+
+Calls go one way, down: the engine asks admission (engine/lanes), the scheduler
+(engine/scheduling), the executor and, for a failed step, engine/fault_isolation.py, and
+builds its reports (engine/reports.py) from what they return. Requests that end outside a
+step's update (aborts, timeouts, a failed step) are ended by the scheduler's own methods,
+which return them; the engine then does its bookkeeping of them (`_ended`: out of its
+unfinished requests, a final delta and a record with the next step's output).
 """
 
 from __future__ import annotations
@@ -11,11 +18,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-from engine.admission import AdmissionContext, ThroughputEstimator, admit
-from engine.block_manager import BlockManager, KVSnapshot
+from engine.calibration.step_law import StepLaw
 from engine.config import EngineConfig, LiveConfig
-from engine.forced_endings import contain_failure, timeouts_due
-from engine.lane_routing import LaneNotEmptyError, check_lane_moves, route
+from engine.fault_isolation import DEFAULT_MAX_EXTRA_RUNS, contain
+from engine.kv.block_manager import BlockManager, KVSnapshot
+from engine.lanes.admission import AdmissionContext, ThroughputEstimator, admit
+from engine.lanes.integrity import check_lanes
+from engine.lanes.routing import check_lane_moves, route
 from engine.records import (
     AdmissionDecision,
     EngineGauges,
@@ -25,14 +34,11 @@ from engine.records import (
     StepRecord,
     StepRun,
 )
+from engine.reports import engine_gauges, step_output, step_record
 from engine.request import Request, RequestStatus, SamplingParams
-from engine.scheduler import Scheduler
-from engine.step_faults import DEFAULT_MAX_EXTRA_RUNS
-from engine.step_law import StepLaw
-from engine.step_report import run_record, step_output
-from engine.telemetry import engine_gauges
+from engine.scheduling.scheduler import Scheduler
 
-__all__ = ["Engine", "Executor", "LaneNotEmptyError"]  # LaneNotEmptyError: engine/lane_routing
+__all__ = ["Engine", "Executor"]
 
 
 class Executor(Protocol):
@@ -48,8 +54,9 @@ class Engine:
                  fault_isolation_runs: int = DEFAULT_MAX_EXTRA_RUNS,
                  step_law: StepLaw | None = None):
         """`fault_isolation_runs`: executor calls a failed step may add to find the
-        requests that fail it (engine/step_faults.py); 0 ends the whole batch. `step_law`:
-        the device's step cost (engine/step_fit.py), to hold steps to target_step_ms."""
+        requests that fail it (engine/fault_isolation.py); 0 ends the whole batch.
+        `step_law`: the device's step cost (engine/calibration/budget_fit.py), to hold steps
+        to target_step_ms."""
         config.validate()
         self.fault_isolation_runs = fault_isolation_runs
         self.static = config.static
@@ -90,7 +97,8 @@ class Engine:
         return installed
 
     def check_lane_moves(self, live: LiveConfig, lane_moves: dict[str, str] | None) -> None:
-        """Raise ValueError (LaneNotEmptyError) unless `live` may be installed now."""
+        """Raise ValueError (`engine.lanes.routing.LaneNotEmptyError`) unless `live` may
+        be installed now."""
         check_lane_moves(live, self.static, self.live_config, self.requests.values(), lane_moves)
 
     # ---- requests ----------------------------------------------------------------------
@@ -102,7 +110,7 @@ class Engine:
                     ) -> AdmissionDecision:
         """Admit or reject at once. `deadline` is absolute, on the engine clock;
         `cache_salt` puts the request's prefix-cache blocks in the salt's domain instead of
-        its tenant's (engine/prefix_hash.py). `arrival_time` (engine clock; default now):
+        its tenant's (engine/kv/prefix_hash.py). `arrival_time` (engine clock; default now):
         when the request reached the server, from which its queue delay, TTFT, E2E and
         queue timeout count; `tokenize_s`: the part of the time since then the server
         spent tokenizing it (recorded in the decision, for the trace's wait reasons).
@@ -150,7 +158,7 @@ class Engine:
         return decision
 
     def route(self, num_prompt_tokens: int, tenant: str = "") -> str:
-        """The lane for a request that names none (engine/lane_routing.py)."""
+        """The lane for a request that names none (engine/lanes/routing.py)."""
         return route(self.live_config, num_prompt_tokens, tenant)
 
     def abort(self, request_id: str, status: RequestStatus = RequestStatus.CANCELLED,
@@ -170,12 +178,20 @@ class Engine:
         """
         if self.requests.get(req.request_id) is req:
             self.scheduler.finish(req, status, now, detail)
-            del self.requests[req.request_id]  # ended now: a second abort finds nothing
-            self._pending_deltas.append(
-                RequestDelta(req.request_id, [], req.finish_reason, detail))
+            self._ended([req])  # ended now: a second abort finds nothing
         else:
             req.set_finished(status, now, detail)
-        self._pending_finished.append(req)
+            self._pending_finished.append(req)
+
+    def _ended(self, ended: list[Request]) -> None:
+        """Bookkeeping of requests the scheduler has just ended outside update() (abort,
+        timeout, a failed step): out of the unfinished ones; their final deltas and
+        records go out with this step's output."""
+        for req in ended:
+            del self.requests[req.request_id]
+            self._pending_deltas.append(
+                RequestDelta(req.request_id, [], req.finish_reason, req.finish_detail))
+            self._pending_finished.append(req)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests or self._pending_deltas or self._pending_finished)
@@ -190,7 +206,7 @@ class Engine:
         """Blocks, lane counters and the running set, recounted from the requests."""
         requests = list(self.requests.values())
         self.block_manager.check_integrity(requests)
-        self.scheduler.lanes.check_integrity(requests, self.scheduler.running)
+        check_lanes(self.scheduler.lanes, requests, self.scheduler.running)
 
     # ---- the step ----------------------------------------------------------------------
     def step(self) -> StepOutput:
@@ -203,8 +219,8 @@ class Engine:
         bm = self.block_manager
         prefix0 = bm.prefix_query_tokens, bm.prefix_hit_tokens
         run = self.run_step(start)
-        record = run_record(run, self.scheduler, start, t0, prefix0)  # engine/step_report.py
-        self.scheduler.law_scale.observe(run.out.predicted_s, run.end - start)
+        record = step_record(run, self.scheduler, start, t0, prefix0)  # engine/reports.py
+        self.scheduler.law_slowdown.observe(run.out.predicted_s, run.end - start)
         return self._drain_pending(record, run)
 
     def run_step(self, start: float) -> StepRun:
@@ -212,7 +228,7 @@ class Engine:
         on the engine clock): what every step does; `step` makes its telemetry of it, a
         what-if replay (control/whatif/lean.py) only reads it."""
         sched = self.scheduler
-        out, stats = sched.schedule(start)
+        out, decisions = sched.schedule(start)
         t1 = time.perf_counter()
         failure, phase = None, "execute"
         try:
@@ -223,9 +239,11 @@ class Engine:
             rows, finished = sched.update(out, sampled, end)
         except Exception as exc:  # contained: only the failing part's requests end
             # the ended requests' blocks are freed; this step's preemption victims stay queued
-            rows, finished, sampled, failure = contain_failure(
-                self.executor.execute, sched.update, out, phase, exc,
-                self.fault_isolation_runs, self.clock(), self._end_with_error)
+            contained = contain(self.executor.execute, sched, out, phase, exc,
+                                self.fault_isolation_runs, self.clock())
+            rows, finished, sampled = contained.rows, contained.finished, contained.sampled
+            failure = contained.failure
+            self._ended(contained.ended)
             t2, end = time.perf_counter(), self.clock()
         for req in finished:
             del self.requests[req.request_id]
@@ -233,40 +251,26 @@ class Engine:
             # Measured on the engine clock, the one deadlines are on (simulated in
             # simulations).
             self.throughput.observe(out.num_tokens, end - start)
-        self._last_wait_reasons = stats.waiting_reason_by_lane
-        return StepRun(out, stats, rows, sampled, finished, failure, end,
+        self._last_wait_reasons = decisions.waiting_reason_by_lane
+        return StepRun(out, decisions, rows, sampled, finished, failure, end,
                        (t1, t2, time.perf_counter()))
 
-    # ---- a failed step (engine/forced_endings.py, engine/step_faults.py) -------------
+    # ---- ends outside update(): a failed step, timeouts ------------------------------
     def fail_all(self, detail: str) -> StepOutput:
         """End every unfinished request with ERROR, after step() raised outside execute
         and update (a scheduler bug: which requests it touched is unknown). Returns what
         the next step would report: their final deltas and records."""
-        now = self.clock()
-        for req in list(self.requests.values()):
-            self._end_with_error(req, now, detail)
+        requests = list(self.requests.values())
+        self._ended(self.scheduler.end_with_error(requests, self.clock(), detail))
         return self._drain_pending(None)
 
-    def _end_with_error(self, req: Request, now: float, detail: str) -> None:
-        """End `req` with ERROR; its final delta and record go out with this step."""
-        if self.requests.get(req.request_id) is not req:
-            return
-        if req.is_finished:  # update() ended it before the failure: blocks already freed
-            req.set_finished(RequestStatus.ERROR, now, detail)
-        else:
-            self.scheduler.finish(req, RequestStatus.ERROR, now, detail)
-        del self.requests[req.request_id]
-        self._pending_deltas.append(RequestDelta(req.request_id, [], req.finish_reason, detail))
-        self._pending_finished.append(req)
-
     def _expire(self, now: float) -> None:
-        """End as TIMEOUT what is due at `now` (engine/forced_endings.py)."""
-        for req, detail in timeouts_due(self.scheduler, now):
-            self._finish(req, RequestStatus.TIMEOUT, now, detail)
+        """End as TIMEOUT what is due at `now` (`Scheduler.end_timeouts`)."""
+        self._ended(self.scheduler.end_timeouts(now))
 
     def _drain_pending(self, record: StepRecord | None, run: StepRun | None = None,
                        ) -> StepOutput:
-        """The step's output (engine/step_report.py); the ends it carries are cleared."""
+        """The step's output (engine/reports.py); the ends it carries are cleared."""
         result = step_output(record, run, self._pending_deltas, self._pending_finished,
                              self._pending_admissions)
         self._pending_deltas, self._pending_finished, self._pending_admissions = [], [], []

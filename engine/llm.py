@@ -22,17 +22,17 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from engine.calibration.budget_fit import StepFit, fit_step_budgets, needs_fit
+from engine.calibration.probe import RunnerProbe
+from engine.calibration.step_law import StepLaw
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
-from engine.model_runner import ModelRunner, auto_num_kv_blocks
+from engine.execution.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.models import LoadedModel, load_model
 from engine.models.cpu_dtype import parse_dtype
-from engine.output_processor import OutputProcessor, RequestOutput
+from engine.output.processor import OutputProcessor, RequestOutput
 from engine.records import AdmissionDecision
 from engine.request import RequestStatus, SamplingParams
-from engine.step_fit import StepFit, fit_step_budgets, needs_fit
-from engine.step_law import StepLaw
-from engine.step_probe import RunnerProbe
 
 _STATIC = {f.name for f in dataclasses.fields(StaticConfig)}
 _LIVE = {f.name for f in dataclasses.fields(LiveConfig)} - {"version"}
@@ -245,7 +245,7 @@ def build_engine(loaded: LoadedModel, config: EngineConfig,
 def fit_to_runner(config: EngineConfig, explicit: set[str], runner: ModelRunner,
                   ) -> tuple[EngineConfig, StepFit | None]:
     """Fit the step budgets `explicit` does not name to steps measured on `runner` (see
-    engine/step_fit.py); its KV pool is left zeroed, as allocated."""
+    engine/calibration/budget_fit.py); its KV pool is left zeroed, as allocated."""
     if not needs_fit(config, explicit):
         return config, None
     probe = RunnerProbe(runner)

@@ -6,7 +6,7 @@ and min_p (vLLM's default, `raw_logprobs`). So a token's logprob says what the m
 thinks of it, whatever the request's sampling settings; a greedy token is the row's top
 entry unless a processor moved the argmax.
 
-Computed in batch (engine/sampler.py `score_rows`), only for the rows that ask: a step
+Computed in batch (engine/execution/sampler.py `score_rows`), only for the rows that ask: a step
 where none asks does no extra work. This module stays free of torch (the engine core and
 the simulator import it).
 

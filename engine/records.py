@@ -7,13 +7,11 @@ Nothing here imports web, metrics or database code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from engine.config import LiveConfig
 from engine.request import Request
 
-if TYPE_CHECKING:
-    from engine.step_faults import StepFailure
+STEP_FAILED = "step failed"  # the start of a failed request's finish detail (its reason)
 
 
 @dataclass(slots=True)
@@ -25,7 +23,7 @@ class PrefillChunk:
 
 @dataclass
 class SchedulerOutput:
-    """One step's work (what the scheduler decided besides: `SchedulerStats`). Decodes
+    """One step's work (what the scheduler decided besides: `SchedulingDecisions`). Decodes
     run one token each and are always sampled.
 
     Sample rows, in order: every decode, then every prefill chunk with `sample`.
@@ -38,7 +36,8 @@ class SchedulerOutput:
     token_budget: int
     num_decode_tokens: int = 0
     num_prefill_tokens: int = 0
-    predicted_s: float | None = None  # the step law's time of this work (engine/step_time.py)
+    # the step law's time of this work (engine/scheduling/step_time.py)
+    predicted_s: float | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -57,10 +56,10 @@ class SchedulerOutput:
 
 
 @dataclass
-class SchedulerStats:
+class SchedulingDecisions:
     """What one step's scheduling decided besides the work: who started, who was
     preempted, why the queued requests that did not start waited, tokens by lane.
-    The engine attaches it to the step's StepRecord as `stats`."""
+    The engine attaches it to the step's StepRecord as `decisions`."""
 
     admitted: list[str] = field(default_factory=list)  # first scheduled in this step
     preempted: list[str] = field(default_factory=list)  # queued again (recompute)
@@ -112,14 +111,14 @@ class StepRecord:
     config_version: int
     decode_ids: list[str]  # requests that decoded one token
     prefill_chunks: list[tuple[str, int]]  # (request id, prompt tokens computed)
-    stats: SchedulerStats  # admitted, preempted, waiting reasons, tokens by lane
+    decisions: SchedulingDecisions  # admitted, preempted, waiting reasons, tokens by lane
     prefix_query_tokens: int = 0  # this step
     prefix_hit_tokens: int = 0
     # The fleet config version the step ran under (stamped by a fleet replica, see
     # control/fleet/replica_window.py); None on a single server.
     fleet_version: int | None = None
     # The start-up step law's prediction of this step's time (s), when the steps are held
-    # to target_step_ms by it (engine/step_time.py); None otherwise.
+    # to target_step_ms by it (engine/scheduling/step_time.py); None otherwise.
     predicted_step_s: float | None = None
 
     @property
@@ -218,13 +217,40 @@ class EngineGauges:
     live: LiveConfig
 
 
+@dataclass(frozen=True)
+class StepFailure:
+    """What failed in one step, and whom it ended (engine/fault_isolation.py)."""
+
+    step_id: int
+    phase: str  # where the first failing part failed: execute | update
+    error: Exception  # that part's exception
+    request_ids: tuple[str, ...]  # ended with ERROR, in batch order (none: every part
+    # ran when retried, a transient fault)
+    num_succeeded: int  # requests of the step whose part ran and was applied
+
+    @property
+    def whole_step(self) -> bool:
+        """Nothing in the step ran: what makes a run of failures a sick engine."""
+        return self.num_succeeded == 0
+
+    @property
+    def detail(self) -> str:
+        return failure_detail(self.phase, self.error)
+
+
+def failure_detail(phase: str, error: Exception) -> str:
+    """A failed request's finish detail: what failed, never the exception's text (it can
+    carry internals); the server log has the traceback."""
+    return f"{STEP_FAILED}: {phase} raised {type(error).__name__}"
+
+
 @dataclass(slots=True)
 class StepRun:
     """What schedule -> execute -> update did in one step (Engine.run_step), before any
     telemetry is made of it. marks: time.perf_counter() after schedule, execute, update."""
 
     out: SchedulerOutput
-    stats: SchedulerStats
+    decisions: SchedulingDecisions
     rows: list[Request]  # requests that got a token
     sampled: list[int]  # their tokens, row order
     finished: list[Request]  # ended in this step (already out of the engine's requests)

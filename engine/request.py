@@ -46,9 +46,13 @@ FINISH_REASONS = {
 }
 
 
+REPETITION_PENALTY_RANGE = (0.01, 100.0)  # logits stay finite in float32 (|logit| < 1e4)
+GREEDY_BELOW = 1e-5  # a temperature under this samples greedily (vLLM's epsilon)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to pick and when to stop. `temperature=0` is greedy."""
+    """How to pick and when to stop. `temperature=0` (or under GREEDY_BELOW) is greedy."""
 
     max_tokens: int = 16
     temperature: float = 1.0
@@ -58,7 +62,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
-    # Logits processors (engine/sampler.py), greedy rows included; the defaults are off.
+    # Logits processors (engine/execution/sampler.py), greedy rows included; the defaults are off.
     presence_penalty: float = 0.0  # OpenAI's: minus this once per token already generated
     frequency_penalty: float = 0.0  # OpenAI's: minus this times the token's output count
     repetition_penalty: float = 1.0  # transformers': over prompt + output, > 1 discourages
@@ -84,6 +88,8 @@ class SamplingParams:
         pairs = bias.items() if isinstance(bias, dict) else (bias or ())
         object.__setattr__(self, "logit_bias",
                            tuple(sorted((int(t), float(b)) for t, b in pairs)))
+        if 0.0 < self.temperature < GREEDY_BELOW:  # as vLLM: logits / 1e-40 overflow
+            object.__setattr__(self, "temperature", 0.0)
         self.validate()
         object.__setattr__(self, "uses_processors", bool(
             self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
@@ -131,9 +137,12 @@ class SamplingParams:
             value = getattr(self, name)
             if not -2.0 <= value <= 2.0:
                 raise ValueError(f"{name}={value!r} must be in [-2, 2]")
-        if not 0.0 < self.repetition_penalty < math.inf:
-            raise ValueError(f"repetition_penalty={self.repetition_penalty!r} must be > 0"
-                             " (1 turns it off)")
+        # NOTE: bounded both ways: a positive logit divided by 5e-324 is +inf (and the
+        # sampler's candidate count goes wrong), a negative one times 1e300 is -inf
+        low, high = REPETITION_PENALTY_RANGE
+        if not low <= self.repetition_penalty <= high:
+            raise ValueError(f"repetition_penalty={self.repetition_penalty!r} must be in"
+                             f" [{low}, {high}] (1 turns it off)")
         bad = [(t, b) for t, b in self.logit_bias if t < 0 or not -100.0 <= b <= 100.0]
         if bad:
             raise ValueError(f"logit_bias={dict(bad)!r}: token ids must be >= 0 and biases"

@@ -4,7 +4,7 @@ Same signature and result as `kernels.reference.paged_attention` (the oracle; te
 the two), without its Python loop per length group and per KV head. The decode / prefill
 split of a step is worked out once per step, not per layer (kernels/cpu_plan.py).
 
-Decodes go to the native kernel (kernels/cpu_native.py, kernels/cpu_decode.c) wherever it
+Decodes go to the native kernel (kernels/native_library.py, kernels/cpu_decode.c) wherever it
 builds: it walks each block table and reads every key and value row where it lies, with an
 online softmax, so nothing is copied; over SmolLM2's 30 layers at 1-64 decodes of 128
 tokens it measured 1.9-2.7x faster than the torch path below (bench/cpu_attention_ab.py,
@@ -43,12 +43,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kernels import cpu_native
-from kernels.cpu_plan import step_plan
+from kernels import native_library
+from kernels.cpu_plan import attention_plan
 from kernels.reference import causal_mask, gather_kv
 from kernels.workspace import workspace
 
-# Decodes go through the native kernel (kernels/cpu_native.py: reads the paged cache in
+# Decodes go through the native kernel (kernels/native_library.py: reads the paged cache in
 # place) when it builds here; False: the torch path below (A/B runs, tests of that path).
 NATIVE_DECODE = True
 
@@ -88,7 +88,7 @@ def paged_attention(
                          f"the cache on {k_cache.device}; use BATCHPILOT_ATTENTION=auto")
     if num_heads % num_kv_heads != 0:
         raise ValueError(f"{num_heads=} must be a multiple of {num_kv_heads=}")
-    plan = step_plan(num_tokens, block_tables, context_lens, query_start_loc, k_cache.shape[1])
+    plan = attention_plan(num_tokens, block_tables, context_lens, query_start_loc, k_cache.shape[1])
     out = torch.empty(num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
     for s, lo, hi, context_len in plan.prefills:
         out[lo:hi] = _prefill_attention(q[lo:hi], k_cache, v_cache, block_tables[s],
@@ -99,9 +99,9 @@ def paged_attention(
         _check_owned_blocks(plan, k_cache.shape[0])
         q32 = q if q.dtype == torch.float32 and q.stride(2) == 1 and \
             q.stride(1) == head_dim else q.float().contiguous()
-        cpu_native.decode_attention(cpu_native.load(), q32, k_cache, v_cache, block_tables,
+        native_library.decode_attention(native_library.load(), q32, k_cache, v_cache, block_tables,
                                     context_lens, plan.decode_seqs32, plan.decode_rows32,
-                                    scale, out, cpu_native.threads_for(plan.decode_keys,
+                                    scale, out, native_library.threads_for(plan.decode_keys,
                                                                        num_heads))
     elif num_decodes <= FEW_DECODES:  # one SDPA call each beats the batch's fixed cost
         for s, lo, context_len in zip(plan.decode_seqs.tolist(), plan.decode_rows.tolist(),
@@ -137,7 +137,7 @@ def _native_ok(q, k_cache, v_cache, block_tables, context_lens) -> bool:
             and k_cache.dtype == v_cache.dtype
             and block_tables.dtype == torch.int32 and block_tables.stride(1) == 1
             and context_lens.dtype == torch.int32 and context_lens.is_contiguous()
-            and cpu_native.supports(q, k_cache))
+            and native_library.supports(q, k_cache))
 
 
 def _prefill_attention(q, k_cache, v_cache, table_row, context_len: int, scale: float):

@@ -1,4 +1,4 @@
-/* Decode attention read in place from the paged KV cache (built by kernels/cpu_native.py).
+/* Decode attention read in place from the paged KV cache (built by kernels/native_library.py).
 
    One query per decode (its sequence's last position: it sees every key, no causal mask).
    Work item = a decode (or one KV head of it, see bp_decode_attention): its query heads

@@ -2,7 +2,7 @@
    layers do not take (prefills, mixed steps, large decode batches) when they run on the
    bf16 weight copies: the projections stay torch's (oneDNN, AMX), and each stretch
    between two of them is one call here instead of 4-8 torch ops, each a full pass over a
-   [T, D] or [T, I] tensor (built with cpu_decode.c by kernels/cpu_native.py, driven by
+   [T, D] or [T, I] tensor (built with cpu_decode.c by kernels/native_library.py, driven by
    engine/models/fused_layers.py; the same arithmetic as engine/models/llama.py).
 
    Element types: "act" tensors are float32 (is_bf16 = 0) or bfloat16 (uint16 bit

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels import cpu_native
+from kernels import native_library
 
 ROW_MAX = 16384  # ROW_MAX of cpu_elementwise.c: the widest row a call takes (elements)
 PARALLEL_MIN_ELEMENTS = 32768  # below, one thread: waking the second costs more
@@ -23,7 +23,7 @@ NATIVE_ELEMENTWISE = True
 
 def available() -> bool:
     """Whether these calls run here (NATIVE_ELEMENTWISE on and the library builds)."""
-    return NATIVE_ELEMENTWISE and cpu_native.load() is not None
+    return NATIVE_ELEMENTWISE and native_library.load() is not None
 
 
 def takes(hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int) -> bool:
@@ -52,7 +52,7 @@ def add_rmsnorm(x: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tenso
     weight (float32 [D]), rmsnorm(x) * weight as a new [T, D] tensor of out_dtype."""
     rows, dim = x.shape
     out = None if weight is None else torch.empty(rows, dim, dtype=out_dtype)
-    status = cpu_native.load().bp_add_rmsnorm(
+    status = native_library.load().bp_add_rmsnorm(
         x.data_ptr(), None if delta is None else delta.data_ptr(),
         0 if delta is None else _is_bf16(delta), None if weight is None else weight.data_ptr(),
         eps, None if out is None else out.data_ptr(), 0 if out is None else _is_bf16(out),
@@ -66,7 +66,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     float32 and rounded once; torch's bf16 SwiGLU rounds after silu and after the product)."""
     rows, inter = gate_up.shape[0], gate_up.shape[1] // 2
     out = torch.empty(rows, inter, dtype=gate_up.dtype)
-    status = cpu_native.load().bp_silu_mul(gate_up.data_ptr(), _is_bf16(gate_up),
+    status = native_library.load().bp_silu_mul(gate_up.data_ptr(), _is_bf16(gate_up),
                                            out.data_ptr(), _is_bf16(out), rows, inter,
                                            _threads(rows * inter))
     _check(status, f"intermediate size {inter}")
@@ -81,7 +81,7 @@ def rope_store(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
     the caller checks, C writes raw memory); cos, ssin float32 [T, d]."""
     rows, (kv_heads, head_dim) = qkv.shape[0], k_cache.shape[2:]
     q = torch.empty(rows, num_heads, head_dim, dtype=torch.float32)
-    status = cpu_native.load().bp_rope_store(
+    status = native_library.load().bp_rope_store(
         qkv.data_ptr(), _is_bf16(qkv), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
         slots.data_ptr(), cos.data_ptr(), ssin.data_ptr(), rows, num_heads, kv_heads,
         head_dim, _threads(qkv.numel()))

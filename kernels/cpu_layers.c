@@ -1,5 +1,5 @@
 /* Every decoder layer of a small decode step in one call (built with cpu_decode.c by
-   kernels/cpu_native.py, driven by kernels/cpu_layers.py).
+   kernels/native_library.py, driven by kernels/cpu_layers.py).
 
    Why: a decode step of a few rows streams the weights once (the floor) plus, per layer,
    ~15 small torch ops and ~10 module calls, each a dispatch and, on two threads, a thread

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from kernels import cpu_native
+from kernels import native_library
 
 MAX_ROWS = 32  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
 # The most rows of a step that engine/models/native_decode.py runs here: measured with
@@ -56,7 +56,7 @@ _local = threading.local()  # .seq_rows: {rows: int32 arange}
 def available() -> bool:
     """Whether small decode steps run natively here (NATIVE_LAYERS on and the library
     builds; the first call may compile it, ~1 s once per machine)."""
-    return NATIVE_LAYERS and cpu_native.load() is not None
+    return NATIVE_LAYERS and native_library.load() is not None
 
 
 @dataclass(frozen=True)
@@ -166,12 +166,12 @@ def decode_layers(table: LayerTable, dims: Dims, x: torch.Tensor, cos: torch.Ten
                  cos.data_ptr(), ssin.data_ptr(), slots.data_ptr(), block_tables.data_ptr(),
                  context_lens.data_ptr(), seq_rows.data_ptr(), scratch.data_ptr(),
                  dims.eps, dims.scale)
-    status = cpu_native.load().bp_decode_layers(table.structs, len(table.structs),
+    status = native_library.load().bp_decode_layers(table.structs, len(table.structs),
                                                 ctypes.byref(step), x.data_ptr())
     if status != 0:
         raise ValueError(f"{rows=} and {dims} are outside the native kernel's limits"
-                         f" (rows <= {MAX_ROWS}, heads <= {cpu_native.MAX_HEADS},"
-                         f" heads * head_dim <= {cpu_native.MAX_HEADS_X_DIM}, even head_dim;"
+                         f" (rows <= {MAX_ROWS}, heads <= {native_library.MAX_HEADS},"
+                         f" heads * head_dim <= {native_library.MAX_HEADS_X_DIM}, even head_dim;"
                          " GGUF blocks: hidden, heads * head_dim and inter multiples of 32)")
 
 
@@ -183,7 +183,7 @@ def project_rows(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tenso
     (rows, in_features), code = x.shape, weights_format_of(weight, gguf_type)
     _check_row_width(weight, code, in_features)
     out = torch.empty(rows, weight.shape[0], dtype=torch.float32)
-    status = cpu_native.load().bp_project_rows(
+    status = native_library.load().bp_project_rows(
         weight.data_ptr(), code, None if bias is None else bias.data_ptr(), x.data_ptr(),
         rows, in_features, weight.shape[0], out.data_ptr(), torch.get_num_threads())
     if status != 0:
@@ -198,7 +198,7 @@ def dequantize_rows(blocks: torch.Tensor, gguf_type: str, in_features: int) -> t
     _check_row_width(blocks, code, in_features)
     blocks = blocks.contiguous()
     out = torch.empty(blocks.shape[0], in_features, dtype=torch.float32)
-    cpu_native.load().bp_dequantize_rows(code, blocks.data_ptr(), blocks.shape[0],
+    native_library.load().bp_dequantize_rows(code, blocks.data_ptr(), blocks.shape[0],
                                          in_features, out.data_ptr())
     return out
 
@@ -207,7 +207,7 @@ def _check_row_width(weight: torch.Tensor, code: int, in_features: int) -> None:
     """ValueError unless weight's rows ([N, K] values, or [N, row_bytes] blocks of format
     `code`) hold in_features weights each (blocks: a multiple of 32)."""
     width = (in_features if code in (FORMAT_FLOAT32, FORMAT_BFLOAT16)
-             else cpu_native.load().bp_quant_row_bytes(code, in_features))
+             else native_library.load().bp_quant_row_bytes(code, in_features))
     if weight.dim() != 2 or width < 0 or weight.shape[1] != width:
         raise ValueError(f"weight of shape {tuple(weight.shape)} (format {code}) must hold"
                          f" rows of {in_features=} (blocks: a multiple of 32)")

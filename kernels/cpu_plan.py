@@ -24,12 +24,12 @@ import torch
 
 from kernels import reference
 
-_local = threading.local()  # .plan: (key tensors, StepPlan); .slots: (tensor, SlotPlan)
+_local = threading.local()  # .plan: (key tensors, AttentionPlan); .slots: (tensor, SlotPlan)
 
 
 @dataclass(frozen=True)
-class StepPlan:
-    """The decode / prefill split of one step.
+class AttentionPlan:
+    """The decode / prefill split of one step's attention, shared by its layers.
 
     prefills: (sequence, first row, end row, context_len) of each multi-token chunk;
     decode_seqs / decode_rows: int64 [D], each decode's sequence and its row in q;
@@ -52,8 +52,8 @@ class StepPlan:
     decode_block_ids: tuple[int, int] | None
 
 
-def step_plan(num_tokens: int, block_tables: torch.Tensor, context_lens: torch.Tensor,
-              query_start_loc: torch.Tensor, block_size: int) -> StepPlan:
+def attention_plan(num_tokens: int, block_tables: torch.Tensor, context_lens: torch.Tensor,
+                   query_start_loc: torch.Tensor, block_size: int) -> AttentionPlan:
     """The plan of the step these metadata tensors describe (made on the first call of a
     step, then reused). Raises ValueError for inconsistent metadata."""
     key = (block_tables, context_lens, query_start_loc, block_size)
@@ -66,7 +66,7 @@ def step_plan(num_tokens: int, block_tables: torch.Tensor, context_lens: torch.T
 
 
 def _make_plan(num_tokens: int, block_tables: torch.Tensor, context_lens: torch.Tensor,
-               query_start_loc: torch.Tensor, block_size: int) -> StepPlan:
+               query_start_loc: torch.Tensor, block_size: int) -> AttentionPlan:
     starts = query_start_loc.tolist()
     ctx_lens = context_lens.tolist()
     if starts[-1] != num_tokens:
@@ -87,9 +87,10 @@ def _make_plan(num_tokens: int, block_tables: torch.Tensor, context_lens: torch.
     seq_t = torch.tensor(seqs, dtype=torch.int64)
     row_t = torch.tensor(rows, dtype=torch.int64)
     decode_ctx = tuple(ctx_lens[s] for s in seqs)
-    return StepPlan(tuple(prefills), seq_t, row_t, seq_t.to(torch.int32), row_t.to(torch.int32),
-                    decode_ctx, sum(decode_ctx), len(rows) == num_tokens,
-                    _owned_block_range(block_tables, seqs, decode_ctx, block_size))
+    return AttentionPlan(tuple(prefills), seq_t, row_t, seq_t.to(torch.int32),
+                         row_t.to(torch.int32), decode_ctx, sum(decode_ctx),
+                         len(rows) == num_tokens,
+                         _owned_block_range(block_tables, seqs, decode_ctx, block_size))
 
 
 def _owned_block_range(block_tables: torch.Tensor, seqs: list[int], ctx: tuple[int, ...],

@@ -1,5 +1,5 @@
 /* Math shared by the native kernels' vectorised loops (included by cpu_decode.c and
-   cpu_elementwise.c; part of the library's build hash, kernels/cpu_native.py). */
+   cpu_elementwise.c; part of the library's build hash, kernels/native_library.py). */
 
 #ifndef BP_CPU_VECTOR_MATH_H
 #define BP_CPU_VECTOR_MATH_H

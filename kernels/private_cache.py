@@ -1,5 +1,5 @@
 """Trust checks for the on-disk caches whose contents a process loads as code or weights:
-the native kernel library (kernels/cpu_native.py) and converted GGUF models
+the native kernel library (kernels/native_library.py) and converted GGUF models
 (engine/models/gguf_cache.py).
 
 Invariant: a cached entry is used only when it, and the directory holding it, are owned by

@@ -21,8 +21,9 @@ import os
 
 import torch
 
-from kernels import BackendUnavailableError, triton_decode, triton_kv_write, triton_prefill
-from kernels.triton_utils import is_interpreted
+from kernels import triton_decode, triton_kv_write, triton_prefill
+from kernels.backend_unavailable import BackendUnavailableError
+from kernels.triton_launch import is_interpreted
 
 
 def kernels_interpreted() -> bool:

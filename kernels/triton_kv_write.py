@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_utils import pow2_at_least
+from kernels.triton_launch import pow2_at_least
 
 
 @triton.jit

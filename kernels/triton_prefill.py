@@ -24,13 +24,13 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_tile import LOG2_E, fold_tile, kv_row_offsets, load_rows
-from kernels.triton_utils import (
+from kernels.triton_launch import (
     check_attention_inputs,
     dot_in_fp32,
     dot_precision,
     pow2_at_least,
 )
+from kernels.triton_tile import LOG2_E, fold_tile, kv_row_offsets, load_rows
 
 
 @triton.jit

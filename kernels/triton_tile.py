@@ -45,7 +45,7 @@ def fold_tile(q, k, v, acc, m_i, l_i, qk_scale, visible,
     """One online-softmax step. q: [M, D]; k, v: [N, D]; acc: f32 [M, D]; m_i, l_i: f32 [M];
     visible: bool broadcastable to [M, N], applied only when MASKED. Returns (acc, m_i, l_i).
 
-    DOT_IN_FP32 (interpreter only, see triton_utils.dot_in_fp32) widens 16-bit operands to
+    DOT_IN_FP32 (interpreter only, see triton_launch.dot_in_fp32) widens 16-bit operands to
     float32 before each tl.dot, after rounding p to 16 bits as a GPU does: products of 16-bit
     values are exact in float32, so this mirrors a tensor core's fp32 accumulation (except
     that the interpreter truncates fp32 -> bf16 where a GPU rounds to nearest even).

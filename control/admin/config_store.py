@@ -18,8 +18,8 @@ from typing import Any
 from control.serve.engine_loop import AsyncEngine
 from control.trace.writer import TraceWriter
 from engine.config import LiveConfig, StaticConfig
-from engine.config_patch import apply_patch, diff, live_from_dict
-from engine.engine import LaneNotEmptyError
+from engine.config.patch import apply_patch, diff, live_from_dict
+from engine.lanes.routing import LaneNotEmptyError
 
 log = logging.getLogger("batchpilot.control")
 HISTORY_LIMIT = 1000  # versions kept in memory for rollback (the trace keeps them all)
@@ -72,7 +72,8 @@ class ConfigStore:
 
     @property
     def step_fit(self):
-        """The budgets fitted to the device at start-up (engine/step_fit.py), or None."""
+        """The budgets fitted to the device at start-up (engine/calibration/budget_fit.py),
+        or None."""
         return self._parts().step_fit
 
     @property

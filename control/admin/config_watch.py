@@ -23,8 +23,8 @@ import yaml
 
 from control.admin.config_store import ChangeError, ConfigStore
 from engine.config import EngineConfig, StaticConfig
-from engine.config_patch import apply_patch, lane_to_dict
-from engine.config_yaml import (
+from engine.config.patch import apply_patch, lane_to_dict
+from engine.config.yaml_loader import (
     KEY_ALIASES,
     LIVE_KEYS,
     STATIC_KEYS,

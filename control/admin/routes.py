@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from control.admin.config_store import ChangeError, ChangeResult, ConfigStore
 from control.api.errors import APIError
 from control.serve.state import get_state
-from engine.config_patch import live_to_dict, static_to_dict
+from engine.config.patch import live_to_dict, static_to_dict
 
 router = APIRouter(prefix="/control")
 

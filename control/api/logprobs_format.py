@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.output_processor import Logprob
+from engine.output.processor import Logprob
 
 MIN_LOGPROB = -9999.0
 

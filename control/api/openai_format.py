@@ -29,7 +29,7 @@ from control.api.logprobs_format import CompletionLogprobs, chat_logprobs, vllm_
 from control.api.request_meta import RequestMeta
 from control.api.response_schemas import BatchpilotInfo, Timing, Usage
 from control.serve.streams import StreamEvent
-from engine.output_processor import Logprob
+from engine.output.processor import Logprob
 from engine.records import AdmissionDecision
 
 TIMING_HEADERS = ("queue_delay_s", "ttft_s", "prefill_time_s", "decode_time_s", "e2e_s",

@@ -25,7 +25,7 @@ from control.api.generation import (
 from control.api.openai_format import ChoiceResult, ResponseFormat
 from control.serve.engine_loop import ABORT_REASONS
 from control.serve.streams import StreamEvent
-from engine.output_processor import Logprob
+from engine.output.processor import Logprob
 
 SHUTDOWN_DETAIL = ABORT_REASONS["shutdown"][1]
 SHUTDOWN_MESSAGE = ("the server is shutting down and ended this request before it finished;"

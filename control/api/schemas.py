@@ -26,6 +26,7 @@ from pydantic import (
 
 from control.api.field_policy import check_undeclared
 from engine.logprobs import MAX_LOGPROBS
+from engine.request import REPETITION_PENALTY_RANGE
 from engine.structured import StructuredOutput
 
 MAX_SEED = 2**63 - 1
@@ -78,13 +79,14 @@ class _GenerationRequest(_WarnsUndeclared):
     priority: int | None = None  # vLLM's: smaller runs first
     ignore_eos: bool = False
     # vLLM's: the prefix-cache domain instead of the tenant; requests that send the same
-    # salt share cached prefixes (a shared secret: see engine/prefix_hash.py)
+    # salt share cached prefixes (a shared secret: see engine/kv/prefix_hash.py)
     cache_salt: str | None = None
-    # logits processors (engine/sampler.py); logit_bias ids are checked against the vocab
+    # logits processors (engine/execution/sampler.py); logit_bias ids are checked against the vocab
     # by the route (a 400 naming logit_bias)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    repetition_penalty: float | None = Field(None, gt=0.0)  # vLLM's
+    repetition_penalty: float | None = Field(  # vLLM's; bounded so logits stay finite
+        None, ge=REPETITION_PENALTY_RANGE[0], le=REPETITION_PENALTY_RANGE[1])
     logit_bias: dict[str, float] | None = None
     min_p: float | None = Field(None, ge=0.0, le=1.0)  # vLLM's
     min_tokens: int | None = Field(None, ge=0)  # vLLM's

@@ -47,7 +47,7 @@ async def with_grammar(state: ServerState, body: CompletionRequest | ChatComplet
         return params
     check_schema_size(spec, field, state.settings.limits.max_schema_bytes)
     executor = state.parts.engine.executor
-    # NOTE: the executors that sample from a model (engine/sampler.py, which applies the
+    # NOTE: the executors that sample from a model (engine/execution/sampler.py, which applies the
     # grammar) are those that compute logprobs; another (a simulator) would ignore it
     if not getattr(executor, "computes_logprobs", False):
         raise APIError(400, f"{field} is not supported by this engine: its executor"

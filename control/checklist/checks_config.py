@@ -1,6 +1,6 @@
 """Checks on the configuration: limits, watermarks, chunked prefill, the token budget
 against the KV pool, and the lanes that isolate interactive traffic. Field names are the
-live config's (engine/config.py): the seed's max_active_sequences is max_num_seqs, its
+live config's (engine/config/schema.py): the seed's max_active_sequences is max_num_seqs, its
 max_batched_tokens max_num_batched_tokens."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Checks on behaviour exercised before go-live: cancelled requests gave their KV blocks
 back, and a config rollback was done (and audited).
 
-KV semantics (engine/block_manager.py): `used` blocks are held by requests; a finished or
+KV semantics (engine/kv/block_manager.py): `used` blocks are held by requests; a finished or
 cancelled request's full blocks stay in the prefix cache as `cached`, which counts as
 free (reclaimable). So once nothing runs, every block a request held is back: `used` must
 be 0, whatever `cached` is. Waiting requests hold none (a preempted one is recomputed).

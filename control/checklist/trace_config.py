@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.config_yaml import STATIC_KEYS
+from engine.config.yaml_loader import STATIC_KEYS
 
 # Defaults the server fits to the model when the YAML does not set them (engine/llm.py):
 # their value cannot be known from the YAML alone.
@@ -41,7 +41,7 @@ def config_from_trace(facts: dict[str, Any], changes: list[dict[str, Any]]
 
 def _from_settings(settings: dict[str, Any]) -> tuple[dict, dict, list[str]]:
     from engine.config import LiveConfig
-    from engine.config_patch import live_to_dict
+    from engine.config.patch import live_to_dict
 
     config: dict[str, Any] = {}
     static: dict[str, Any] = {}

@@ -28,22 +28,15 @@ import urllib.parse
 from typing import Any
 
 from control.cli import ctl_canary
+from control.cli.ctl_error import CtlError
 from control.cli.ctl_format import change_text, get_text, history_text, lanes_text
 from control.cli.http_json import HTTPFailure, request_json
 from control.trace.format import as_json
-from engine.config_yaml import KEY_ALIASES
+from engine.config.yaml_loader import KEY_ALIASES
 
 URL_ENV, TOKEN_ENV = "BATCHPILOT_URL", "BATCHPILOT_TOKEN"
 DEFAULT_URL = "http://127.0.0.1:8000"
 HTTP_TIMEOUT_S = 30.0
-
-
-class CtlError(Exception):
-    """A failure to report on stderr, with the exit code it gets."""
-
-    def __init__(self, message: str, code: int):
-        super().__init__(message)
-        self.code = code
 
 
 def exit_code(status: int) -> int:

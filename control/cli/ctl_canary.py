@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from control.cli.ctl_error import CtlError
+
 ROLLED_BACK_EXIT = 4
 FOLLOW_EVERY_S = 1.0
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
@@ -101,12 +103,10 @@ def start_text(run: dict[str, Any]) -> str:
             f" watching {run['watch_s']:.0f}s, a poll every {run['poll_s']:.0f}s")
 
 
-# ---- the commands (control/cli/ctl.py dispatches; CtlError imported late: no cycle) ----
+# ---- the commands (control/cli/ctl.py dispatches) --------------------------------------
 def start_command(args: Any, client: Any, body: dict[str, Any],
                   version: int) -> Any:
     """POST /control/canary on a fleet's ingress, then follow it (unless --detach)."""
-    from control.cli.ctl import CtlError
-
     if args.dry_run:
         raise CtlError("--dry-run and --canary: a dry run applies nothing to watch", 2)
     try:
@@ -130,8 +130,6 @@ def start_command(args: Any, client: Any, body: dict[str, Any],
 
 
 def follow_command(client: Any) -> Any:
-    from control.cli.ctl import CtlError
-
     try:
         final = follow(lambda: client.call("GET", "/control/canary")["canary"])
     except LookupError as exc:

@@ -24,7 +24,7 @@ from typing import Any
 from control.admin.config_store import ChangeError
 from control.fleet.versioning import FleetVersion, FleetVersions
 from engine.config import StaticConfig
-from engine.config_patch import apply_patch, diff, live_from_dict, live_to_dict
+from engine.config.patch import apply_patch, diff, live_from_dict, live_to_dict
 
 log = logging.getLogger("batchpilot.fleet")
 RECONCILE_S = 0.5  # between two checks of every replica's version

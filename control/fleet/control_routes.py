@@ -31,7 +31,7 @@ from control.admin.routes import ActionBody, ChangeBody, _version
 from control.api.errors import APIError
 from control.fleet.canary import CanaryRule
 from control.fleet.canary_run import start_canary
-from engine.config_patch import static_to_dict
+from engine.config.patch import static_to_dict
 
 REPLICA_HEADER = "x-batchpilot-replica"
 

@@ -24,7 +24,7 @@ from control.fleet.asgi_call import call_asgi
 from control.fleet.replica_window import FleetTee
 from control.fleet.versioning import install_on
 from control.serve.settings import ServeSettings
-from engine.config_patch import live_to_dict, static_to_dict
+from engine.config.patch import live_to_dict, static_to_dict
 
 DRAIN_POLL_S = 0.05
 RETIRED = "retired by a rolling restart: Ray Serve is replacing this process"

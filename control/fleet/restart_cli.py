@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from control.cli.ctl import DEFAULT_URL, TOKEN_ENV, URL_ENV, Client, CtlError
+from control.cli.ctl import DEFAULT_URL, TOKEN_ENV, URL_ENV, Client
+from control.cli.ctl_error import CtlError
 
 PATH = "/control/fleet/restart"
 FOLLOW_EVERY_S = 0.25

@@ -24,7 +24,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from control.cli.ctl import Client, CtlError, build_patch
+from control.cli.ctl import Client, build_patch
+from control.cli.ctl_error import CtlError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

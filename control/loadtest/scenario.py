@@ -33,82 +33,16 @@ import dataclasses
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from control.loadtest.records import SLO, PlannedRequest
-from engine.config_yaml import read_yaml_file
-from engine.sim.workload import AZURE_CONV_TRACE, TraceRequest, TraceScale, load_trace
+from control.loadtest.records import PlannedRequest
+from control.loadtest.scenario_parse import parse_scenario
+from control.loadtest.scenario_spec import AUTO_LANE, Arrival, Dist, Scenario
+from engine.config.yaml_loader import read_yaml_file
+from engine.sim.workload import TraceRequest, TraceScale, load_trace
 
 MAX_PLANNED = 100_000  # a duration_s-only scenario stops here whatever the rate
-DEFAULT_CONCURRENCY = 64  # requests in flight when the scenario does not say
-AUTO_LANE = "auto"  # a lane weight under this name plans requests that name no lane
-
-
-@dataclass(frozen=True)
-class Dist:
-    """A length (tokens) or delay (seconds). lognormal: `mean` is the mean of the values
-    themselves (not of their log); min/max clip every draw."""
-
-    dist: str  # fixed | uniform | lognormal | trace (rows of the scenario's trace)
-    value: float | None = None
-    mean: float | None = None
-    sigma: float | None = None
-    min: float | None = None
-    max: float | None = None
-
-
-@dataclass(frozen=True)
-class Arrival:
-    process: str  # poisson | gamma | bursts | trace
-    rate: float | None = None  # requests/s, mean (poisson, gamma)
-    burstiness: float = 1.0  # gamma shape: 1 = poisson, < 1 burstier
-    burst_size: int | None = None  # bursts: this many requests at once ...
-    every_s: float | None = None  # ... every every_s seconds
-
-
-@dataclass(frozen=True)
-class TraceSource:
-    path: Path  # resolved: relative paths are under engine/sim/data
-    prompt_scale: float = 1.0  # prompt lengths multiplied by this
-    output_scale: float = 1.0  # output lengths multiplied by this
-    time_scale: float = 1.0  # arrival times multiplied by this (> 1 is slower)
-    limit: int | None = None  # first rows only
-
-
-@dataclass(frozen=True)
-class Cancel:
-    ratio: float  # share of requests the client abandons
-    after_s: Dist  # seconds after sending
-
-
-@dataclass(frozen=True)
-class Rag:
-    ratio: float  # share of requests with a long context before the question
-    context: Dist  # context tokens; the prompt dist gives the question
-    lane: str | None = None  # None: the lane drawn by weight like any request
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    arrival: Arrival
-    prompt: Dist
-    output: Dist
-    description: str = ""
-    seed: int = 0
-    requests: int | None = None
-    duration_s: float | None = None  # arrivals up to this offset, seconds
-    concurrency: int = DEFAULT_CONCURRENCY  # most requests in flight, client-side
-    trace: TraceSource | None = None
-    tenants: tuple[tuple[str, float], ...] = (("default", 1.0),)  # (name, weight)
-    lanes: tuple[tuple[str, float], ...] = ((AUTO_LANE, 1.0),)  # (name, weight)
-    stream_ratio: float = 1.0
-    ignore_eos: bool = True
-    cancel: Cancel | None = None
-    rag: Rag | None = None
-    slo: SLO = SLO()
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -118,7 +52,6 @@ def load_scenario(path: str | Path) -> Scenario:
 def scenario_from_dict(data: Any, where: str = "scenario") -> Scenario:
     """Validate a mapping of the YAML shape; errors read '<where>: <field>=<value> must ...'."""
     try:
-        from control.loadtest.scenario_parse import parse_scenario  # here: it imports this module
         return parse_scenario(data)
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
@@ -256,9 +189,3 @@ def _trace_rows(scenario: Scenario) -> list[TraceRequest]:
     if not rows:
         raise ValueError(f"trace.path={str(trace.path)!r} has no rows")
     return rows
-
-
-# --- parsing: YAML values -> the dataclasses above ------------------------------------
-
-
-TRACE_DIR = AZURE_CONV_TRACE.parent  # engine/sim/data: relative trace paths start here

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from control.loadtest.records import SLO
-from control.loadtest.scenario import (
+from control.loadtest.scenario_spec import (
     DEFAULT_CONCURRENCY,
     TRACE_DIR,
     Arrival,

@@ -163,8 +163,8 @@ class ServingMetrics:
         if r.num_decode_tokens:
             self.step_tokens.labels(m, "decode").observe(r.num_decode_tokens)
             self.scheduled_tokens.labels(m, "decode").inc(r.num_decode_tokens)
-        if r.stats.preempted:
-            self.preemptions.labels(m).inc(len(r.stats.preempted))
+        if r.decisions.preempted:
+            self.preemptions.labels(m).inc(len(r.decisions.preempted))
         if r.prefix_query_tokens:
             self.prefix_queries.labels(m).inc(r.prefix_query_tokens)
             self.prefix_hits.labels(m).inc(r.prefix_hit_tokens)

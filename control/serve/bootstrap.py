@@ -5,9 +5,9 @@ The serving YAML is read twice on purpose: `load_config_file` validates it, and 
 others are fitted to the model exactly as the offline `LLM` does (max_model_len capped
 at the model's, KV blocks sized to memory, defaults that do not fit capped), and the
 prefill chunk and token budget to the device: steps measured on the model runner keep one
-step under `target_step_ms` (engine/step_fit.py; `EngineParts.step_fit` says what and why).
-The YAML's settings and profiles are checked against that fitted config, before the
-engine starts: a message names the fitted max_model_len, not the default.
+step under `target_step_ms` (engine/calibration/budget_fit.py; `EngineParts.step_fit` says
+what and why). The YAML's settings and profiles are checked against that fitted config,
+before the engine starts: a message names the fitted max_model_len, not the default.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 import yaml
 
 from control.serve.settings import ServeSettings
+from engine.calibration.budget_fit import StepFit
 from engine.config import EngineConfig, LiveConfig, StaticConfig
-from engine.config_yaml import KEY_ALIASES, check_profiles, load_config_file
+from engine.config.yaml_loader import KEY_ALIASES, check_profiles, load_config_file
 from engine.engine import Engine
-from engine.output_processor import OutputProcessor
-from engine.step_fit import StepFit
+from engine.output.processor import OutputProcessor
 
 
 @dataclass
@@ -83,8 +83,8 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     """Load the model (unless `loaded`, a LoadedModel, is given) and build the engine."""
     import torch
 
+    from engine.execution.model_runner import ModelRunner
     from engine.llm import build_engine, fit_engine_config, fit_to_runner, fitted_static_fields
-    from engine.model_runner import ModelRunner
     from engine.models import load_model
 
     serving = read_serving_config(settings.config_path)

@@ -13,7 +13,7 @@ and coroutine talks to it through a command queue.
 The thread drains all commands before each step, steps while there is work, and blocks on
 the command queue when idle (waking every HEARTBEAT_S to show it is alive). A step that
 fails ends only the requests of the failing part of its batch (the engine contains it:
-engine/step_faults.py); the loop logs it, counts it and goes on, and `step_health.py`
+engine/fault_isolation.py); the loop logs it, counts it and goes on, and `step_health.py`
 turns /readyz 503 only when steps keep failing.
 """
 

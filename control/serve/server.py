@@ -135,7 +135,8 @@ KEEP_ALIVE_S = 65
 
 def banner(url: str, model: str, budgets: str | None = None) -> str:
     """The ready line and how to try it; `budgets`: the lines saying what the weights run
-    in and which step budgets were fitted to the device (engine/step_fit.py), if any."""
+    in and which step budgets were fitted to the device (engine/calibration/budget_fit.py),
+    if any."""
     body = json.dumps({"model": model, "max_tokens": 32,
                        "messages": [{"role": "user", "content": "What is a KV cache?"}]})
     return (f"{READY_LINE}: serving {model} at {url}\n"

@@ -13,7 +13,7 @@ from typing import Any
 
 from control.api.limits import RequestLimits
 from control.trace.retention import Retention
-from engine.dtype_choice import parse_dtype_choice
+from engine.config.dtype_option import parse_dtype_choice
 
 DEFAULT_MODEL = "smollm2-135m"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")

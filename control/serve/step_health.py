@@ -1,7 +1,7 @@
 """Failed engine steps -> readiness, and how they are logged.
 
 A failed step ends only the requests of the part of its batch that failed
-(engine/step_faults.py), so one bad request does not make a replica unready. Rule:
+(engine/fault_isolation.py), so one bad request does not make a replica unready. Rule:
 
     /readyz is 503 while the last `unready_after` steps (3) each failed whole (nothing in
     them ran) and the latest of them ended less than `hold_s` (30 s) ago.
@@ -22,8 +22,7 @@ import time
 from collections.abc import Callable
 
 from engine.engine import Engine
-from engine.records import StepOutput
-from engine.step_faults import STEP_FAILED, StepFailure
+from engine.records import STEP_FAILED, StepFailure, StepOutput
 
 TRACEBACK_EVERY_S = 10.0  # a run of alike failures logs one traceback per this long
 

@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from engine.output_processor import Logprob, RequestOutput
+from engine.output.processor import Logprob, RequestOutput
 from engine.records import RequestRecord
 from engine.request import SamplingParams
 

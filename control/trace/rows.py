@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from control.trace.waits import WaitRow
-from engine.block_manager import KVSnapshot
 from engine.config import LiveConfig
+from engine.kv.block_manager import KVSnapshot
 from engine.records import AdmissionDecision, RequestRecord, StepRecord
 
 
@@ -15,7 +15,7 @@ def step_row(run_id: str, r: StepRecord, seq: Callable[[str], int]) -> tuple:
     decode_seqs = list(map(seq, r.decode_ids))
     prefill_seqs = [seq(rid) for rid, _ in r.prefill_chunks]
     prefill_tokens = [n for _, n in r.prefill_chunks]
-    s = r.stats
+    s = r.decisions
     return (
         run_id, r.step_id, r.start_time, r.end_time, r.duration_s, r.schedule_s, r.execute_s,
         r.update_s, r.num_prefill_seqs, r.num_decode_seqs, r.num_prefill_tokens,

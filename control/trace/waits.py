@@ -1,7 +1,7 @@
 """Why each request waited: queue waits and re-queues after preemption, by reason.
 
 The scheduler says, once per step, why each lane with queued requests started no more
-(`StepRecord.stats.waiting_reason_by_lane`: token_budget, max_num_seqs, kv_high_watermark, ...).
+(`StepRecord.decisions.waiting_reason_by_lane`: token_budget, max_num_seqs, kv_high_watermark, ...).
 That reason holds from this step's start to the next step's start. Per lane we keep the
 running sum of seconds under each reason; a wait's breakdown is the difference of that sum
 between its end and the first step that saw it. Time before that first step (the step
@@ -84,17 +84,18 @@ class WaitTracker:
             for lane, reason in self._last_reasons.items():
                 sums = self.sums.setdefault(lane, {})
                 sums[reason] = sums.get(reason, 0.0) + dt
-        self._last_start, self._last_reasons = now, record.stats.waiting_reason_by_lane
+        self._last_start, self._last_reasons = now, record.decisions.waiting_reason_by_lane
         for rid in self.unseen:
             wait = self.open.get(rid)
             if wait is not None:
                 wait.snapshot = dict(self.sums.get(wait.lane, {}))
         self.unseen.clear()
-        rows = [self._close(rid, now) for rid in record.stats.admitted if rid in self.open]
+        rows = [self._close(rid, now) for rid in record.decisions.admitted if rid in self.open]
         started = {rid for rid, _ in record.prefill_chunks} if (
-            self.requeued or record.stats.preempted) else set()
+            self.requeued or record.decisions.preempted) else set()
         rows += [self._close(rid, now) for rid in list(self.requeued) if rid in started]
-        for rid in record.stats.preempted:  # re-queued from this step's start (unless restarted)
+        # re-queued from this step's start (unless restarted)
+        for rid in record.decisions.preempted:
             if rid not in started:
                 lane = self.who.get(rid, ("", "", 0))[0]
                 self.open[rid] = _Wait("requeued", lane, now, dict(self.sums.get(lane, {})))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.nnls import fit_nonnegative
+from engine.calibration.least_squares import fit_nonnegative
 
 FEATURES = ("fixed", "prefill_tokens", "decode_tokens", "decode_context_tokens", "num_seqs")
 MIN_STEPS = 50  # fewer: the fit is reported as unreliable

@@ -20,7 +20,8 @@ import re
 import sys
 from typing import Any
 
-from control.cli.ctl import TOKEN_ENV, CtlError, build_patch
+from control.cli.ctl import TOKEN_ENV, build_patch
+from control.cli.ctl_error import CtlError
 from control.cli.http_json import HTTPFailure, request_json
 from control.loadtest.records import SLO
 from control.trace.format import as_json

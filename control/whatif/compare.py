@@ -34,7 +34,7 @@ from control.whatif.summary import (
 )
 from control.whatif.window import Window
 from engine.config import EngineConfig
-from engine.config_patch import diff
+from engine.config.patch import diff
 
 RECORDED, PREDICTED = "recorded", "predicted"
 SELF_ERROR_WARN = 0.20  # self-prediction off by more than this on a p50: say so

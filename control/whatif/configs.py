@@ -18,13 +18,13 @@ from typing import Any
 
 from control.whatif.window import Window
 from engine.config import EngineConfig, LaneConfig
-from engine.config_patch import apply_patch
+from engine.config.patch import apply_patch
 
 
 def base_config(window: Window, config_path: str | None) -> tuple[EngineConfig, list[str]]:
     """The YAML given, else the one the run names if it still exists, else defaults."""
     from control.serve.bootstrap import read_serving_config
-    from engine.config_yaml import load_config_file
+    from engine.config.yaml_loader import load_config_file
 
     path = config_path or window.run_settings.get("config")
     if path and (config_path or os.path.isfile(path)):

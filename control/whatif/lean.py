@@ -82,7 +82,7 @@ class ReplayEngine(Engine):
             raise RuntimeError(f"replayed step failed in {run.failure.phase}") \
                 from run.failure.error
         ended.extend(RequestRecord.from_request(r) for r in run.finished)
-        return ReplayStep(True, run.out.num_tokens, len(run.stats.preempted),
+        return ReplayStep(True, run.out.num_tokens, len(run.decisions.preempted),
                           self.block_manager.num_used, ended)
 
     def _take_pending(self) -> list[RequestRecord]:

@@ -37,12 +37,12 @@ from tqdm import tqdm
 from control.whatif.calibrate import StepTimeModel
 from control.whatif.lean import LeanExecutor, ReplayEngine, ReplayStep
 from control.whatif.window import RecordedRequest, Window
+from engine.calibration.step_law import StepLaw
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.records import RequestRecord
 from engine.request import SamplingParams
 from engine.sim.executor import FakeClock
-from engine.step_law import StepLaw
 
 TOKEN_SPAN = 1 << 24  # synthetic token ids per request (prompts are unique ranges)
 IDLE_TICK_S = 0.001  # a step that could run nothing: let time (and timeouts) move on
@@ -138,7 +138,7 @@ def _replay(window: Window, config: EngineConfig, model: StepTimeModel, label: s
 def _engine(config: EngineConfig, executor: LeanExecutor, clock: FakeClock, lean: bool,
             law: StepLaw | None = None) -> tuple[Engine, Callable[[], ReplayStep]]:
     """The engine, and its step as the replay reads it (light, or through Engine.step);
-    `law`: the server's start-up step law, if it had one (engine/step_time.py)."""
+    `law`: the server's start-up step law, if it had one (engine/scheduling/step_time.py)."""
     if lean:
         light = ReplayEngine(config, executor, clock=clock, step_law=law)
         return light, light.replay_step
@@ -149,7 +149,7 @@ def _engine(config: EngineConfig, executor: LeanExecutor, clock: FakeClock, lean
         rec = out.record
         if rec is None:
             return ReplayStep(False, 0, 0, 0, out.finished)
-        return ReplayStep(True, rec.tokens_used, len(rec.stats.preempted),
+        return ReplayStep(True, rec.tokens_used, len(rec.decisions.preempted),
                           rec.kv_blocks_used, out.finished)
 
     return engine, full_step

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from control.whatif.calibrate import StepSamples
-from engine.step_law import StepLaw
+from engine.calibration.step_law import StepLaw
 
 CALIBRATION_MAX_STEPS = 200_000  # the latest steps of the window's model and device
 
@@ -216,8 +216,8 @@ def read_window(con, since: float | None, until: float | None) -> Window:
     group = f"model={model or '?'} device={device or 'unrecorded'}"
     if settings.get("step_law"):
         notes.append(f"steps held to target_step_ms={settings.get('target_step_ms')} by the"
-                     f" server's start-up step law {settings['step_law']} (engine/step_time.py),"
-                     " in every replay")
+                     f" server's start-up step law {settings['step_law']}"
+                     " (engine/scheduling/step_time.py), in every replay")
     end = max(hi, max(r.finished_time or r.arrival_time for r in requests))
     return Window(lo, hi, model, device, settings, requests, _facts(con, run_id, lo, end),
                   read_itl(con, run_id, lo, end), read_samples(con, same, end, group), notes)

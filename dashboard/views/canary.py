@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from control.cli.ctl import CtlError
+from control.cli.ctl_error import CtlError
 from dashboard import charts
 from dashboard.context import context
 

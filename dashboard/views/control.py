@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from control.cli.ctl import CtlError
+from control.cli.ctl_error import CtlError
 from dashboard import charts, whatif_panel
 from dashboard.context import Ctx, ask, context, window
 from dashboard.control_form import (
@@ -26,7 +26,7 @@ from dashboard.control_form import (
     lanes_from_rows,
     merge_patch,
 )
-from engine.config import BATCHING_MODES, SCHEDULE_POLICIES
+from engine.config.schema import BATCHING_MODES, SCHEDULE_POLICIES
 
 ctx = context()
 since, until = window(ctx)

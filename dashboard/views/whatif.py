@@ -10,7 +10,7 @@ from typing import Any
 
 import streamlit as st
 
-from control.cli.ctl import CtlError
+from control.cli.ctl_error import CtlError
 from control.loadtest.records import SLO
 from control.whatif.cli import WhatifError
 from dashboard import whatif_panel

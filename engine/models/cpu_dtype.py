@@ -49,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-from engine.dtype_choice import DTYPE_CHOICES, parse_dtype_choice
+from engine.config.dtype_option import DTYPE_CHOICES, parse_dtype_choice
 from kernels import cpu_layers
 
 __all__ = ["BF16_MIN_ROWS", "DTYPE_CHOICES", "DtypePlan", "parse_dtype", "resolve_dtype"]

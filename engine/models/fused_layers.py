@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from engine.models.attention import AttentionMetadata, KVCache
-from kernels import cpu_elementwise, cpu_native
+from kernels import cpu_elementwise, native_library
 
 # NOTE: float32 steps keep torch's ops: they are what the token-for-token parity tests
 # against transformers run, and the fused calls sum in another order (within 2e-5, not
@@ -76,4 +76,4 @@ def _caches_and_slots_ok(kv_caches: list[KVCache], slots: torch.Tensor) -> bool:
     if not all(k.dtype == v.dtype == torch.float32 and k.is_contiguous() and v.is_contiguous()
                and k.shape == k0.shape and v.shape == k0.shape for k, v in kv_caches):
         return False
-    return cpu_native.slots_inside(slots, k0)
+    return native_library.slots_inside(slots, k0)

@@ -4,7 +4,7 @@
 is what that kernel takes, and returns False, having done nothing, otherwise (the model's
 torch layers then run). It takes a step when:
 
-- the native library builds here (kernels/cpu_native.py) and kernels.cpu_layers.NATIVE_LAYERS;
+- the native library builds here (kernels/native_library.py) and kernels.cpu_layers.NATIVE_LAYERS;
 - the model's attention backend is "cpu" (another one, asked for, is honoured);
 - every row is one sequence's decode (one query token each), at most NATIVE_MAX_ROWS rows
   (NATIVE_GGUF_MAX_ROWS on GGUF blocks);
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import torch
 
 from engine.models.attention import AttentionMetadata, KVCache
-from kernels import cpu_layers, cpu_native
-from kernels.cpu_plan import step_plan
+from kernels import cpu_layers, native_library
+from kernels.cpu_plan import attention_plan
 
 
 def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
@@ -47,7 +47,7 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
     kind = "weight_gguf" if gguf_type else "weight_bf16" if bf16 else "weight"
     table = (None if view.dims is None
              else _layer_table(view.sources, kv_caches, kind, gguf_type))
-    if table is None or cpu_native.load() is None or not _metadata_ok(meta, kv_caches[0][0]):
+    if table is None or native_library.load() is None or not _metadata_ok(meta, kv_caches[0][0]):
         return False
     cos, ssin = (t.reshape(rows, -1).contiguous() for t in rope)  # float32, as x
     cpu_layers.decode_layers(table, view.dims, x, cos, ssin, meta.slot_mapping,
@@ -71,7 +71,7 @@ def native_logits(model, hidden: torch.Tensor) -> torch.Tensor | None:
             and hidden.dtype == torch.float32 and hidden.is_contiguous()
             and 1 <= rows <= max_rows and weight is not None and weight.is_contiguous()
             and (gguf_type is not None or weight.dtype in (torch.float32, torch.bfloat16))
-            and cpu_native.load() is not None):
+            and native_library.load() is not None):
         return None
     return cpu_layers.project_rows(weight, head.bias, hidden, gguf_type)
 
@@ -81,9 +81,9 @@ def _metadata_ok(meta: AttentionMetadata, k_cache: torch.Tensor) -> bool:
     and the index tensors laid out as the kernel reads them."""
     tables, ctx, slots = meta.block_tables, meta.context_lens, meta.slot_mapping
     if not (tables.dtype == ctx.dtype == torch.int32 and tables.stride(1) == 1
-            and ctx.is_contiguous() and cpu_native.slots_inside(slots, k_cache)):
+            and ctx.is_contiguous() and native_library.slots_inside(slots, k_cache)):
         return False
-    plan = step_plan(len(slots), tables, ctx, meta.query_start_loc, k_cache.shape[1])
+    plan = attention_plan(len(slots), tables, ctx, meta.query_start_loc, k_cache.shape[1])
     ids = plan.decode_block_ids
     return bool(plan.all_decodes and ids is not None and ids[0] >= 0
                 and ids[1] < k_cache.shape[0])
@@ -119,8 +119,8 @@ def _model_view(model) -> _ModelView:
         dims = cpu_layers.Dims(model.config.hidden_size, attn.num_heads, attn.num_kv_heads,
                                attn.head_dim, model.config.intermediate_size,
                                layers[0].input_layernorm.eps, attn.attn.scale)
-        fits = (dims.heads <= cpu_native.MAX_HEADS and dims.head_dim % 2 == 0
-                and dims.heads * dims.head_dim <= cpu_native.MAX_HEADS_X_DIM)
+        fits = (dims.heads <= native_library.MAX_HEADS and dims.head_dim % 2 == 0
+                and dims.heads * dims.head_dim <= native_library.MAX_HEADS_X_DIM)
         _views[model] = _ModelView(sources, dims if fits else None)
     return _views[model]
 

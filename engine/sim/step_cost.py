@@ -35,8 +35,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from engine.calibration.step_law import chunk_pairs
 from engine.records import SchedulerOutput
-from engine.step_law import chunk_pairs
 
 __all__ = ["CpuLikeStepCost"]
 

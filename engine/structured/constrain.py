@@ -5,7 +5,7 @@ A request's matcher (`GrammarState`, on `Request.grammar`) is created at its fir
 from the grammar its frontend compiled. Before each sample it first accepts the output
 tokens it has not seen (normally the one sampled last step): catching up from the request's
 own tokens, rather than accepting at sampling time, keeps it right when a failed step is
-re-run in halves (engine/step_faults.py) or a preempted request is recomputed. A token the
+re-run in halves (engine/fault_isolation.py) or a preempted request is recomputed. A token the
 grammar refuses raises, which fails the request (ERROR) instead of emitting invalid JSON.
 
 Masking is batched: one int32 bitmask [R, ceil(V / 32)] for the step's R sample rows

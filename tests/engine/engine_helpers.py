@@ -155,7 +155,7 @@ class Driver:
         assert len(ids) == len(set(ids)), f"a request ran twice in step {rec.step_id}"
         assert all(kind != "decode" or n == 1 for _, kind, n in rec.scheduled)
         assert rec.kv_blocks_used + rec.kv_blocks_free == self.engine.block_manager.num_blocks
-        assert sum(rec.stats.tokens_by_lane.values()) == rec.tokens_used
+        assert sum(rec.decisions.tokens_by_lane.values()) == rec.tokens_used
 
     def _check_deltas(self, out: StepOutput) -> None:
         for delta in out.deltas:

@@ -4,8 +4,8 @@ another's); Python's `hash((parent, tokens))` with root 0 could be computed by a
 
 from __future__ import annotations
 
-from engine.block_manager import BlockManager
-from engine.prefix_hash import BlockHasher
+from engine.kv.block_manager import BlockManager
+from engine.kv.prefix_hash import BlockHasher
 from engine.request import Request, SamplingParams
 
 BS = 4

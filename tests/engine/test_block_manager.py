@@ -7,7 +7,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from engine.block_manager import BlockManager
+from engine.kv.block_manager import BlockManager
 from engine.request import Request, SamplingParams
 
 BS = 4

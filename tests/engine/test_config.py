@@ -7,7 +7,7 @@ import re
 import pytest
 
 from engine.config import EngineConfig, LaneConfig, LiveConfig, StaticConfig
-from engine.config_yaml import check_profiles, load_config_dict, load_config_file
+from engine.config.yaml_loader import check_profiles, load_config_dict, load_config_file
 
 # The seed's starting point, exactly as DESIGN.md shows it.
 DESIGN_SERVING = """\

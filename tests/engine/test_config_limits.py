@@ -7,7 +7,7 @@ import pytest
 from engine_helpers import make_engine
 
 from engine.config import LiveConfig, StaticConfig
-from engine.config_yaml import load_config_dict
+from engine.config.yaml_loader import load_config_dict
 
 MESSAGE = "max_waiting_requests=0 must be >= 1"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.config import LiveConfig, StaticConfig
-from engine.config_patch import apply_patch, diff, live_from_dict, live_to_dict, merge
+from engine.config.patch import apply_patch, diff, live_from_dict, live_to_dict, merge
 
 STATIC = StaticConfig(num_kv_blocks=512, max_model_len=4096)
 LIVE = LiveConfig(prefill_chunk_size=512)

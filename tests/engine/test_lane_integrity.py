@@ -15,9 +15,9 @@ import pytest
 from engine_helpers import Driver, live_config, make_engine, prompt
 
 from engine.config import LaneConfig
-from engine.lane_integrity import LaneIntegrityError
+from engine.errors import SchedulerInvariantError
+from engine.lanes.integrity import LaneIntegrityError
 from engine.request import SamplingParams
-from engine.step_budget import SchedulerInvariantError
 
 LANES = (LaneConfig("fair", tenant_fair_share=True, max_running=2), LaneConfig("plain"))
 LONG = SamplingParams(max_tokens=100, ignore_eos=True)
@@ -100,7 +100,7 @@ def test_the_lane_check_is_a_scheduler_invariant_error_that_survives_python_O():
     code = (
         "import sys\nsys.path.insert(0, 'tests/engine')\n"
         "from test_lane_integrity import _busy_engine, _corrupt\n"
-        "from engine.lane_integrity import LaneIntegrityError\n"
+        "from engine.lanes.integrity import LaneIntegrityError\n"
         "e = _busy_engine()\n_corrupt(e, 'num_waiting')\n"
         "try:\n    e.check_integrity()\nexcept LaneIntegrityError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True,

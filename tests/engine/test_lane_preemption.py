@@ -8,8 +8,8 @@ import pytest
 from engine_helpers import Driver, live_config, make_engine, prompt
 
 from engine.config import LaneConfig, LiveConfig, StaticConfig
-from engine.config_patch import apply_patch
-from engine.config_yaml import load_config_dict
+from engine.config.patch import apply_patch
+from engine.config.yaml_loader import load_config_dict
 from engine.request import SamplingParams
 
 BATCH = SamplingParams(max_tokens=60, ignore_eos=True)
@@ -43,7 +43,7 @@ def _first_token_step(d: Driver, request_id: str) -> int:
 
 
 def _preempted(d: Driver) -> list[str]:
-    return [rid for rec in d.records() for rid in rec.stats.preempted]
+    return [rid for rec in d.records() for rid in rec.decisions.preempted]
 
 
 @pytest.mark.parametrize("on", [True, False])

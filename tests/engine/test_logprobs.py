@@ -9,9 +9,9 @@ import torch
 from engine_helpers import make_engine
 
 from engine import LLM, SamplingParams
+from engine.execution.sampler import sample
 from engine.models import load_model
-from engine.output_processor import OutputProcessor
-from engine.sampler import sample
+from engine.output.processor import OutputProcessor
 
 PROMPTS = ["The scheduler picks the running decodes first, then prefill chunks",
            "Hello world! How are you today?", "Each block"]
@@ -147,7 +147,7 @@ def test_a_step_without_logprobs_scores_nothing(monkeypatch):
     def no_scoring(*args, **kwargs):
         raise AssertionError("score_rows ran for a step where no row asked")
 
-    monkeypatch.setattr("engine.sampler.score_rows", no_scoring)
+    monkeypatch.setattr("engine.execution.sampler.score_rows", no_scoring)
     from engine.request import Request
 
     requests = [Request(str(i), [1, 2], SamplingParams(temperature=t, seed=i), 0.0)

@@ -28,7 +28,7 @@ def test_a_request_held_back_by_the_watermark_counts_its_prefix_hit_once():
     d.run()
 
     steps_user_waited = sum(1 for o in d.outputs if o.record is not None
-                            and o.record.stats.waiting_by_reason.get("kv_high_watermark"))
+                            and o.record.decisions.waiting_by_reason.get("kv_high_watermark"))
     assert steps_user_waited >= 5  # it was held back (the scenario is what it says)
     record = d.finished_records()["user"]
     assert record.num_cached_tokens == 64

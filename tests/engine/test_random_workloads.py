@@ -24,7 +24,8 @@ import hypothesis.strategies as st
 from engine_helpers import Driver, make_engine, prompt
 from hypothesis import HealthCheck, event, given, settings
 
-from engine.config import LANE_POLICIES, LaneConfig, LiveConfig
+from engine.config import LaneConfig, LiveConfig
+from engine.config.schema import LANE_POLICIES
 from engine.engine import Engine
 from engine.records import StepOutput
 from engine.request import SamplingParams
@@ -97,7 +98,7 @@ class FairShareWatch:
     charged, plus one chunk (the pick itself).
     A config change starts the watch afresh (weights and lanes may differ). A lane the KV
     high watermark holds back while a `preempt_to_start` lane starts one is not eligible
-    in that step: that lane goes ahead by design (engine/preemption.py).
+    in that step: that lane goes ahead by design (engine/scheduling/preemption.py).
     """
 
     def __init__(self):
@@ -128,13 +129,13 @@ class FairShareWatch:
         timed_out = {r.request_id for r in out.finished if r.status == "TIMEOUT"}
         # queued when the step charged its lanes: still waiting, or just preempted
         queued = {name for name, ids in self.waiting.items() if ids - timed_out}
-        queued |= {self.lane_of[rid] for rid in rec.stats.preempted}
+        queued |= {self.lane_of[rid] for rid in rec.decisions.preempted}
         new_tokens: dict[str, int] = defaultdict(int)
         for rid, kind, n in rec.scheduled:
             if kind == "prefill" and rid not in self.running:
                 new_tokens[self.lane_of[rid]] += n
         kv_bypass = bool(self.preempt_to_start & new_tokens.keys())
-        reasons = rec.stats.waiting_reason_by_lane
+        reasons = rec.decisions.waiting_reason_by_lane
         for lane in self.waiting:
             window = self.windows.get(lane)
             if lane not in queued or not self.eligible[lane] or (
@@ -145,8 +146,8 @@ class FairShareWatch:
                 if queued != {lane}:
                     continue
                 window = self.windows[lane] = _Window()
-            window.charged += rec.stats.tokens_by_lane.get(lane, 0)
-            for other, tokens in rec.stats.tokens_by_lane.items():
+            window.charged += rec.decisions.tokens_by_lane.get(lane, 0)
+            for other, tokens in rec.decisions.tokens_by_lane.items():
                 if other != lane and (other in window.others or other in queued):
                     window.others[other] = window.others.get(other, 0) + tokens
             if new_tokens.get(lane):  # served; others may start after A's queue ran dry
@@ -259,7 +260,7 @@ def _record_events(d: Driver, watch: FairShareWatch) -> None:
     for decision in d.decisions.values():
         if not decision.accepted:
             event(f"rejected: {decision.reason}")
-    if any(r.stats.preempted for r in records):
+    if any(r.decisions.preempted for r in records):
         event("preemption")
     if any(r.prefix_hit_tokens for r in records):
         event("prefix hit")

@@ -1,12 +1,12 @@
-"""engine.sampler_race.row_argmax is torch.argmax(dim=-1), index for index: the first of
-ties, a NaN as the largest, rows of -inf, strided views."""
+"""engine.execution.exponential_race.row_argmax is torch.argmax(dim=-1), index for index: the
+first of ties, a NaN as the largest, rows of -inf, strided views."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engine.sampler_race import row_argmax
+from engine.execution.exponential_race import row_argmax
 
 
 @pytest.mark.parametrize("seed", range(12))

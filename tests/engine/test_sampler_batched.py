@@ -1,4 +1,4 @@
-"""The batched sampler (engine/sampler.py) against the per-row sampler it replaced.
+"""The batched sampler (engine/execution/sampler.py) against the per-row sampler it replaced.
 
 The per-row code below is the sampler before batching, kept verbatim as the oracle: with
 the same seeds, the batched path must pick the same tokens step after step, whatever else
@@ -13,9 +13,9 @@ import zlib
 import pytest
 import torch
 
+from engine.execution.exponential_race import CANDIDATE_SHARE, request_generator
+from engine.execution.sampler import sample
 from engine.request import Request, SamplingParams
-from engine.sampler import sample
-from engine.sampler_race import CANDIDATE_SHARE, request_generator
 
 VOCAB = 1000
 

@@ -11,10 +11,10 @@ from unittest import mock
 import pytest
 import torch
 
-from engine import sampler_race
+from engine.execution import exponential_race
+from engine.execution.exponential_race import race
+from engine.execution.sampler import SamplingTensors, _top_k, _top_p, filter_logits_and_candidates
 from engine.request import Request, SamplingParams
-from engine.sampler import SamplingTensors, _top_k, _top_p, filter_logits_and_candidates
-from engine.sampler_race import race
 
 VOCAB = 4096
 
@@ -61,8 +61,8 @@ def test_race_on_carried_candidates_equals_the_race_that_gathers_them(seed):
     filtered, kept = filter_logits_and_candidates(logits, tensors)
     assert kept is not None
     filtered = filtered.clone()  # the workspace is reused by the next call
-    with mock.patch.object(sampler_race, "candidates",
-                           wraps=sampler_race.candidates) as gathered:
+    with mock.patch.object(exponential_race, "candidates",
+                           wraps=exponential_race.candidates) as gathered:
         carried = race(filtered, kept, requests(params))
     assert gathered.call_count == 0  # the carried candidates were taken as they are
     again = race(filtered, None, requests(params))  # fresh generators, same seeds

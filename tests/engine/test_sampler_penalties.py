@@ -1,7 +1,7 @@
-"""The sampler's logits processors (engine/sampler.py) against transformers' own processors
-where one exists (repetition penalty, min_p, min new tokens) and OpenAI's formula where not
-(presence and frequency penalties, logit_bias); batched rows against row-by-row; greedy rows
-affected; nothing built and nothing changed when no row uses them."""
+"""The logits processors (engine/execution/logits_processors.py) against transformers' own
+processors where one exists (repetition penalty, min_p, min new tokens) and OpenAI's formula
+where not (presence and frequency penalties, logit_bias); batched rows against row-by-row;
+greedy rows affected; nothing built and nothing changed when no row uses them."""
 
 from __future__ import annotations
 
@@ -14,14 +14,9 @@ from transformers.generation.logits_process import (
     TemperatureLogitsWarper,
 )
 
+from engine.execution.logits_processors import ProcessorTensors, apply_processors
+from engine.execution.sampler import SamplingTensors, filter_logits, sample
 from engine.request import Request, SamplingParams
-from engine.sampler import (
-    ProcessorTensors,
-    SamplingTensors,
-    apply_processors,
-    filter_logits,
-    sample,
-)
 
 VOCAB = 50
 EOS = 7

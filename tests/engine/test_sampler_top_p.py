@@ -1,4 +1,4 @@
-"""top-p after top-k sorts only the candidates top-k left (engine/sampler.py
+"""top-p after top-k sorts only the candidates top-k left (engine/execution/sampler.py
 _top_p_of_candidates): the same cut as the stable sort of the whole vocabulary, ties
 included, for rows with and without top-p."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.sampler import _cut, _top_k, _top_p
+from engine.execution.sampler import _cut, _top_k, _top_p
 
 
 def full_sort_cut(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -81,7 +81,7 @@ def test_cancel_frees_blocks_before_next_step():
     assert engine.block_manager.num_free == 8
     engine.check_integrity()
     out = d.step()
-    assert "small" in out.record.stats.admitted  # the freed blocks serve the very next step
+    assert "small" in out.record.decisions.admitted  # the freed blocks serve the very next step
     assert ("big", "cancelled") in out.record.finished
     assert [dl.finish_reason for dl in out.deltas if dl.request_id == "big"] == ["cancelled"]
 
@@ -105,7 +105,7 @@ def test_high_watermark_holds_new_prefills_until_usage_drops():
     assert engine.block_manager.usage > 0.5
     d.add("next", prompt(2, 20))
     out = d.step()
-    assert out.record.stats.waiting_by_reason == {"kv_high_watermark": 1}
+    assert out.record.decisions.waiting_by_reason == {"kv_high_watermark": 1}
     d.run()
     hog_end = max(s for s, _, _ in d.steps_of("hog"))
     next_start = min(s for s, _, _ in d.steps_of("next"))
@@ -127,7 +127,7 @@ def test_preempted_request_resumes_with_the_same_tokens(prefix_caching):
     preemptions = records["second"].num_preemptions
     assert preemptions >= 1  # the later arrival gave way
     assert records["first"].num_preemptions == 0
-    assert any(rec.stats.preempted for rec in d.records())
+    assert any(rec.decisions.preempted for rec in d.records())
     if not prefix_caching:  # recompute: each resume runs the prompt and outputs again
         prefilled = sum(n for _, kind, n in d.steps_of("second") if kind == "prefill")
         assert prefilled >= 40 * (1 + preemptions)

@@ -21,8 +21,8 @@ def _victim_of(specs: list[tuple[str, str, int]]) -> list[str]:
               priority=priority)
         clock.advance(0.01)  # distinct arrival times, in list order
     first = d.step()
-    assert len(first.record.stats.admitted) == 3 and first.record.kv_blocks_used == 3
-    preempted = d.step().record.stats.preempted
+    assert len(first.record.decisions.admitted) == 3 and first.record.kv_blocks_used == 3
+    preempted = d.step().record.decisions.preempted
     d.run()
     return preempted
 
@@ -51,7 +51,7 @@ def test_lane_max_running_caps_that_lane_only():
     records = d.records()
     assert max(r.running_by_lane["batch"] for r in records) == 1
     assert max(r.running_by_lane["interactive"] for r in records) == 3
-    assert records[0].stats.waiting_by_reason == {"lane_max_running": 2}
+    assert records[0].decisions.waiting_by_reason == {"lane_max_running": 2}
 
 
 def _start_order(policy: str, requests: list[tuple[str, int, float | None]]) -> list[str]:
@@ -67,7 +67,7 @@ def _start_order(policy: str, requests: list[tuple[str, int, float | None]]) -> 
               priority=priority, deadline=deadline)
         clock.advance(0.001)
     d.run()
-    admitted = [rid for rec in d.records() for rid in rec.stats.admitted]
+    admitted = [rid for rec in d.records() for rid in rec.decisions.admitted]
     return [rid for rid in admitted if rid != "running"]
 
 
@@ -100,8 +100,8 @@ def test_backlogged_lanes_share_tokens_by_weight():
     for _ in range(30):
         d.step()
     window = d.records()[2:]
-    tokens = {lane: sum(r.stats.tokens_by_lane.get(lane, 0) for r in window) for lane in ("heavy",
-                                                                                    "light")}
+    tokens = {lane: sum(r.decisions.tokens_by_lane.get(lane, 0) for r in window)
+              for lane in ("heavy", "light")}
     assert all(r.waiting_by_lane["heavy"] and r.waiting_by_lane["light"] for r in window)
     assert tokens["heavy"] / sum(tokens.values()) == pytest.approx(0.75, abs=0.05)
     d.run()

@@ -12,9 +12,10 @@ import pytest
 from engine_helpers import Driver, make_engine, prompt
 
 from engine.config import LaneConfig, LiveConfig
-from engine.lanes import LaneQueue
+from engine.errors import SchedulerInvariantError
+from engine.lanes.queues import LaneQueue
 from engine.request import Request, RequestStatus, SamplingParams
-from engine.step_budget import SchedulerInvariantError, StepPlan
+from engine.scheduling.budget import StepPlan
 
 
 def test_a_step_over_its_budget_is_an_error_naming_the_numbers():
@@ -31,7 +32,8 @@ def test_a_step_over_its_budget_is_an_error_naming_the_numbers():
 
 def test_the_budget_check_survives_python_O():
     code = ("from engine.config import LiveConfig\n"
-            "from engine.step_budget import SchedulerInvariantError, StepPlan\n"
+            "from engine.errors import SchedulerInvariantError\n"
+            "from engine.scheduling.budget import StepPlan\n"
             "b = StepPlan.new(1, LiveConfig(max_num_seqs=4, max_num_batched_tokens=16)).budget\n"
             "b.take(17)\n"
             "try:\n    b.check(1, 17, 1)\nexcept SchedulerInvariantError:\n    print('caught')\n")
@@ -47,7 +49,7 @@ def test_an_executor_returning_too_few_tokens_is_an_error_naming_the_counts():
     d.add("b", prompt(2, 8))
     d.step()  # both decoding from now on
     engine.executor.execute = lambda out: [5]  # one token for two sample rows
-    failure = engine.step().failure  # contained (engine/step_faults.py): the step's
+    failure = engine.step().failure  # contained (engine/fault_isolation.py): the step's
     assert isinstance(failure.error, SchedulerInvariantError)  # requests end, it goes on
     assert "1 sampled tokens for 2 sample rows" in str(failure.error)
     assert failure.request_ids == ("a", "b") and failure.phase == "update"

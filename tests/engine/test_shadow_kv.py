@@ -5,7 +5,7 @@ end to end, while correct sharing (prefix hits, preemption and recompute) passes
 Each bug below is injected where `check_integrity()` cannot see it (ownership and ref
 counts stay consistent) and leaves every request's token ids intact, so before the shadow
 KV these runs finished with the reference tokens: nothing noticed. The engine contains an
-executor's exception (engine/step_faults.py: the request ends with ERROR), so the tests
+executor's exception (engine/fault_isolation.py: the request ends with ERROR), so the tests
 take the mismatch from the executor's record of what it raised.
 """
 
@@ -18,8 +18,8 @@ from engine_helpers import Driver, make_engine, prompt
 from hypothesis import HealthCheck, event, given, settings
 from test_random_workloads import _arrival, live_configs
 
-from engine.block_manager import BlockManager
 from engine.config import LiveConfig
+from engine.kv.block_manager import BlockManager
 from engine.request import SamplingParams
 from engine.sim.executor import ShadowKVMismatch, SimulatedExecutor
 from engine.sim.shadow_kv import SeqRun, ShadowKV, prefix_digests
@@ -76,7 +76,7 @@ def test_preempted_requests_recompute_through_the_shadow_with_the_same_tokens():
     for i in range(4):
         d.add(f"r{i}", prompt(i, 40), SamplingParams(max_tokens=24, ignore_eos=True))
     d.run()
-    assert any(r.stats.preempted for r in d.records())
+    assert any(r.decisions.preempted for r in d.records())
     assert engine.executor.shadow.tokens_read > engine.executor.shadow.tokens_written
 
 

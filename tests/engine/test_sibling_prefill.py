@@ -24,8 +24,8 @@ def test_later_choices_wait_then_take_the_prompt_blocks_from_the_cache():
     driver = choices(3)
     first = driver.step()
     assert first.record.prefill_chunks == [("a", 40)]  # the siblings did not start
-    assert set(first.record.stats.waiting_reason_by_lane.values()) == {"sibling_prefill"}
-    assert first.record.stats.waiting_by_reason == {"sibling_prefill": 2}
+    assert set(first.record.decisions.waiting_reason_by_lane.values()) == {"sibling_prefill"}
+    assert first.record.decisions.waiting_by_reason == {"sibling_prefill": 2}
     bm = driver.engine.block_manager
     hits = bm.prefix_hit_tokens
     second = driver.step()

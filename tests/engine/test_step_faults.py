@@ -71,7 +71,7 @@ def test_a_lost_device_ends_the_batch_and_spares_the_queued_and_the_preempted():
     d.step()
     d.add("later", prompt(4, 16), params)  # queued: not in step 2's batch
     out = d.step()
-    assert out.record.stats.preempted == ["r3"]
+    assert out.record.decisions.preempted == ["r3"]
     assert out.failure.request_ids == ("r1", "r2") and out.failure.whole_step
     assert faulty.calls == 1 + 1 + 2  # step 1, step 2 whole, then each half once
     d.run()
@@ -169,7 +169,7 @@ def test_fail_all_ends_requests_update_already_finished():
 
 
 def test_split_keeps_batch_order_and_token_counts():
-    from engine.step_faults import split
+    from engine.fault_isolation import split
 
     reqs = [object() for _ in range(5)]
     chunks = [PrefillChunk(reqs[3], 30, True), PrefillChunk(reqs[4], 7, False)]

@@ -1,5 +1,6 @@
-"""Steps held to target_step_ms by the step law (engine/step_law.py, engine/step_time.py):
-the law's algebra and fit, and the scheduler's three rules on the simulated executor."""
+"""Steps held to target_step_ms by the step law (engine/calibration/step_law.py,
+engine/scheduling/step_time.py): the law's algebra and fit, and the scheduler's three rules
+on the simulated executor."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import random
 import pytest
 from engine_helpers import EOS, START_TIME, Driver, prompt
 
+from engine.calibration.step_law import StepLaw, StepProbe, chunk_pairs, fit_law
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
+from engine.scheduling.step_time import DECODE_SHARE, HEADROOM, MAX_SCALE, MIN_PROGRESS, LawSlowdown
 from engine.sim.executor import FakeClock, SimulatedExecutor
-from engine.step_law import StepLaw, StepProbe, chunk_pairs, fit_law
-from engine.step_time import DECODE_SHARE, HEADROOM, MAX_SCALE, MIN_PROGRESS, LawScale
 
 # About this CPU's: 40 ms fixed, 0.8 ms a token, 0.7 us a prefill pair, 7.5 us a decode's
 # context token (a 128-token chunk at 0: 0.15 s; at 3,968: 0.50 s).
@@ -148,12 +149,12 @@ def test_a_started_prompt_always_advances_even_with_no_time_left():
 
 
 def test_the_law_scale_follows_slow_steps_but_never_loosens_the_law():
-    scale = LawScale()
+    scale = LawSlowdown()
     for _ in range(200):
         scale.observe(0.1, 0.2)  # served steps run twice what the law says
     assert scale.value == pytest.approx(2.0, rel=1e-3)
     assert scale.step_target_s(0.25) == pytest.approx(HEADROOM * 0.25 / 2.0, rel=1e-3)
-    fast = LawScale()
+    fast = LawSlowdown()
     for _ in range(200):
         fast.observe(0.1, 0.05)  # faster than the law: left at 1
         fast.observe(None, 0.3)  # a step without a prediction says nothing
@@ -167,7 +168,7 @@ def test_a_scaled_law_cuts_chunks_deep_into_a_prompt_further():
     sizes = {}
     for value in (1.0, 2.0):
         engine, driver = make_timed_engine()
-        engine.scheduler.law_scale.value = value
+        engine.scheduler.law_slowdown.value = value
         driver.add("long", prompt(1, 4000), SamplingParams(max_tokens=2, ignore_eos=True))
         driver.run(3000)
         sizes[value] = [n for _, kind, n in driver.steps_of("long") if kind == "prefill"]

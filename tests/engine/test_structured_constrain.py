@@ -7,8 +7,8 @@ import pytest
 import torch
 from fixtures.tiny_models import VOCAB_SIZE, build_tokenizer
 
+from engine.execution.sampler import sample
 from engine.request import Request, SamplingParams
-from engine.sampler import sample
 from engine.structured import StructuredOutput
 from engine.structured.constrain import constrain_logits
 from engine.structured.grammar import GrammarCache, cache_for
@@ -106,7 +106,7 @@ def test_catch_up_is_idempotent_and_a_foreign_token_fails_the_request(tokenizer,
     req = _request("json", SamplingParams(temperature=0.0, structured_output=spec), eos)
     logits = torch.randn(1, VOCAB_SIZE, generator=torch.Generator().manual_seed(2))
     first = constrain_logits(logits, [req])
-    # a failed step re-run (engine/step_faults.py) masks again from the same tokens
+    # a failed step re-run (engine/fault_isolation.py) masks again from the same tokens
     assert torch.equal(constrain_logits(logits, [req]), first)
     req.token_ids.append(int(first[0].argmax()))
     assert not torch.equal(constrain_logits(logits, [req]), first)  # one token further on

@@ -104,7 +104,7 @@ def test_random_mixed_batches_match_reference(lens, block_size, kv_group, chunk_
     original = cpu_attention.CHUNK_BLOCKS, cpu_attention.FEW_DECODES
     cpu_attention.CHUNK_BLOCKS = chunk_blocks  # hypothesis: no function-scoped monkeypatch
     cpu_attention.FEW_DECODES = seed % 2 * 8  # both torch decode paths
-    cpu_attention.NATIVE_DECODE = False  # test_cpu_native.py covers the native kernel
+    cpu_attention.NATIVE_DECODE = False  # test_native_library.py covers the native kernel
     try:
         check_matches_reference(make_paged(lens, block_size, num_kv_heads, group, 8, dtype,
                                            seed))

@@ -28,7 +28,7 @@ from kernels import reference
 
 REPO = Path(__file__).resolve().parents[2]
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-KERNEL_MODULES = ("triton_utils", "triton_tile", "triton_kv_write", "triton_decode",
+KERNEL_MODULES = ("triton_launch", "triton_tile", "triton_kv_write", "triton_decode",
                   "triton_prefill", "triton_attention")
 
 

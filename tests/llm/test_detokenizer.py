@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fixtures.tiny_models import build_tokenizer
 
-from engine.detokenizer import IncrementalDetokenizer
+from engine.output.detokenizer import IncrementalDetokenizer
 
 TEXTS = ["héllo wörld", "emoji 👋 in the middle 🚀!", "日本語のテキスト", "plain ascii text"]
 

@@ -104,7 +104,7 @@ def test_steps_at_the_crossover_run_on_the_bf16_copies(tiny_auto, tiny_loaded):
 
 
 def test_auto_keeps_the_kv_cache_in_float32(tiny_auto):
-    from engine.model_runner import ModelRunner
+    from engine.execution.model_runner import ModelRunner
 
     runner = ModelRunner(tiny_auto, num_kv_blocks=4, block_size=16)
     assert {t.dtype for pair in runner.kv_caches for t in pair} == {torch.float32}

@@ -1,4 +1,4 @@
-"""The native kernel cache (kernels/cpu_native.py, kernels/private_cache.py) never dlopens a
+"""The native kernel cache (kernels/native_library.py, kernels/private_cache.py) never dlopens a
 library that another user could have written, keys libraries by the CPU's features on
 every architecture, and builds with a $CC that carries arguments ("ccache gcc").
 
@@ -19,7 +19,7 @@ from unittest import mock
 
 import pytest
 
-from kernels import cpu_native, private_cache
+from kernels import native_library, private_cache
 
 FRESH = b"fresh build\n"  # what the fake compiler writes into its -o file
 FAKE_CC = """#!/bin/sh
@@ -44,13 +44,13 @@ def reload_native(monkeypatch, **env):
     """load() again under `env` (its cache and reason cleared, and cleared again after)."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv(cpu_native.NATIVE_ENV_VAR, "1")
-    monkeypatch.setattr(cpu_native, "_reason", [])
-    cpu_native.load.cache_clear()
+    monkeypatch.setenv(native_library.NATIVE_ENV_VAR, "1")
+    monkeypatch.setattr(native_library, "_reason", [])
+    native_library.load.cache_clear()
     try:
-        return cpu_native.load(), cpu_native.unavailable_reason()
+        return native_library.load(), native_library.unavailable_reason()
     finally:
-        cpu_native.load.cache_clear()
+        native_library.load.cache_clear()
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def opened(monkeypatch, tmp_path):
         calls.append((Path(name), Path(name).read_bytes(), stat.S_IMODE(st.st_mode)))
         return mock.MagicMock()
 
-    monkeypatch.setattr(cpu_native.ctypes, "CDLL", fake_cdll)
+    monkeypatch.setattr(native_library.ctypes, "CDLL", fake_cdll)
     monkeypatch.setenv("CC", str(script(tmp_path / "bin" / "fakecc", FAKE_CC)))
     return calls
 
@@ -77,7 +77,7 @@ def test_writable_library_is_rebuilt_not_loaded(monkeypatch, tmp_path, opened, c
     [built] = cache.glob("cpu_decode_*.so")
     built.write_bytes(b"planted by another user")
     built.chmod(mode)
-    with caplog.at_level(logging.WARNING, logger=cpu_native.__name__):
+    with caplog.at_level(logging.WARNING, logger=native_library.__name__):
         lib, reason = reload_native(monkeypatch, BATCHPILOT_KERNEL_CACHE=str(cache))
     assert lib is not None and reason is None
     path, content, loaded_mode = opened[-1]
@@ -93,7 +93,7 @@ def test_shared_cache_directory_is_not_used(monkeypatch, tmp_path, opened, caplo
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(mode)
-    with caplog.at_level(logging.WARNING, logger=cpu_native.__name__):
+    with caplog.at_level(logging.WARNING, logger=native_library.__name__):
         lib, reason = reload_native(monkeypatch, BATCHPILOT_KERNEL_CACHE=str(shared))
     assert lib is not None and reason is None  # built in a private temporary directory
     [(path, content, loaded_mode)] = opened
@@ -123,15 +123,15 @@ ARM_CPUINFO = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm {
 
 def test_library_name_follows_the_cpu_features(monkeypatch, tmp_path):
     compiler = [str(script(tmp_path / "cc", "#!/bin/sh\necho cc 1.0\n"))]
-    monkeypatch.setattr(cpu_native, "CPUINFO", tmp_path / "cpuinfo")
+    monkeypatch.setattr(native_library, "CPUINFO", tmp_path / "cpuinfo")
     names = {}
     for machine, extra in [("aarch64", ""), ("aarch64", "sve"), ("x86_64", "")]:
-        monkeypatch.setattr(cpu_native.platform, "machine", lambda m=machine: m)
+        monkeypatch.setattr(native_library.platform, "machine", lambda m=machine: m)
         (tmp_path / "cpuinfo").write_text(ARM_CPUINFO.format(extra))
-        assert f"fp asimd evtstrm {extra}" in cpu_native._cpu_features(compiler)
-        names[machine, extra] = cpu_native._library_name(compiler)
+        assert f"fp asimd evtstrm {extra}" in native_library._cpu_features(compiler)
+        names[machine, extra] = native_library._library_name(compiler)
     assert len(set(names.values())) == 3  # any feature or machine differs: another library
-    assert cpu_native._library_name(compiler) == names["x86_64", ""]  # and stable
+    assert native_library._library_name(compiler) == names["x86_64", ""]  # and stable
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None and not os.environ.get("CI"),

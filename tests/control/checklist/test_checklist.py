@@ -36,7 +36,7 @@ from control.loadtest.metrics import summarize
 from control.loadtest.records import PlannedRequest, RequestResult
 from control.loadtest.store import insert_rows, rows_for_api
 from engine.config import LaneConfig, LiveConfig
-from engine.config_patch import live_to_dict
+from engine.config.patch import live_to_dict
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC = load_spec(DEFAULT_SPEC)

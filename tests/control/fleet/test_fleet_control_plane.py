@@ -14,7 +14,7 @@ from control.fleet.ingress import FleetIngress, build_app
 from control.fleet.local import LocalHandle, wait_healthy
 from control.fleet.router import RoutingPolicy
 from engine.config import LiveConfig, StaticConfig
-from engine.config_patch import apply_patch, live_to_dict
+from engine.config.patch import apply_patch, live_to_dict
 
 
 def run_fleet(scenario, n: int = 3, tokens: tuple[Token, ...] = ()):

@@ -1,5 +1,6 @@
-"""Step budgets fitted to the device (engine/step_fit.py): the rule on a fake timer, the
-operator's values kept, the choice shown in the ready banner and GET /control/config."""
+"""Step budgets fitted to the device (engine/calibration/budget_fit.py): the rule on a fake
+timer, the operator's values kept, the choice shown in the ready banner and GET
+/control/config."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import pytest
 from fixtures.serving import asgi_client, make_engine
 
 from control.serve.server import banner
+from engine.calibration.budget_fit import fit_step_budgets
+from engine.calibration.probe import MIN_CHUNK
+from engine.calibration.step_law import StepLaw, chunk_pairs
 from engine.config import EngineConfig, LiveConfig, StaticConfig
-from engine.config_yaml import load_config_dict
+from engine.config.yaml_loader import load_config_dict
 from engine.llm import LLM, fit_engine_config
-from engine.step_fit import fit_step_budgets
-from engine.step_law import StepLaw, chunk_pairs
-from engine.step_probe import MIN_CHUNK
 
 # A CPU-like device: 12 ms per step plus 0.9 ms per token (attention terms: see below).
 CPU_LAW = (0.012, 0.0009)
@@ -144,7 +145,7 @@ def assert_the_law_is_sane(law: StepLaw, largest_step: int) -> None:
 
 def assert_the_budgets_follow_the_law(result, before: LiveConfig, live: LiveConfig) -> None:
     """The fitted budgets lie within the config's bounds (MIN_CHUNK .. the unfitted
-    values), a full chunk leaves a third of the step (step_fit.py's rule), and the budget
+    values), a full chunk leaves a third of the step (budget_fit.py's rule), and the budget
     is the largest first chunk the law keeps within the target (or the unfitted default)."""
     chunk, budget = live.prefill_chunk_size, live.max_num_batched_tokens
     assert result.fitted == {"prefill_chunk_size": chunk, "max_num_batched_tokens": budget}

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from control.whatif.calibrate import MIN_STEPS, StepSamples, calibrate
-from engine.nnls import nnls
+from engine.calibration.least_squares import nnls
 
 LAW = np.array([0.003, 2e-5, 4e-4, 1e-7, 1.5e-4])  # fixed, prefill, decode, context, seqs
 

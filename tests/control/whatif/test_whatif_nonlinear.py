@@ -19,7 +19,7 @@ max_num_seqs 4 TPOT p50 +30%, throughput -10%; self E2E p99 -48%, TPOT p99 -43%.
 Not within the goals, and marked xfail below: the self-replay's TTFT p50 +55% [-23% ..
 +91%] and p99 -34%, TPOT and E2E p50 +12% and +13% [up to +41%]; a 32-token-chunk
 proposal's TTFT p50 +37% [+2% .. +38%]. The what-if fit has no term for a chunk's (query,
-key) pairs (engine/step_law.py's StepLaw has one), so a chunk deep into a document costs
+key) pairs (engine/calibration/step_law.py's StepLaw has one), so a chunk deep into a document costs
 what a chat's first chunk costs per token; with that term zeroed in the simulator every
 figure here is within 2%.
 """

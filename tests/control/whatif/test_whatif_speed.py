@@ -16,9 +16,9 @@ from control.whatif.calibrate import calibrate
 from control.whatif.compare import replays
 from control.whatif.replay import Prediction, _run, replay
 from control.whatif.window import Window, read_window
+from engine.calibration.least_squares import fit_nonnegative as _fit
+from engine.calibration.least_squares import nnls
 from engine.config import EngineConfig, LiveConfig
-from engine.nnls import fit_nonnegative as _fit
-from engine.nnls import nnls
 
 LIVE = LiveConfig(max_num_seqs=16, max_num_batched_tokens=256, prefill_chunk_size=128)
 TIGHT_KV = dataclasses.replace(STATIC, num_kv_blocks=40)  # 640 tokens for 16 sequences

@@ -1,5 +1,5 @@
 """A server whose steps were held to target_step_ms by its start-up step law
-(engine/step_time.py) is replayed under the same law: the law travels in the trace's run
+(engine/scheduling/step_time.py) is replayed under the same law: the law travels in the trace's run
 settings (TraceWriter.note_run), and without it the replay would predict another run."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from whatif_sim_trace import STATIC, read_trace_window, record
 from control.whatif.compare import PREDICTED, RECORDED
 from control.whatif.run import predict
 from control.whatif.window import Window
+from engine.calibration.step_law import StepLaw
 from engine.config import EngineConfig, LiveConfig
-from engine.step_law import StepLaw
 
 LIVE = LiveConfig(max_num_seqs=16, max_num_batched_tokens=256, prefill_chunk_size=128)
 TIMED = dataclasses.replace(STATIC, target_step_ms=40)

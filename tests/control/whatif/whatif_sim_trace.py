@@ -18,12 +18,12 @@ import random
 
 from control.metrics.observer import Observer
 from control.trace.writer import TraceSettings, TraceWriter
+from engine.calibration.step_law import StepLaw
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.sim.executor import FakeClock, SimulatedExecutor
 from engine.sim.step_cost import CpuLikeStepCost
-from engine.step_law import StepLaw
 
 START = 1_700_000_000.0
 LAW = (0.004, 0.0001, 0.0008)  # fixed s, s per prefill token, s per decode token

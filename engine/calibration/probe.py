@@ -1,0 +1,147 @@
+"""The start-up measurement behind the step law: a few real steps of known composition.
+
+    probes = measure(prober, target_s, max_tokens=2048, max_context=8192,
+                     pool_tokens=23296, max_batch=64)
+    law = fit_law(probes)                       # engine/calibration/step_law.py
+
+Three families of probe steps, each the best of two runs after a warm-up of the family
+(first calls allocate buffers and build kernels for new shapes: not the law):
+  1. prefill chunks of 16, 32, 64, ... tokens from position 0, until one takes half the
+     target, `max_tokens` or PROBE_MAX_S (the fixed cost and the cost per token);
+  2. one chunk deep into a long prompt, at two depths (the chunk's attention over what is
+     cached: it grows with the position, and dominates chunks deep into 4k prompts);
+  3. a batch of decodes at two context lengths (KV read per decode token: memory-bound).
+Every probe runs in blocks 0.. of a still-empty KV pool; `RunnerProbe.clear` zeroes them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+
+from engine.calibration.step_law import StepProbe, chunk_pairs
+from engine.records import PrefillChunk, SchedulerOutput
+from engine.request import Request, SamplingParams
+
+MIN_CHUNK = 16  # tokens; also the first probe size
+PROBE_MAX_S = 2.0  # the prefill ramp starts no new size after this long (past MIN_POINTS)
+MIN_POINTS = 3
+DEEP_CHUNK = 64  # tokens of the deep-prefill probes
+DECODE_BATCH = 16  # sequences of the decode probes (fewer if max_num_seqs is lower)
+MAX_PROBE_CONTEXT = 2048  # deeper contexts cost linearly more: no need to probe them
+
+
+class StepProber(Protocol):
+    def prefill(self, start: int, num_tokens: int) -> float: ...
+    def decodes(self, batch: int, context: int) -> float: ...
+
+
+def measure(prober: StepProber, target_s: float, *, max_tokens: int, max_context: int,
+            pool_tokens: int, max_batch: int, clock: Callable[[], float] = time.perf_counter,
+            ) -> list[StepProbe]:
+    """The probe steps of the three families (module docstring); `max_context`: the
+    longest sequence (model length, KV pool), `pool_tokens`: the KV pool's tokens (every
+    decode of a probe has blocks of its own), `max_batch`: the most decodes a step holds."""
+    probes = _prefill_ramp(prober, target_s, max_tokens, clock)
+    deep = min(DEEP_CHUNK, max_tokens)
+    deepest = min(max_context, MAX_PROBE_CONTEXT) - deep
+    starts = [s for s in sorted({deepest // 4, deepest}) if s >= 4 * deep]  # shallower:
+    probes += _family([(deep, s) for s in starts],  # the ramp's own chunks already say it
+                      lambda n, s: prober.prefill(s, n),
+                      lambda n, s, t: StepProbe(n, chunk_pairs(s, n), 0, t, f"prefill {n} @{s}"))
+    batch = max(1, min(DECODE_BATCH, max_batch))
+    longest = min(pool_tokens // batch, max_context, MAX_PROBE_CONTEXT)
+    contexts = sorted({max(1, longest // 4), longest})
+    probes += _family([(batch, c) for c in contexts], prober.decodes,
+                      lambda b, c, t: StepProbe(b, 0, b * c, t, f"decode {b} x {c}"))
+    return probes
+
+
+def _prefill_ramp(prober: StepProber, target_s: float, max_tokens: int,
+                  clock: Callable[[], float]) -> list[StepProbe]:
+    sizes = [MIN_CHUNK << i for i in range(32) if MIN_CHUNK << i <= max_tokens]
+    if len(sizes) < 2:
+        sizes = [max(1, max_tokens // 2), max_tokens]
+    started = clock()
+    prober.prefill(0, sizes[0])  # warm-up: first-call allocations are not the law
+    probes: list[StepProbe] = []
+    for tokens in sizes:
+        seconds = min(prober.prefill(0, tokens), prober.prefill(0, tokens))
+        probes.append(StepProbe(tokens, chunk_pairs(0, tokens), 0, seconds,
+                                f"prefill {tokens} @0"))
+        long_enough = seconds >= target_s / 2 or clock() - started > PROBE_MAX_S
+        if len(probes) >= MIN_POINTS and long_enough:
+            break
+    return probes
+
+
+def _family(shapes: list[tuple[int, int]], run: Callable[[int, int], float],
+            probe: Callable[[int, int, float], StepProbe]) -> list[StepProbe]:
+    """Each shape's best of two runs, after one warm-up run of the family's first."""
+    if not shapes:
+        return []
+    run(*shapes[0])
+    return [probe(*shape, min(run(*shape), run(*shape))) for shape in shapes]
+
+
+class RunnerProbe:
+    """`StepProber` over the real ModelRunner, before any engine owns its KV pool. Probe
+    requests take blocks 0..; `clear` zeroes every block a probe touched, so the pool is
+    handed over as allocated."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.blocks_used = 0
+
+    @property
+    def pool_tokens(self) -> int:
+        return self.runner.num_kv_blocks * self.runner.block_size
+
+    def prefill(self, start: int, num_tokens: int) -> float:
+        req = self._request("step-fit-prefill", start + num_tokens, first_block=0)
+        req.num_computed_tokens = start
+        return self._time(SchedulerOutput(
+            step_id=-1, decodes=[], prefills=[PrefillChunk(req, num_tokens, True)],
+            config_version=0, token_budget=num_tokens, num_prefill_tokens=num_tokens))
+
+    def decodes(self, batch: int, context: int) -> float:
+        per_seq = -(-context // self.runner.block_size)
+        reqs = []
+        for i in range(batch):  # each its own blocks: shared ones would sit in cache
+            req = self._request(f"step-fit-decode-{i}", context, first_block=i * per_seq)
+            req.num_computed_tokens = context - 1
+            reqs.append(req)
+        return self._time(SchedulerOutput(
+            step_id=-1, decodes=reqs, prefills=[], config_version=0, token_budget=batch,
+            num_decode_tokens=batch))
+
+    def _request(self, request_id: str, num_tokens: int, first_block: int) -> Request:
+        num_blocks = -(-num_tokens // self.runner.block_size)
+        if first_block + num_blocks > self.runner.num_kv_blocks:
+            raise ValueError(f"a probe of {num_tokens} tokens from block {first_block} needs"
+                             f" more than the pool's {self.runner.num_kv_blocks} blocks")
+        self.blocks_used = max(self.blocks_used, first_block + num_blocks)
+        req = Request(request_id, [0] * num_tokens, SamplingParams(temperature=0.0,
+                                                                    max_tokens=1), 0.0)
+        req.block_ids = list(range(first_block, first_block + num_blocks))
+        return req
+
+    def _time(self, out: SchedulerOutput) -> float:
+        runner = self.runner
+        cuda = runner.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(runner.device)
+        start = time.perf_counter()
+        runner.execute(out)
+        if cuda:
+            torch.cuda.synchronize(runner.device)
+        return time.perf_counter() - start
+
+    def clear(self) -> None:
+        with torch.inference_mode():
+            for k_cache, v_cache in self.runner.kv_caches:
+                k_cache[: self.blocks_used].zero_()
+                v_cache[: self.blocks_used].zero_()
