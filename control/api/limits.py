@@ -23,6 +23,7 @@ class RequestLimits:
     # from the model, max_model_len x the longest token's characters, past which the prompt
     # cannot fit whatever it tokenizes to (control/api/prompt_limits.py)
     max_prompt_chars: int | None = None
+    max_messages: int = 2048  # chat messages of one request (rendering them holds the GIL)
     max_logit_bias: int = 300  # logit_bias entries (OpenAI's and vLLM's cap)
     max_generated_tokens: int = 65_536  # n x max_tokens of one request with n > 1
     max_stop_chars: int = 256  # characters of each stop string (at most 16 strings)

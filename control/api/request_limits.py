@@ -80,3 +80,11 @@ def check_sampling_limits(body: Any, limits: RequestLimits, max_tokens: int) -> 
                        f" than {limits.max_generated_tokens} (limit max_generated_tokens):"
                        " ask for fewer choices or fewer tokens", code="invalid_value",
                        param="max_tokens")
+
+
+def check_messages(count: int, limits: RequestLimits) -> None:
+    """Chat messages over the limit: refused before the chat template renders them (pure
+    Python on the tokenizer thread, holding the GIL the engine thread needs)."""
+    if count > limits.max_messages:
+        raise APIError(400, f"messages has {count} entries, more than {limits.max_messages}"
+                       " (limit max_messages)", code="invalid_value", param="messages")

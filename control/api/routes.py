@@ -31,6 +31,7 @@ from control.api.generation import ClientDisconnected, EngineUnresponsive
 from control.api.logprobs_fields import with_logprobs
 from control.api.openai_format import ResponseFormat, from_decision
 from control.api.request_limits import (
+    check_messages,
     check_prompt_chars,
     check_prompt_ids,
     check_sampling_limits,
@@ -80,6 +81,7 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
              responses={200: {"model": ChatCompletionResponse}, **ERRORS})
 async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
     state, meta = _prepare(request, body)
+    check_messages(len(body.messages), state.settings.limits)
     messages = [m.as_template_dict() for m in body.messages]
     _check_prompt_chars(state, sum(len(m["content"]) for m in messages), "messages")
     meta, text, ids = await _tokenized(state, meta, state.encode_chat, messages)

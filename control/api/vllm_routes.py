@@ -28,6 +28,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from control.api.errors import APIError, retry_after
+from control.api.request_limits import check_messages, check_prompt_chars
 from control.api.routes import ERRORS, LOADING_RETRY_AFTER_S, serving_state
 from control.api.vllm_schemas import (
     DetokenizeRequest,
@@ -38,7 +39,7 @@ from control.api.vllm_schemas import (
     VersionResponse,
 )
 from control.serve.bootstrap import EngineParts
-from control.serve.state import get_state
+from control.serve.state import ServerState, get_state
 
 log = logging.getLogger("batchpilot.http")
 router = APIRouter()
@@ -96,6 +97,7 @@ async def tokenize(request: Request) -> TokenizeResponse:
     body = _parse(TokenizeChatRequest if chat else TokenizeCompletionRequest, raw)
     state = serving_state(request, body.model)
     parts = state.parts
+    _check_size(state, body)
     ids, strs = await state.run_tokenizer(_encode, parts, body)
     return TokenizeResponse(count=len(ids), max_model_len=parts.static.max_model_len,
                             tokens=ids, token_strs=strs)
@@ -108,6 +110,21 @@ async def detokenize(request: Request) -> DetokenizeResponse:
     state = serving_state(request, body.model)
     text = await state.run_tokenizer(_decode, state.parts, body.tokens)
     return DetokenizeResponse(prompt=text)
+
+
+def _check_size(state: ServerState, body: TokenizeCompletionRequest | TokenizeChatRequest,
+                ) -> None:
+    """The generation routes' bounds, before tokenizing: a text that cannot fit the context
+    is not worth the tokenizer thread's time (a million characters hold it ~1 s)."""
+    limits, parts = state.settings.limits, state.parts
+    if isinstance(body, TokenizeChatRequest):
+        check_messages(len(body.messages), limits)
+        chars, field = sum(len(m.as_template_dict()["content"]) for m in body.messages), \
+            "messages"
+    else:
+        chars, field = len(body.prompt), "prompt"
+    check_prompt_chars(chars, limits, parts.frontend_tokenizer, parts.static.max_model_len,
+                       field)
 
 
 # ---- request bodies (FastAPI's own parsing cannot pick the model from the body) -----------

@@ -157,3 +157,28 @@ def test_a_prompt_too_long_for_the_context_is_refused_before_tokenizing(tiny_loa
     assert text.status_code == 400 and error(text)["code"] == "context_length_exceeded"
     assert "max_model_len" in error(text)["message"]
     assert ids.status_code == 400 and error(ids)["param"] == "prompt"
+
+
+def test_sampling_values_that_would_overflow_the_logits_are_refused_or_greedy(api):
+    replies = send(api, [
+        ("/v1/completions", {**PROMPT, "repetition_penalty": 5e-324, "top_k": 2}, {}),
+        ("/v1/completions", {**PROMPT, "repetition_penalty": 1e300}, {}),
+        ("/v1/completions", {**PROMPT, "temperature": 5e-324, "top_k": 2}, {}),
+        ("/v1/completions", {**PROMPT, "temperature": 0, "top_k": 2}, {}),
+    ])
+    assert [r.status_code for r in replies] == [400, 400, 200, 200], [r.text for r in replies]
+    assert error(replies[0])["param"] == "repetition_penalty"
+    assert replies[2].json()["choices"][0]["text"] == replies[3].json()["choices"][0]["text"]
+
+
+def test_many_messages_and_long_tokenize_prompts_are_refused_before_the_template(api):
+    many = [{"role": "user", "content": "x"}] * 2049
+    replies = send(api, [
+        ("/v1/chat/completions", {**CHAT, "messages": many}, {}),
+        ("/tokenize", {"messages": many}, {}),
+        ("/tokenize", {"prompt": "b" * 2001}, {}),
+        ("/tokenize", {"prompt": "b" * 20}, {}),
+    ])
+    assert [r.status_code for r in replies] == [400, 400, 400, 200], [r.text for r in replies]
+    assert "max_messages" in error(replies[0])["message"]
+    assert "max_prompt_chars" in error(replies[2])["message"]
