@@ -13,7 +13,11 @@ CPU, side by side in one run:
     tuning_sweep         playbooks/tuning.md's sweeps: max_num_seqs, token budget
     dashboard_load       dashboard page load time over a day of traces
     hostile_traffic      disconnects, a 5x burst, 20k one-off tenants: KV back at idle,
-                         only 200/429/503, idle step cost after / before
+                         only 200/429/503, idle step cost after / before; poison:
+                         innocents beside malformed requests (A B A B): none disturbed,
+                         no 5xx, their p99 TPOT with / without
+    openapi_fuzz         schemathesis over every operation in /openapi.json, in process:
+                         no 5xx, no logged exception (tens of thousands of cases)
     lane_preemption      interactive TTFT p99 under a batch flood, preempt_to_start on vs
                          off (simulated engine), and what it costs the batch work
     latency_reconcile    client vs server TTFT and queue delay behind a long prefill and
@@ -47,7 +51,9 @@ GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the C
 Helpers (no main): step_cost (scheduler_overhead's driver), paged_inputs, random_models,
 roofline_steps (cpu_roofline's step and its profile), hf_baselines (offline_throughput's
 transformers sides and its --against driver), quantized_models (a model rounded to GGUF
-blocks and written as a GGUF, for the block path's smoke runs and tests).
+blocks and written as a GGUF, for the block path's smoke runs and tests), poison_requests
+(hostile_traffic's malformed requests, by kind), poison_phase (its A B poison phase) and
+raw_http (one request over a raw socket, bytes as given).
 
 Nothing here is imported by the engine; the GPU modules import only torch, triton,
 transformers (and what they bring) and this repository.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 import subprocess
 import sys
@@ -40,12 +41,13 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "fused_layers_ab": [],
     "dtype_agreement": [],
     "single_stream": [],
+    "openapi_fuzz": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
 # imported by benchmarks, no main()
 HELPERS = {"step_cost", "paged_inputs", "random_models", "roofline_steps", "hf_baselines",
-           "quantized_models"}
+           "quantized_models", "poison_requests", "poison_phase", "raw_http"}
 
 
 def run_module(name: str, *args: str, timeout: float = 240) -> dict:
@@ -70,6 +72,28 @@ def test_benchmark_runs_in_smoke_mode(name, tmp_path):
         assert json.loads(out.read_text())["bench"] == name
     if "smoke" in result:  # the figures of a tiny run are marked as such
         assert result["smoke"] is True
+    if name == "hostile_traffic":
+        check_poison_phase(result["poison"])
+
+
+def check_poison_phase(poison: dict) -> None:
+    """The poison phase's figures are sane, and its goals hold: they are correctness (no
+    5xx, no innocent disturbed, each malformed request answered as expected), not speed.
+    The TPOT ratio is printed by the bench, never asserted."""
+    for key in ("poison_sent", "innocents", "five_xx", "innocents_disturbed",
+                "baseline_unstable", "poison_failures"):
+        assert isinstance(poison[key], int) and poison[key] >= 0, key
+    assert poison["poison_sent"] > 0 and poison["innocents"] > 0
+    assert set(poison["poison_by_kind"]) == set(poison["poison_cases"]), "every kind sent"
+    for side, timing in poison["tpot_p99_ms"].items():
+        for phase in ("A", "B"):
+            values = timing["phases"][phase]
+            assert len(values) == poison["rounds"], (side, phase)
+            assert all(math.isfinite(v) and v > 0 for v in values), (side, phase, values)
+        assert math.isfinite(timing["b_over_a"]) and timing["b_over_a"] > 0, side
+    assert poison["five_xx"] == 0, poison["failures"]
+    assert poison["innocents_disturbed"] == 0, poison["disturbed"]
+    assert poison["poison_failures"] == 0, poison["failures"]
 
 
 def test_scheduler_overhead_against_a_commit_side_by_side():
