@@ -66,9 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
                        " that read only those (docs/gateways.md); off by default, so"
                        " dashboards do not count twice")
     serve.add_argument("--control-tokens", metavar="FILE",
-                       help="control API tokens, one 'name scope secret' per line (scope:"
-                       " read or admin); also read from $BATCHPILOT_CONTROL_TOKENS. Without"
-                       " any, the control API is open and the server must bind loopback")
+                       help="tokens for the control API, trace, what-if and load-test"
+                       " routes: lines 'name scope secret [tenant,...]' (scope read or"
+                       " admin; colons may stand for the spaces) or a .yaml file; also"
+                       " $BATCHPILOT_CONTROL_TOKENS (docs/security.md). Without any, those"
+                       " routes are open and the server must bind loopback")
     serve.add_argument("--no-control-api", action="store_true",
                        help="serve without the /control API")
     serve.add_argument("--no-watch-config", action="store_true",
@@ -93,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                        " max_body_bytes=1048576; the limits and their defaults:"
                        " docs/security.md")
     serve.add_argument("--log-level", default="info",
-                       choices=["critical", "error", "warning", "info", "debug"])
+                       choices=["critical", "error", "warning", "info", "debug"],
+                       help="the server's log and uvicorn's (default %(default)s)")
     serve.set_defaults(func=_serve)
     add_trace_parser(sub)
     add_ctl_parser(sub)

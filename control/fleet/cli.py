@@ -54,7 +54,8 @@ def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
                        help="a bound on what one request may ask for, as for `batchpilot"
                        " serve` (the ingress and every replica; docs/security.md)")
     fleet.add_argument("--log-level", default="info",
-                       choices=["critical", "error", "warning", "info", "debug"])
+                       choices=["critical", "error", "warning", "info", "debug"],
+                       help="this process's log (default %(default)s)")
     fleet.set_defaults(func=run_fleet)
     add_restart_parser(fleet.add_subparsers(dest="fleet_command", metavar="{restart}"))
 
