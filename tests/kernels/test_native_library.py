@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 import torch
-from fixtures.native_build import compiler_here, require_native
+from fixtures.native_build import compiler_here, reload_native, require_native
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -112,16 +112,6 @@ def test_unsupported_head_counts_take_the_torch_path():
                                     paged[3], paged[4], two, two, 0.1, out, 1)
 
 
-def reload_native(monkeypatch, **env):
-    """load() again under `env` (its cache and reason cleared; restored afterwards)."""
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(native_library, "_reason", [])
-    native_library.load.cache_clear()
-    try:
-        return native_library.load(), native_library.unavailable_reason()
-    finally:
-        native_library.load.cache_clear()
 
 
 def test_switched_off_or_without_a_compiler_falls_back(monkeypatch, tmp_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from fixtures.native_build import reload_native as reload_any
 
 from kernels import native_library, private_cache
 
@@ -41,16 +42,8 @@ def script(path: Path, text: str) -> Path:
 
 
 def reload_native(monkeypatch, **env):
-    """load() again under `env` (its cache and reason cleared, and cleared again after)."""
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv(native_library.NATIVE_ENV_VAR, "1")
-    monkeypatch.setattr(native_library, "_reason", [])
-    native_library.load.cache_clear()
-    try:
-        return native_library.load(), native_library.unavailable_reason()
-    finally:
-        native_library.load.cache_clear()
+    """The shared reload (tests/fixtures/native_build.py) with the native path switched on."""
+    return reload_any(monkeypatch, **{native_library.NATIVE_ENV_VAR: "1", **env})
 
 
 @pytest.fixture
