@@ -25,6 +25,14 @@ from pydantic import (
 )
 
 from control.api.field_policy import check_undeclared
+from control.api.list_shapes import MAX_LOGIT_BIAS as MAX_LOGIT_BIAS_ENTRIES
+from control.api.list_shapes import (
+    MAX_MESSAGES,
+    bounded_list,
+    bounded_object,
+    prompt_shape,
+    stop_shape,
+)
 from engine.logprobs import MAX_LOGPROBS
 from engine.request import REPETITION_PENALTY_RANGE
 from engine.structured import StructuredOutput
@@ -151,6 +159,16 @@ class _GenerationRequest(_WarnsUndeclared):
                              f" characters, got {len(salt)} characters")
         return salt
 
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_shape(cls, stop: Any) -> Any:
+        return stop_shape(stop)  # counted and typed before the union tries its items
+
+    @field_validator("logit_bias", mode="before")
+    @classmethod
+    def _logit_bias_size(cls, bias: Any) -> Any:
+        return bounded_object(bias, MAX_LOGIT_BIAS_ENTRIES, "logit_bias entries")
+
     @field_validator("stop")
     @classmethod
     def _stop_strings(cls, stop: str | list[str] | None) -> str | list[str] | None:
@@ -214,6 +232,11 @@ class CompletionRequest(_GenerationRequest):
                              self.logprobs if self.echo else None) if n is not None]
         return max(asked) if asked else None
 
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt_shape(cls, prompt: Any) -> Any:
+        return prompt_shape(prompt)  # counted and typed before the union tries its items
+
     @field_validator("prompt")
     @classmethod
     def _one_prompt(cls, prompt: Any) -> Any:
@@ -246,6 +269,11 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _messages_count(cls, messages: Any) -> Any:
+        return bounded_list(messages, MAX_MESSAGES, "messages")
     max_completion_tokens: int | None = Field(None, ge=1)  # OpenAI's newer name
     logprobs: bool = False  # each output token's logprob
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # and N alternatives

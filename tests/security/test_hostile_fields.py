@@ -182,3 +182,16 @@ def test_many_messages_and_long_tokenize_prompts_are_refused_before_the_template
     assert [r.status_code for r in replies] == [400, 400, 400, 200], [r.text for r in replies]
     assert "max_messages" in error(replies[0])["message"]
     assert "max_prompt_chars" in error(replies[2])["message"]
+
+
+def test_a_list_that_fits_no_shape_is_refused_with_one_error(api):
+    """A union of list types reports an error per item of each member it tries: a 130k-id
+    prompt with one string in it was 260,000 errors built on the event loop."""
+    replies = send(api, [
+        ("/v1/completions", {**PROMPT, "prompt": [1] * 130_000 + ["x"]}, {}),
+        ("/v1/completions", {**PROMPT, "stop": [1] * 10_000}, {}),
+        ("/v1/completions", {**PROMPT, "prompt": [1] * (1 << 17 + 1)}, {}),
+    ])
+    assert [r.status_code for r in replies] == [400, 400, 400], [r.text for r in replies]
+    assert [error(r)["param"] for r in replies] == ["prompt", "stop", "prompt"]
+    assert all(len(r.content) < 2000 for r in replies)  # one error, not one per item
