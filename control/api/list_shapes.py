@@ -16,6 +16,7 @@ from typing import Any
 MAX_PROMPT_IDS = 1 << 17  # token ids in one prompt: past any context this server runs
 MAX_MESSAGES = 1 << 14  # chat messages, hard cap (the limit max_messages is lower)
 MAX_LOGIT_BIAS = 1 << 14  # logit_bias entries, hard cap (the limit max_logit_bias is lower)
+MAX_STOP_STRINGS = 16  # stop strings in one request
 
 
 def _is_id(value: Any) -> bool:
@@ -56,9 +57,7 @@ def bounded_list(value: Any, limit: int, what: str) -> Any:
 
 
 def stop_shape(stop: Any) -> Any:
-    """`stop`: a string, or a list of strings of at most MAX_STOP_STRINGS (schemas.py)."""
-    from control.api.schemas import MAX_STOP_STRINGS
-
+    """`stop`: a string, or a list of strings of at most MAX_STOP_STRINGS."""
     bounded_list(stop, MAX_STOP_STRINGS, "stop strings")
     if isinstance(stop, list) and not all(isinstance(s, str) for s in stop):
         raise ValueError("must be a string or a list of strings")

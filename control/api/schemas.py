@@ -28,6 +28,7 @@ from control.api.field_policy import check_undeclared
 from control.api.list_shapes import MAX_LOGIT_BIAS as MAX_LOGIT_BIAS_ENTRIES
 from control.api.list_shapes import (
     MAX_MESSAGES,
+    MAX_STOP_STRINGS,
     bounded_list,
     bounded_object,
     prompt_shape,
@@ -38,7 +39,6 @@ from engine.request import REPETITION_PENALTY_RANGE
 from engine.structured import StructuredOutput
 
 MAX_SEED = 2**63 - 1
-MAX_STOP_STRINGS = 16
 MAX_CHOICES = 16  # n
 MAX_CACHE_SALT_LEN = 256  # characters; a salt needs ~22 of base64 for 128 random bits
 MAX_LOGIT_BIAS = 100.0  # OpenAI's bound on a logit_bias value, either sign
