@@ -13,8 +13,9 @@ unfinished requests, a final delta and a record with the next step's output).
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -36,7 +37,9 @@ from engine.records import (
 )
 from engine.reports import engine_gauges, step_output, step_record
 from engine.request import Request, RequestStatus, SamplingParams
+from engine.scheduling.goodput import predicted_ttft_s
 from engine.scheduling.scheduler import Scheduler
+from engine.scheduling.state import GROWABLE_BUDGETS
 
 __all__ = ["Engine", "Executor"]
 
@@ -52,11 +55,12 @@ class Engine:
                  clock: Callable[[], float] = time.time,
                  eos_token_id: int | tuple[int, ...] | None = None,
                  fault_isolation_runs: int = DEFAULT_MAX_EXTRA_RUNS,
-                 step_law: StepLaw | None = None):
+                 step_law: StepLaw | None = None,
+                 growable_budgets: Collection[str] = GROWABLE_BUDGETS):
         """`fault_isolation_runs`: executor calls a failed step may add to find the
         requests that fail it (engine/fault_isolation.py); 0 ends the whole batch.
-        `step_law`: the device's step cost (engine/calibration/budget_fit.py), to hold steps
-        to target_step_ms."""
+        `step_law`: the device's step cost (engine/calibration/budget_fit.py), to size steps
+        (engine/scheduling/goodput.py); `growable_budgets`: the budgets its fit chose."""
         config.validate()
         self.fault_isolation_runs = fault_isolation_runs
         self.static = config.static
@@ -70,7 +74,8 @@ class Engine:
         if bind_kv_pool is not None:  # the simulated executor mirrors the pool (shadow KV)
             bind_kv_pool(self.static.num_kv_blocks, self.static.block_size)
         live = config.live.replace(version=1)
-        self.scheduler = Scheduler(self.static, live, self.block_manager, step_law)
+        self.scheduler = Scheduler(self.static, live, self.block_manager, step_law,
+                                   growable_budgets)
         self.requests: dict[str, Request] = {}  # unfinished only
         self.throughput = ThroughputEstimator()
         self._pending_deltas: list[RequestDelta] = []  # ends between steps (abort, timeout)
@@ -127,7 +132,8 @@ class Engine:
                       wait_for=self.requests.get(wait_for) if wait_for else None)
         ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
                                self.block_manager.usage, self.throughput.tokens_per_s, now,
-                               self.scheduler.running)
+                               self.scheduler.running,
+                               functools.partial(predicted_ttft_s, self.scheduler))
         decision = replace(admit(req, ctx), time=now, arrival_time=req.arrival_time,
                            tokenize_s=tokenize_s)
         self._pending_admissions.append(decision)

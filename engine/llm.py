@@ -24,7 +24,6 @@ from tqdm import tqdm
 
 from engine.calibration.budget_fit import StepFit, fit_step_budgets, needs_fit
 from engine.calibration.probe import RunnerProbe
-from engine.calibration.step_law import StepLaw
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.execution.model_runner import ModelRunner, auto_num_kv_blocks
@@ -74,8 +73,7 @@ class LLM:
             config, self.step_fit = fit_to_runner(config, set(overrides), runner)
         else:
             self.step_fit = None
-        law = self.step_fit.law if self.step_fit is not None else None
-        self.engine = build_engine(self.loaded, config, runner, step_law=law)
+        self.engine = build_engine(self.loaded, config, runner, self.step_fit)
         self.runner = self.engine.executor
         self.processor = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()
@@ -233,13 +231,17 @@ def fitted_static_fields(static: StaticConfig, overrides: dict[str, Any]) -> fro
 
 
 def build_engine(loaded: LoadedModel, config: EngineConfig,
-                 runner: ModelRunner | None = None, step_law: StepLaw | None = None,
+                 runner: ModelRunner | None = None, step_fit: StepFit | None = None,
                  ) -> Engine:
     """An Engine over a ModelRunner for `loaded` (the runner is `engine.executor`);
-    `step_law`: the fit's (`fit_to_runner`), to hold steps to target_step_ms."""
+    `step_fit`: the start-up fit (`fit_to_runner`): its law sizes the steps, and the
+    budgets it chose may grow with a step (engine/scheduling/goodput.py)."""
     if runner is None:
         runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
-    return Engine(config, runner, eos_token_id=loaded.eos_token_ids, step_law=step_law)
+    if step_fit is None:
+        return Engine(config, runner, eos_token_id=loaded.eos_token_ids)
+    return Engine(config, runner, eos_token_id=loaded.eos_token_ids, step_law=step_fit.law,
+                  growable_budgets=tuple(step_fit.fitted))
 
 
 def fit_to_runner(config: EngineConfig, explicit: set[str], runner: ModelRunner,

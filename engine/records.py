@@ -38,6 +38,10 @@ class SchedulerOutput:
     num_prefill_tokens: int = 0
     # the step law's time of this work (engine/scheduling/step_time.py)
     predicted_s: float | None = None
+    # the step's time target and why it was chosen (engine/scheduling/goodput.py); None
+    # without a step law
+    target_s: float | None = None
+    step_reason: str | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -120,6 +124,10 @@ class StepRecord:
     # The start-up step law's prediction of this step's time (s), when the steps are held
     # to target_step_ms by it (engine/scheduling/step_time.py); None otherwise.
     predicted_step_s: float | None = None
+    # The step's time target (s) and why (target | grow_for_slo | grow_for_throughput |
+    # fixed: engine/scheduling/goodput.py); None without a step law.
+    target_step_s: float | None = None
+    step_reason: str | None = None
 
     @property
     def scheduled(self) -> list[tuple[str, str, int]]:

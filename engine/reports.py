@@ -54,6 +54,7 @@ def step_record(run: StepRun, scheduler: Scheduler, start: float, t0: float,
         decode_ids=list(map(_request_id, out.decodes)),
         prefill_chunks=[(c.request.request_id, c.num_tokens) for c in out.prefills],
         decisions=run.decisions, predicted_step_s=out.predicted_s,
+        target_step_s=out.target_s, step_reason=out.step_reason,
         prefix_query_tokens=bm.prefix_query_tokens - prefix0[0],
         prefix_hit_tokens=bm.prefix_hit_tokens - prefix0[1],
     )

@@ -32,7 +32,7 @@ HTTP_ERROR_CODES = {413: "body_too_large", 415: "unsupported_media_type"}
 # Admission reason -> HTTP status. Unknown reasons are 503: the server could not take it.
 REJECTION_STATUS = {
     "too_long": 400, "empty_prompt": 400, "unknown_lane": 400,
-    "queue_full": 429, "deadline": 429,
+    "queue_full": 429, "deadline": 429, "slo_unreachable": 429,
     "kv_reject_watermark": 503, "draining": 503, "admission_paused": 503, "loading": 503,
 }
 REJECTION_PARAM = {"too_long": "max_tokens", "empty_prompt": "prompt", "unknown_lane": "X-Lane"}

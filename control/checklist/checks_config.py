@@ -147,3 +147,30 @@ def lanes_isolated(ev: Evidence, p: dict[str, Any]) -> Verdict:
         routed = "; tenants " + ", ".join(f"{t} -> {table[t]}" for t in p["tenants"])
     return passed(f"lane {name!r} exists; {shown}{routed}", weights=weights)
 
+
+
+@register("slo_set", lanes=["interactive"], step_policy="goodput")
+def slo_set(ev: Evidence, p: dict[str, Any]) -> Verdict:
+    """The named lanes have a TTFT and a TPOT target (their own or default_slo's), and the
+    scheduler sizes steps for them (step_policy): goodput is counted against these."""
+    values, missing = lookup(ev, "lanes", "default_slo", "step_policy")
+    if missing:
+        return config_missing(ev, missing)
+    lanes, default = values["lanes"], values["default_slo"] or {}
+    slos = {name: (settings or {}).get("slo") or default for name, settings in lanes.items()}
+    shown = "; ".join(f"{name} {_slo_text(slo)}" for name, slo in slos.items())
+    problems = [f"no lane {name!r}" for name in p["lanes"] if name not in lanes]
+    problems += [f"lanes.{name}.slo has no {key}" for name in p["lanes"] if name in slos
+                 for key in ("ttft_s", "tpot_s") if slos[name].get(key) is None]
+    if p["step_policy"] and values["step_policy"] != p["step_policy"]:
+        problems.append(f"step_policy {values['step_policy']} (not {p['step_policy']}):"
+                        " steps are not sized for the SLOs")
+    if problems:
+        return failed("; ".join(problems) + f" ({shown})", problems=problems, slos=slos)
+    return passed(f"{shown}; step_policy {values['step_policy']}", slos=slos)
+
+
+def _slo_text(slo: dict[str, Any]) -> str:
+    parts = [f"{key.removesuffix('_s').upper()} {slo[key]:g} s" for key in ("ttft_s", "tpot_s")
+             if slo.get(key) is not None]
+    return ", ".join(parts) or "no SLO"

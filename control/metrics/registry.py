@@ -47,7 +47,7 @@ REASONS = frozenset({
     "stop", "length", "stop_string", "client_disconnected", "request_timeout",
     "stream_idle_timeout", "server_shutting_down", "engine_error", "queue_timeout",
     "deadline_passed_while_queued", "deadline_passed_while_running", "queue_full", "deadline",
-    "kv_reject_watermark",
+    "kv_reject_watermark", "slo_unreachable",
     "too_long", "empty_prompt", "unknown_lane", "draining", "admission_paused", "cancelled",
     "timeout", "error", "step_failed",
     "operator", "choice_rejected",

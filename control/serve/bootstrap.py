@@ -101,8 +101,7 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     config, step_fit = fit_to_runner(config, set(overrides), runner)
     fitted = fitted_static_fields(config.static, overrides)
     check_profiles(serving.profiles, config, fitted)  # a bad profile fails the start
-    engine = build_engine(loaded, config, runner,
-                          step_law=step_fit.law if step_fit is not None else None)
+    engine = build_engine(loaded, config, runner, step_fit)
     try:
         frontend = copy.deepcopy(loaded.tokenizer)
     except Exception:  # fall back to sharing; encode and decode do not mutate it

@@ -25,6 +25,7 @@ def step_row(run_id: str, r: StepRecord, seq: Callable[[str], int]) -> tuple:
         decode_seqs, prefill_seqs, prefill_tokens, s.admitted, s.preempted,
         [rid for rid, _ in r.finished], [why for _, why in r.finished], r.config_version,
         r.prefix_query_tokens, r.prefix_hit_tokens, r.fleet_version, r.predicted_step_s,
+        r.target_step_s, r.step_reason,
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: steps.fleet_version, steps.predicted_step_s
+SCHEMA_VERSION = 3  # 2: steps.fleet_version, steps.predicted_step_s; 3: target_step_s, step_reason
 
 # type name -> (DuckDB type, Arrow type)
 TYPES: dict[str, tuple[str, pa.DataType]] = {
@@ -70,6 +70,9 @@ STEPS = Table("steps", (
     # position the writer's positional INSERT expects. NULL on a single server.
     ("fleet_version", "int"),  # the fleet config version a replica ran the step under
     ("predicted_step_s", "float"),  # the start-up step law's time of the step; NULL: none
+    # the step's time target and why: target | grow_for_slo | grow_for_throughput | fixed
+    # (engine/scheduling/goodput.py); NULL without a step law
+    ("target_step_s", "float"), ("step_reason", "str"),
 ), "start_time")
 
 REQUESTS = Table("requests", (

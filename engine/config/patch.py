@@ -33,6 +33,7 @@ def live_to_dict(live: LiveConfig) -> dict[str, Any]:
     data = {f.name: getattr(live, f.name) for f in dataclasses.fields(LiveConfig)
             if f.name not in ("lanes", "tenant_lanes", "version")}
     data["tenant_lanes"] = dict(live.tenant_lanes)
+    data["default_slo"] = live.default_slo.to_dict()
     data["lanes"] = {lane.name: lane_to_dict(lane) for lane in live.lanes}
     return data
 

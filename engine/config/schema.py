@@ -11,9 +11,12 @@ import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from engine.config.slo import LaneSLO
+
 LANE_POLICIES = ("fcfs", "priority", "deadline")
 BATCHING_MODES = ("continuous", "static")
 SCHEDULE_POLICIES = ("decode_first", "mixed")
+STEP_POLICIES = ("goodput", "fixed")  # engine/scheduling/goodput.py
 MAX_NUM_SEQS_LIMIT = 8192
 PREFIX_CACHE_SHARING = ("tenant", "global")  # see engine/kv/prefix_hash.py
 
@@ -63,6 +66,11 @@ class LaneConfig:
     # A request that the KV (high watermark) keeps from starting preempts running requests
     # of preempt_first lanes, the fewest that make room (engine/scheduling/preemption.py).
     preempt_to_start: bool = False
+    slo: LaneSLO | None = None  # None: the config's default_slo (engine/config/slo.py)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.slo, LaneSLO | None):  # a mapping from YAML or JSON
+            object.__setattr__(self, "slo", LaneSLO.parse(self.slo, f"lanes.{self.name}.slo"))
 
     def validate(self) -> None:
         _require(bool(self.name) and self.name.replace("_", "").replace("-", "").isalnum(),
@@ -81,12 +89,15 @@ class LaneConfig:
                  f"lanes.{self.name}.preempt_to_start", self.preempt_to_start,
                  "false when preempt_first is true (the lane would preempt its own requests"
                  " to start others, back and forth)")
+        if self.slo is not None:
+            self.slo.validate(f"lanes.{self.name}.slo")
 
 
 def default_lanes() -> tuple[LaneConfig, ...]:
     return (
-        LaneConfig("interactive", weight=4.0, policy="priority"),
-        LaneConfig("long_context", weight=2.0),
+        LaneConfig("interactive", weight=4.0, policy="priority",
+                   slo=LaneSLO(ttft_s=5.0, tpot_s=0.5)),
+        LaneConfig("long_context", weight=2.0, slo=LaneSLO(ttft_s=30.0, tpot_s=1.0)),
         LaneConfig("batch", weight=1.0, preempt_first=True),
     )
 
@@ -113,6 +124,15 @@ class LiveConfig:
     # tenant -> lane for the tenant's requests that name no lane (e.g. a static-batched
     # lane: continuous batching off for one tenant). Given as a mapping; kept sorted pairs.
     tenant_lanes: tuple[tuple[str, str], ...] = ()
+    # The SLO of lanes that set none (engine/config/slo.py); the default: no targets.
+    default_slo: LaneSLO = field(default_factory=LaneSLO)
+    # goodput: each step's time target chosen for the requests that can still meet their
+    # lane's SLO (engine/scheduling/goodput.py); fixed: every step held to target_step_ms.
+    # Both need the start-up step law (budgets fitted); without it the budgets rule.
+    step_policy: str = "goodput"
+    # Refuse at arrival (429 slo_unreachable) a request whose lane's TTFT target the queue
+    # ahead of it already rules out, rather than serving it late.
+    slo_shedding: bool = True
     version: int = 0  # assigned by the engine when the snapshot is installed
 
     def __post_init__(self) -> None:
@@ -122,6 +142,9 @@ class LiveConfig:
         elif not isinstance(self.tenant_lanes, tuple):
             raise ValueError(f"tenant_lanes={self.tenant_lanes!r} must be a mapping of tenant"
                              " to lane")
+        if not isinstance(self.default_slo, LaneSLO):  # a mapping from YAML or JSON
+            object.__setattr__(self, "default_slo",
+                               LaneSLO.parse(self.default_slo, "default_slo"))
 
     def lane(self, name: str) -> LaneConfig:
         for lane in self.lanes:
@@ -135,6 +158,9 @@ class LiveConfig:
 
     def lane_batching(self, lane: LaneConfig) -> str:
         return lane.batching or self.batching
+
+    def lane_slo(self, lane: LaneConfig) -> LaneSLO:
+        return lane.slo if lane.slo is not None else self.default_slo
 
     def replace(self, **changes: object) -> LiveConfig:
         return dataclasses.replace(self, **changes)
@@ -168,6 +194,9 @@ class LiveConfig:
                  self.schedule_policy, f"one of {', '.join(SCHEDULE_POLICIES)}")
         _require(self.batching in BATCHING_MODES, "batching", self.batching,
                  f"one of {', '.join(BATCHING_MODES)}")
+        _require(self.step_policy in STEP_POLICIES, "step_policy", self.step_policy,
+                 f"one of {', '.join(STEP_POLICIES)}")
+        self.default_slo.validate("default_slo")
         self._validate_lanes()
         _require(self.long_context_threshold >= 1, "long_context_threshold",
                  self.long_context_threshold, ">= 1")

@@ -13,10 +13,16 @@ make it is refused; one admitted that falls behind ends at its deadline with the
 has (TIMEOUT, "deadline passed while running": `engine/scheduling/deadlines.py`). Before the first
 step has measured a throughput, nothing is estimated: only a deadline already past is
 refused.
+
+SLO rule (`slo_unreachable`): with a step law and step_policy goodput, a request whose
+lane has a TTFT target is refused when the goodput model's TTFT for it, at the largest step
+and its lane's fair share, passes the target (engine/scheduling/goodput.py); Retry-After is
+the excess.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -54,6 +60,8 @@ class AdmissionContext:
     tokens_per_s: float | None
     now: float
     running: Sequence[Request] = ()  # the scheduler's running set (read only)
+    # req, now -> its TTFT by the goodput model (engine/scheduling/goodput.py), None: none
+    predicted_ttft_s: Callable[[Request, float], float | None] | None = None
 
 
 def estimated_wait_s(req: Request, ctx: AdmissionContext) -> float | None:
@@ -158,13 +166,32 @@ def check_deadline(req: Request, ctx: AdmissionContext) -> AdmissionDecision | N
     return None
 
 
+def check_slo(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
+    """Shed a request whose lane's TTFT target the queue ahead of it already rules out,
+    even at the largest step (engine/scheduling/goodput.py), while slo_shedding is on:
+    served, it would miss its SLO and take the time of requests that can still meet
+    theirs."""
+    if not ctx.live.slo_shedding or ctx.predicted_ttft_s is None:
+        return None
+    ttft = ctx.live.lane_slo(ctx.lanes[req.lane].config).ttft_s
+    predicted = ctx.predicted_ttft_s(req, ctx.now) if ttft is not None else None
+    if predicted is None or predicted <= ttft:
+        return None
+    retry = max(1.0, round(predicted - ttft, 1)) if math.isfinite(predicted) else 1.0
+    return _reject(req, "slo_unreachable",
+                   f"lane {req.lane!r} aims at a first token within {ttft:g}s (slo.ttft_s)"
+                   f" but the work queued ahead of this request takes an estimated"
+                   f" {predicted:.1f}s at the fastest this server runs; retry later or"
+                   " elsewhere", retry, predicted)
+
+
 def _retry_after(req: Request, ctx: AdmissionContext) -> float:
     wait = estimated_wait_s(req, ctx)
     return max(1.0, round(wait, 1)) if wait is not None else 1.0
 
 
 RULES: tuple[Rule, ...] = (check_empty, check_length, check_kv_capacity, check_kv, check_queue,
-                           check_deadline)
+                           check_deadline, check_slo)
 
 
 def admit(req: Request, ctx: AdmissionContext) -> AdmissionDecision:

@@ -20,7 +20,8 @@ from engine.config import LiveConfig
 from engine.errors import SchedulerInvariantError
 from engine.records import PrefillChunk, SchedulerOutput, SchedulingDecisions
 from engine.request import Request
-from engine.scheduling.step_time import StepTime
+from engine.scheduling.goodput import StepTarget
+from engine.scheduling.step_time import LawSlowdown, StepTime
 
 
 @dataclass(slots=True)
@@ -67,18 +68,29 @@ class StepPlan:
     out: SchedulerOutput
     budget: StepBudget
     decisions: SchedulingDecisions
+    chunk_tokens: int  # the most prompt tokens one request runs this step
     time: StepTime | None = None  # None: no step law (budgets the operator's), no time limit
 
     @classmethod
     def new(cls, step_id: int, live: LiveConfig, law: StepLaw | None = None,
-            target_s: float = 0.0) -> StepPlan:
-        """`law` and `target_s`: the step's time is held to the target only while chunked
-        prefill is on (off, a chunk must be a whole prompt)."""
-        tokens, seqs = live.max_num_batched_tokens, live.max_num_seqs
-        timed = law is not None and target_s > 0 and live.chunked_prefill
-        return cls(live, SchedulerOutput(step_id, [], [], live.version, tokens),
-                   StepBudget(tokens, seqs, tokens, seqs), SchedulingDecisions([], [], {}, {}, {}),
-                   StepTime.start(law, target_s) if timed else None)
+            target: StepTarget | None = None, slowdown: LawSlowdown | None = None, *,
+            tokens: int | None = None, chunk: int | None = None) -> StepPlan:
+        """`law` and `target` (engine/scheduling/goodput.py): the step's time is held to the
+        target, scaled by `slowdown`, only while chunked prefill is on (off, a chunk must be
+        a whole prompt). `tokens`, `chunk`: the step's token budget and chunk size
+        (default: the config's; a grown step's are larger)."""
+        tokens = live.max_num_batched_tokens if tokens is None else tokens
+        seqs = live.max_num_seqs
+        timed = law is not None and target is not None and live.chunked_prefill
+        out = SchedulerOutput(step_id, [], [], live.version, tokens)
+        time = None
+        if timed:
+            aim_s = (slowdown or LawSlowdown()).step_target_s(target.seconds)
+            time = StepTime.start(law, aim_s)
+            out.target_s, out.step_reason = target.seconds, target.reason
+        return cls(live, out, StepBudget(tokens, seqs, tokens, seqs),
+                   SchedulingDecisions([], [], {}, {}, {}),
+                   live.prefill_chunk_size if chunk is None else chunk, time)
 
     def take_decodes(self, num_decodes: int, context: int) -> None:
         """Charge decodes already in out.decodes (`context`: the KV tokens they attend)."""

@@ -88,7 +88,7 @@ def _try_start(state: SchedulerState, req: Request, step: StepPlan, charges: Ste
         if req.first_scheduled_time is None:
             req.num_cached_tokens = hit
     remaining = req.num_tokens - req.num_computed_tokens
-    num_new = min(remaining, state.chunk_size(live), budget)
+    num_new = min(remaining, step.chunk_tokens, budget)
     reason = None
     if not live.chunked_prefill and remaining > budget:
         reason = "token_budget"

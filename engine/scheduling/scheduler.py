@@ -26,6 +26,8 @@ delta, record) of the ones it returns: `end_timeouts()` at the start of a step,
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from engine.calibration.step_law import StepLaw
 from engine.config import LiveConfig, StaticConfig
 from engine.kv.block_manager import BlockManager
@@ -34,23 +36,27 @@ from engine.request import Request, RequestStatus
 from engine.scheduling.apply_sampled import apply_sampled
 from engine.scheduling.budget import StepPlan
 from engine.scheduling.fair_share import charge, tally_running
+from engine.scheduling.goodput import choose_step_target, grown_budgets
 from engine.scheduling.new_prefills import schedule_new_prefills
 from engine.scheduling.preemption import pick_victim
-from engine.scheduling.state import SchedulerState
+from engine.scheduling.state import GROWABLE_BUDGETS, SchedulerState
 
 
 class Scheduler(SchedulerState):
     def __init__(self, static: StaticConfig, live: LiveConfig, block_manager: BlockManager,
-                 step_law: StepLaw | None = None):
-        super().__init__(static, live, block_manager, step_law)
+                 step_law: StepLaw | None = None,
+                 growable_budgets: Collection[str] = GROWABLE_BUDGETS):
+        super().__init__(static, live, block_manager, step_law, growable_budgets)
         self._turn = 0  # where _in_turn starts next when more run than a step may serve
 
     # ---- schedule --------------------------------------------------------------------
     def schedule(self, now: float) -> tuple[SchedulerOutput, SchedulingDecisions]:
         """This step's work, and what the scheduling decided besides it."""
         self.step_id += 1
+        target = choose_step_target(self, now)  # None: no step law, the budgets rule
+        tokens, chunk = grown_budgets(self, target.growth if target else 1.0)
         step = StepPlan.new(self.step_id, self.live, self.step_law,  # one config snapshot
-                            self.law_slowdown.step_target_s(self.static.target_step_ms / 1000))
+                            target, self.law_slowdown, tokens=tokens, chunk=chunk)
         self._schedule_running(step)
         charges = tally_running(self.lanes, step.out)  # the running set's work is final now
         schedule_new_prefills(self, step, charges, now)
@@ -130,7 +136,7 @@ class Scheduler(SchedulerState):
         budget = step.budget
         if budget.room <= 0:
             return
-        num_new = min(req.num_tokens - req.num_computed_tokens, self.chunk_size(step.live),
+        num_new = min(req.num_tokens - req.num_computed_tokens, step.chunk_tokens,
                       budget.tokens_left, step.chunk_room(req))
         if num_new <= 0:
             return

@@ -19,6 +19,8 @@ with the step's passes on top, so no part of the scheduling imports the schedule
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from engine.calibration.step_law import StepLaw
 from engine.config import LiveConfig, StaticConfig
 from engine.errors import SchedulerInvariantError
@@ -29,15 +31,20 @@ from engine.request import Request, RequestStatus
 from engine.scheduling.deadlines import DeadlineHeap
 from engine.scheduling.step_time import LawSlowdown
 
+GROWABLE_BUDGETS = ("prefill_chunk_size", "max_num_batched_tokens")  # budget_fit's fields
+
 
 class SchedulerState:
     def __init__(self, static: StaticConfig, live: LiveConfig, block_manager: BlockManager,
-                 step_law: StepLaw | None = None):
+                 step_law: StepLaw | None = None,
+                 growable_budgets: Collection[str] = GROWABLE_BUDGETS):
         """`step_law`: what a step costs on the device (engine/calibration/step_law.py);
-        with it every step is held to static.target_step_ms
-        (engine/scheduling/step_time.py)."""
+        with it every step is held to a time target (engine/scheduling/goodput.py,
+        step_time.py). `growable_budgets`: the budgets the start-up fit chose (not the
+        operator), which a step grown past target_step_ms may grow with it."""
         self.static = static
         self.step_law = step_law
+        self.growable_budgets = frozenset(growable_budgets)
         self.law_slowdown = LawSlowdown()  # measured / predicted: Engine.step feeds it
         self.live = live
         self.block_manager = block_manager

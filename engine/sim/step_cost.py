@@ -36,9 +36,10 @@ import random
 from dataclasses import dataclass, field
 
 from engine.calibration.step_law import chunk_pairs
-from engine.records import SchedulerOutput
+from engine.records import PrefillChunk, SchedulerOutput
+from engine.request import Request, SamplingParams
 
-__all__ = ["CpuLikeStepCost"]
+__all__ = ["CostProber", "CpuLikeStepCost"]
 
 
 @dataclass
@@ -79,3 +80,31 @@ class CpuLikeStepCost:
             return self.exact_s(out)
         # mean 1: exp(N(-sigma^2 / 2, sigma))
         return self.exact_s(out) * self._rng.lognormvariate(-self.noise ** 2 / 2, self.noise)
+
+
+class CostProber:
+    """The start-up probe's `StepProber` (engine/calibration/probe.py) over a step cost
+    instead of a model: each probe step costs what `cost` says of it (noise included), so
+    a simulated server fits its step law as a real one does."""
+
+    def __init__(self, cost: CpuLikeStepCost):
+        self.cost = cost
+
+    def prefill(self, start: int, num_tokens: int) -> float:
+        req = _probe_request(start + num_tokens)
+        req.num_computed_tokens = start
+        return self.cost(SchedulerOutput(-1, [], [PrefillChunk(req, num_tokens, True)], 0,
+                                         num_tokens, num_prefill_tokens=num_tokens))
+
+    def decodes(self, batch: int, context: int) -> float:
+        reqs = []
+        for _ in range(batch):
+            req = _probe_request(context)
+            req.num_computed_tokens = context - 1
+            reqs.append(req)
+        return self.cost(SchedulerOutput(-1, reqs, [], 0, batch, num_decode_tokens=batch))
+
+
+def _probe_request(num_tokens: int) -> Request:
+    return Request("probe", [0] * num_tokens, SamplingParams(temperature=0.0, max_tokens=1),
+                   0.0)

@@ -59,6 +59,9 @@ def test_the_fit_recovers_the_law_and_never_goes_negative():
 
 
 def make_timed_engine(law: StepLaw | None = CPU, **live_changes):
+    """Steps held to the fixed target (step_policy fixed): the goodput policy's own sizes
+    are tests/engine/test_goodput_policy.py's."""
+    live_changes.setdefault("step_policy", "fixed")
     clock = FakeClock(START_TIME)
     executor = SimulatedExecutor(eos_token_id=EOS, clock=clock)
     static = StaticConfig(num_kv_blocks=4096, max_model_len=8192, target_step_ms=TARGET_MS)

@@ -35,7 +35,7 @@ from control.cli.main import main
 from control.loadtest.metrics import summarize
 from control.loadtest.records import PlannedRequest, RequestResult
 from control.loadtest.store import insert_rows, rows_for_api
-from engine.config import LaneConfig, LiveConfig
+from engine.config import LaneConfig, LaneSLO, LiveConfig
 from engine.config.patch import live_to_dict
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -56,7 +56,8 @@ def metrics_text(drop: str = "", **gauges: float) -> str:
 
 def good() -> Evidence:
     """A deployment that did everything the checklist asks."""
-    lanes = (LaneConfig("interactive", weight=4.0, policy="priority"),
+    lanes = (LaneConfig("interactive", weight=4.0, policy="priority",
+                        slo=LaneSLO(ttft_s=1.0, tpot_s=0.1)),
              LaneConfig("long_context", weight=2.0),
              LaneConfig("batch", weight=1.0, max_running=16, preempt_first=True))
     live = LiveConfig(max_num_seqs=64, max_num_batched_tokens=4096, prefill_chunk_size=1024,
@@ -194,6 +195,23 @@ def test_no_interactive_lane_fails():
     got = result(ev, "lanes")
     assert got.status == "fail" and "no lane 'interactive' (lanes: long_context, batch)" \
         in got.evidence
+
+
+def test_slos_are_shown_and_a_lane_without_targets_or_fixed_steps_fail():
+    got = result(good(), "slo_set")
+    assert got.status == "pass"
+    assert "interactive TTFT 1 s, TPOT 0.1 s; long_context no SLO" in got.evidence
+    ev = good()
+    ev.config["lanes"]["interactive"]["slo"] = None  # the default: no targets
+    got = result(ev, "slo_set")
+    assert got.status == "fail" and "lanes.interactive.slo has no ttft_s" in got.evidence
+    ev = good()
+    ev.config["default_slo"] = {"ttft_s": 2.0, "tpot_s": 0.3}
+    ev.config["lanes"]["interactive"]["slo"] = None
+    ev.config["step_policy"] = "fixed"
+    got = result(ev, "slo_set")
+    assert got.status == "fail" and "interactive TTFT 2 s, TPOT 0.3 s" in got.evidence
+    assert "step_policy fixed (not goodput)" in got.evidence
 
 
 def grafana_copy(tmp_path: Path) -> Path:
