@@ -27,8 +27,9 @@ from typing import Any
 
 from control.api.logprobs_format import CompletionLogprobs, chat_logprobs, vllm_prompt_logprobs
 from control.api.request_meta import RequestMeta
-from control.api.response_schemas import BatchpilotInfo, Timing, Usage
+from control.api.response_schemas import BatchpilotInfo, SLOTargets, Timing, Usage
 from control.serve.streams import StreamEvent
+from engine.config import LiveConfig
 from engine.output.processor import Logprob
 from engine.records import AdmissionDecision
 
@@ -73,6 +74,7 @@ class ResponseFormat:
     continuous_usage: bool = False  # vLLM's continuous_usage_stats: usage on every chunk
     lane: str = ""  # admission's lane (the engine's record has the final word)
     estimated_wait_s: float | None = None
+    slo: SLOTargets | None = None  # the admitted lane's SLO, from the live config
     created: int = field(default_factory=lambda: int(time.time()))
     # Logprobs asked: N alternatives (chat: top_logprobs, 0 with logprobs=true alone;
     # completions: logprobs); None: every choice says "logprobs": null
@@ -98,7 +100,7 @@ class ResponseFormat:
             finish_detail=event.finish_detail if event else "",
             num_cached_tokens=rec.num_cached_tokens if rec else 0,
             num_preemptions=rec.num_preemptions if rec else 0, timing=timing,
-            usage=self.usage(completion_tokens))
+            usage=self.usage(completion_tokens), slo=self.slo)
 
     def start_headers(self) -> dict[str, str]:
         """What is known before the first token (all a stream can carry)."""
@@ -237,9 +239,14 @@ class ResponseFormat:
         return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
-def from_decision(fmt: ResponseFormat, decision: AdmissionDecision) -> ResponseFormat:
+def from_decision(fmt: ResponseFormat, decision: AdmissionDecision,
+                  live: LiveConfig | None = None) -> ResponseFormat:
+    """`live`: the config the request was admitted under (its lane's SLO)."""
     fmt.lane = decision.lane or fmt.lane  # a draining refusal names no lane
     fmt.estimated_wait_s = decision.estimated_wait_s
+    if live is not None and fmt.lane in live.lane_names:
+        slo = live.lane_slo(live.lane(fmt.lane))
+        fmt.slo = SLOTargets(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s) if slo.is_set else None
     return fmt
 
 

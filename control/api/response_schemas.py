@@ -27,6 +27,14 @@ class Timing(BaseModel):
     tpot_s: float | None = None
 
 
+class SLOTargets(BaseModel):
+    """The SLO of the request's lane when it was admitted (engine/config/slo.py); None: no
+    target. Clients count goodput by it (batchpilot loadtest does, unless told others)."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+
 class BatchpilotInfo(BaseModel):
     """The `batchpilot` extension object of every response and of the last stream chunk."""
 
@@ -40,6 +48,7 @@ class BatchpilotInfo(BaseModel):
     num_preemptions: int = 0
     timing: Timing = Field(default_factory=Timing)
     usage: Usage | None = None  # in stream chunks, whatever include_usage says
+    slo: SLOTargets | None = None  # the lane's targets; None: the lane has none
 
 
 class CompletionLogprobs(BaseModel):

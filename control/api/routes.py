@@ -178,7 +178,7 @@ async def _generate(state: ServerState, request: Request,
                             timeout_at=None if meta.arrival_time is None
                             else meta.arrival_time + meta.timeout_s)
     decision, streams = await admit_choices(state.engine, submission, body.n)  # choices.py
-    from_decision(fmt, decision)
+    from_decision(fmt, decision, state.engine.live_config)
     if not streams:
         raise rejection_error(decision, fmt.start_headers())
     state.inflight += 1

@@ -68,7 +68,9 @@ class Summary:
     e2e: Dist
     ttft_gap: Dist  # client TTFT - server ttft_s
     e2e_gap: Dist  # client E2E - server e2e_s
-    slo: dict | None  # the SLO checked, as a dict; None: none given
+    # the SLO checked, as a dict; {"by_lane": {lane: SLO dict}} when the scenario gave none
+    # and the server sent its lanes' (batchpilot.slo); None: neither
+    slo: dict | None
     goodput_rps: float | None  # ok requests meeting every SLO / duration_s; None: no SLO
     slo_met_share: float | None  # of ok requests; None: no SLO or no ok request
     by_lane: dict[str, Summary] = field(default_factory=dict)  # lane None as AUTO_LANE
@@ -142,8 +144,13 @@ def _summarize_group(results: list[RequestResult], duration_s: float, slo: SLO |
     output = sum(r.output_tokens for r in ok)
     streamed = [r for r in ok if r.planned.stream]
     tpots = [t for t in map(tpot_s, streamed) if t is not None]
-    checked = slo is not None and any(v is not None for v in asdict(slo).values())
-    good = sum(meets_slo(r, slo) for r in ok) if checked else 0
+    given = slo is not None and any(v is not None for v in asdict(slo).values())
+    lanes = {} if given else lane_slos(results)  # no SLO given: each lane's own (server's)
+    checked = given or bool(lanes)
+    if given:
+        good = sum(meets_slo(r, slo) for r in ok)
+    else:
+        good = sum(meets_slo(r, lanes[r.server_lane]) for r in ok if r.server_lane in lanes)
     return Summary(
         label=label, duration_s=duration_s, requests=n, ok=len(ok), outcomes=outcomes,
         rejected_rate=share("rejected"), timeout_rate=share("timeout"),
@@ -157,10 +164,21 @@ def _summarize_group(results: list[RequestResult], duration_s: float, slo: SLO |
         e2e=distribution([r.e2e_s for r in ok if r.e2e_s is not None]),
         ttft_gap=distribution([g for g in map(ttft_gap_s, ok) if g is not None]),
         e2e_gap=distribution([g for g in map(e2e_gap_s, ok) if g is not None]),
-        slo=asdict(slo) if slo is not None else None,
+        slo=asdict(slo) if given else ({"by_lane": {k: asdict(v) for k, v in lanes.items()}}
+                                       if lanes else None),
         goodput_rps=good / duration_s if checked else None,
         slo_met_share=good / len(ok) if checked and ok else None,
     )
+
+
+def lane_slos(results: list[RequestResult]) -> dict[str, SLO]:
+    """The SLO each lane's responses carried (batchpilot.slo), by the lane they ran in."""
+    out: dict[str, SLO] = {}
+    for r in results:
+        if r.server_slo and r.server_lane and r.server_lane not in out:
+            out[r.server_lane] = SLO(ttft_s=r.server_slo.get("ttft_s"),
+                                     tpot_s=r.server_slo.get("tpot_s"))
+    return out
 
 
 def _groups(results: list[RequestResult], key: Callable[[RequestResult], str],

@@ -42,6 +42,10 @@ class RequestResult:
     output_tokens: int = 0  # as the server counted them (usage), or chunks received
     server_ttft_s: float | None = None  # batchpilot.timing.ttft_s; None: not sent
     server_e2e_s: float | None = None  # batchpilot.timing.e2e_s; None: not sent
+    # batchpilot.lane and batchpilot.slo: the lane the server ran it in and that lane's
+    # targets ({ttft_s, tpot_s}); goodput counts by them when the scenario sets no slo
+    server_lane: str = ""
+    server_slo: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,9 @@ def _group_table(summaries: list[Summary], attr: str, title: str) -> str:
 
 
 def _slo_text(slo: dict | None) -> str:
+    if slo and "by_lane" in slo:
+        lanes = "; ".join(f"{lane} {_slo_text(s)}" for lane, s in slo["by_lane"].items())
+        return f"each lane's own, as the server sent them: {lanes}"
     if not slo or all(v is None for v in slo.values()):
         return "none given (goodput not computed)"
     names = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}

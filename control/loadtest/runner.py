@@ -108,7 +108,9 @@ async def _whole(client, p, prompt, model, result: RequestResult, t0: float) -> 
     usage = data.get("usage") or {}
     result.prompt_tokens = usage.get("prompt_tokens", 0)
     result.output_tokens = usage.get("completion_tokens", 0)
-    timing = (data.get("batchpilot") or {}).get("timing") or {}
+    info = data.get("batchpilot") or {}
+    _lane_slo(result, info)
+    timing = info.get("timing") or {}
     result.ttft_s = result.server_ttft_s = timing.get("ttft_s")
     result.server_e2e_s = timing.get("e2e_s")
     reason = (data.get("choices") or [{}])[0].get("finish_reason")
@@ -139,7 +141,9 @@ async def _stream(client, p, prompt, model, result: RequestResult, t0: float) ->
             if event.get("usage"):
                 result.prompt_tokens = event["usage"].get("prompt_tokens", 0)
                 result.output_tokens = event["usage"].get("completion_tokens", 0)
-            timing = (event.get("batchpilot") or {}).get("timing") or {}
+            info = event.get("batchpilot") or {}
+            _lane_slo(result, info)
+            timing = info.get("timing") or {}
             result.server_ttft_s = timing.get("ttft_s", result.server_ttft_s)
             result.server_e2e_s = timing.get("e2e_s", result.server_e2e_s)
         result.e2e_s = time.monotonic() - t0
@@ -164,3 +168,11 @@ def _json(raw: bytes) -> dict:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _lane_slo(result: RequestResult, info: dict) -> None:
+    """The lane and its SLO from a `batchpilot` object (the last stream chunk has them)."""
+    if isinstance(info.get("lane"), str):
+        result.server_lane = info["lane"]
+    if isinstance(info.get("slo"), dict):
+        result.server_slo = info["slo"]

@@ -29,6 +29,7 @@ import uvicorn
 from control.api.app import create_app
 from control.serve.settings import ServeSettings
 from control.serve.state import ServerState
+from engine.scheduling.goodput import describe_policy
 
 log = logging.getLogger("batchpilot.server")
 
@@ -107,7 +108,9 @@ class DrainingServer(uvicorn.Server):
         if self.announce:
             parts = self.state.engine.parts
             fit = getattr(parts, "step_fit", None)
-            notes = [getattr(parts, "weights", ""), fit.summary() if fit is not None else ""]
+            notes = [getattr(parts, "weights", ""), fit.summary() if fit is not None else "",
+                     describe_policy(self.state.engine.live_config, fit is not None,
+                                     parts.static.target_step_ms)]
             print(banner(self.bound_url, self.state.settings.model_name,
                          "\n  ".join(n for n in notes if n) or None), flush=True)
 

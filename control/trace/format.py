@@ -60,9 +60,27 @@ def main_wait(reasons: dict[str, float] | None) -> str:
     return f"{reason} {dur(reasons[reason])}"
 
 
+STEP_SIZES_NOTE = ("steps until 1st token: the steps from arrival to first token, by why each"
+                   " had its size (the commonest step_reason / all; docs/traces.md)")
+
+
+def step_sizes(reasons: dict[str, int] | None) -> str:
+    """'grow_for_throughput 12/30': the commonest step_reason while a request waited."""
+    if not reasons:
+        return "-"
+    reason = max(reasons, key=reasons.__getitem__)
+    return f"{reason} {reasons[reason]}/{sum(reasons.values())}"
+
+
 def _outcome(row: dict[str, Any]) -> str:
     reason = row.get("finish_reason") or ""
     return row["outcome"] if reason in ("", row["outcome"]) else f"{row['outcome']}/{reason}"
+
+
+def _target(row: dict[str, Any]) -> str:
+    if row.get("target_step_s") is None:
+        return "-"
+    return f"{dur(row['target_step_s'])} {row.get('step_reason') or ''}".rstrip()
 
 
 def _by_reason(counts: dict[str, int] | None) -> str:
@@ -139,11 +157,12 @@ def slow(rows: list[dict[str, Any]], by: str = "e2e_s") -> str:
     extra = [] if by in ("e2e_s", "queue_delay_s") else [f">{key}"]
     body = [[r["request_id"]] + ([dur(r[by])] if extra else []) + [
         dur(r["e2e_s"]), dur(r["queue_s"]), dur(r["prefill_s"]), dur(r["decode_s"]),
-        dur(r["preempted_s"]), main_wait(r["wait_reasons"]), _outcome(r), r["lane"],
-        r["tenant"]] for r in rows]
+        dur(r["preempted_s"]), main_wait(r["wait_reasons"]), step_sizes(r.get("step_reasons")),
+        _outcome(r), r["lane"], r["tenant"]] for r in rows]
     headers = ["request", *extra, ">e2e", ">queue", ">prefill", ">decode", ">preempted",
-               "main wait", "outcome", "lane", "tenant"]
-    return "\n".join([f"slowest by {key}"] + table(headers, body) + [PREEMPTED_NOTE])
+               "main wait", "steps until 1st token", "outcome", "lane", "tenant"]
+    return "\n".join([f"slowest by {key}"] + table(headers, body) + [PREEMPTED_NOTE,
+                                                                      STEP_SIZES_NOTE])
 
 
 # ---- steps -----------------------------------------------------------------------------
@@ -151,10 +170,10 @@ def steps(rows: list[dict[str, Any]], batch: bool = False, at: float | None = No
     """One line per step; `batch` adds the ids that ran; `at` draws a line at that moment."""
     if not rows:
         return "no steps in this window"
-    headers = ["time", ">step", ">dur", ">prefill", ">decode", ">tokens", ">KV",
+    headers = ["time", ">step", ">dur", "target", ">prefill", ">decode", ">tokens", ">KV",
                "waiting", ">adm", ">pre", ">fin"]
     lines = table(headers, [[
-        clock(r["start_time"]), r["step_id"], dur(r["duration_s"]),
+        clock(r["start_time"]), r["step_id"], dur(r["duration_s"]), _target(r),
         f"{r['num_prefill_seqs']}/{r['num_prefill_tokens']}t", r["num_decode_seqs"],
         f"{r['tokens_used']}/{r['token_budget']}", pct(r["kv_usage"]),
         _by_reason(r["waiting_by_reason"]), len(r["admitted"]), len(r["preempted"]),
@@ -170,8 +189,8 @@ def steps(rows: list[dict[str, Any]], batch: bool = False, at: float | None = No
             out += _batch_lines(r)
     if not marked:
         out.append(f"  ---- {clock(at)} ----")
-    out.append("  prefill: seqs/tokens; tokens: used/budget; adm/pre/fin: requests admitted,"
-               " preempted, finished")
+    out.append("  target: the step's time target and why (step_reason); prefill: seqs/tokens;"
+               " tokens: used/budget; adm/pre/fin: requests admitted, preempted, finished")
     return "\n".join(out)
 
 

@@ -17,7 +17,8 @@ STEP_COLUMNS = (
     "num_prefill_seqs, num_decode_seqs, num_prefill_tokens, num_decode_tokens, token_budget,"
     " tokens_used, max_num_seqs, kv_blocks_used, kv_blocks_free, kv_blocks_cached, kv_usage,"
     " running_by_lane, waiting_by_lane, waiting_by_reason, waiting_reason_by_lane,"
-    " tokens_by_lane, admitted, preempted, finished, finish_reasons, config_version")
+    " tokens_by_lane, admitted, preempted, finished, finish_reasons, config_version,"
+    " target_step_s, step_reason")
 BATCH_COLUMNS = "decode_seqs, prefill_seqs, prefill_tokens"
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_delay_s")
 GROUPS = ("lane", "tenant", "outcome", "model")
@@ -205,13 +206,22 @@ def slow(con, since: float | None = None, until: float | None = None, limit: int
     if by not in SLOW_BY:
         raise ValueError(f"by={by!r} must be one of {', '.join(SLOW_BY)}")
     where, params = time_window("finished_time", since, until)
-    return _rows(con, f"""
-        SELECT request_id, lane, tenant, outcome, finish_reason, e2e_s, ttft_s, tpot_s,
-               queue_delay_s AS queue_s, prefill_time_s AS prefill_s,
+    rows = _rows(con, f"""
+        SELECT run_id, request_id, lane, tenant, outcome, finish_reason, e2e_s, ttft_s,
+               tpot_s, queue_delay_s AS queue_s, prefill_time_s AS prefill_s,
                decode_time_s AS decode_s, preempted_s, num_preemptions, wait_reasons,
-               num_prompt_tokens, num_output_tokens, arrival_time
+               num_prompt_tokens, num_output_tokens, arrival_time,
+               coalesce(first_token_time, finished_time) AS first_token_or_end
         FROM requests WHERE {where} AND {by} IS NOT NULL
         ORDER BY {by} DESC LIMIT {_limit(limit)}""", params)
+    for row in rows:  # the step sizes it waited through (engine/scheduling/goodput.py)
+        run_id, start, end = row.pop("run_id"), row["arrival_time"], row.pop(
+            "first_token_or_end")
+        row["step_reasons"] = dict(con.execute(
+            "SELECT step_reason, count(*) FROM steps WHERE run_id = ? AND step_reason IS NOT"
+            " NULL AND start_time >= ? AND start_time < ? GROUP BY ALL ORDER BY 2 DESC",
+            [run_id, start, end]).fetchall()) if start is not None and end is not None else {}
+    return rows
 
 
 def summary(con, since: float | None = None, until: float | None = None) -> dict[str, Any]:

@@ -29,11 +29,13 @@ from control.whatif.summary import (
     LATENCIES,
     OUTCOMES,
     PERCENTILES,
+    LaneSLOs,
+    SLOs,
     predicted_summary,
     recorded_summary,
 )
 from control.whatif.window import Window
-from engine.config import EngineConfig
+from engine.config import EngineConfig, LiveConfig
 from engine.config.patch import diff
 
 RECORDED, PREDICTED = "recorded", "predicted"
@@ -130,6 +132,8 @@ def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
         except ValueError as exc:
             raise ValueError(f"{name}: {exc}") from None
     predictions = replays(window, model, {PREDICTED: recorded, **configs}, progress, workers)
+    if slo is None:  # goodput by the recorded config's lane SLOs (engine/config/slo.py)
+        slo = lane_slos(recorded.live)
     summaries = {RECORDED: recorded_summary(window, slo)}
     for name, p in predictions.items():
         summaries[name] = predicted_summary(p, window.duration_s, slo)
@@ -145,7 +149,7 @@ def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
                    "device": window.device or None, "run_id": window.facts.run_id,
                    "requests": len(window.requests)},
         "calibration": model.to_dict(),
-        "slo": dataclasses.asdict(slo) if slo is not None else None,
+        "slo": _slo_dict(slo),
         "configs": {name: {"patch": proposals[name], "diff": diff(recorded.live, c.live)}
                     for name, c in configs.items()},
         "columns": list(summaries),
@@ -158,3 +162,16 @@ def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
         "warnings": warnings,
         "notes": list(window.notes) + list(notes or ()),
     }
+
+
+def lane_slos(live: LiveConfig) -> LaneSLOs:
+    """The config's lanes' SLOs as the summaries' per-lane targets."""
+    return {lane.name: SLO(s.ttft_s, s.tpot_s) for lane in live.lanes
+            if (s := live.lane_slo(lane)).is_set}
+
+
+def _slo_dict(slo: SLOs) -> dict[str, Any] | None:
+    """The SLO the goodput was counted under: one for all, or {"by_lane": {...}}."""
+    if slo is None or isinstance(slo, SLO):
+        return dataclasses.asdict(slo) if slo is not None else None
+    return {"by_lane": {lane: dataclasses.asdict(s) for lane, s in slo.items()}}

@@ -217,3 +217,22 @@ def predicted_ttft_s(state: SchedulerState, req: Request, now: float) -> float |
         return None
     weights = {lane.name: lane.config.weight for lane in state.lanes}
     return model.predicted_ttft_s(req, queue_work(law, state.lanes), weights, now)
+
+
+def describe_policy(live: LiveConfig, has_law: bool, target_step_ms: int) -> str:
+    """One line for the ready banner: how this server sizes its steps, and for what SLOs."""
+    if not has_law:
+        return ("steps: sized by the token budgets alone (no start-up step law: budgets set"
+                " in the config, chunked prefill off, or target_step_ms 0)")
+    if live.step_policy == "fixed":
+        return f"steps: held to target_step_ms {target_step_ms} ms (step_policy fixed)"
+    slos = ", ".join(f"{lane.name} {_slo_text(live.lane_slo(lane))}" for lane in live.lanes)
+    shed = "on" if live.slo_shedding else "off"
+    return (f"steps: goodput policy from {target_step_ms} ms up to {MAX_GROWTH:g}x for the"
+            f" lanes' SLOs ({slos}); slo_shedding {shed}")
+
+
+def _slo_text(slo) -> str:
+    parts = [f"{name} {value:g} s" for name, value in (("TTFT", slo.ttft_s), ("TPOT", slo.tpot_s))
+             if value is not None]
+    return "/".join(parts) or "no SLO"

@@ -9,6 +9,7 @@ import pytest
 from fixtures.serving import asgi_client, make_engine, wait_until_idle
 
 from control.api.response_schemas import ErrorResponse
+from engine.calibration.step_law import StepLaw
 from engine.request import SamplingParams
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
@@ -165,6 +166,35 @@ def test_deadline_that_cannot_be_met_is_429(tiny_loaded):
     assert _check_error(tight, 429, "deadline")["code"] == "deadline"
     assert int(tight.headers["retry-after"]) >= 1
     assert loose.status_code == 200
+
+
+def test_a_request_the_queue_keeps_from_its_lanes_ttft_is_429_slo_unreachable(tiny_loaded,
+                                                                              tmp_path):
+    config = {"lanes": {"interactive": {"slo": {"ttft_s": 2.5}}},
+              "serving": {"long_context_lane": None}}
+    engine, _, settings = make_engine(tiny_loaded, delay_s=0.01, max_num_seqs=1,
+                                      config=config, tmp_path=tmp_path)
+    law = StepLaw(0.01, 0.01, 0.0, 0.0)  # 10 ms a token: four 60-token prompts take 2.4 s
+    long = SamplingParams(max_tokens=200, ignore_eos=True)
+
+    def queue_up(e):
+        e.scheduler.step_law = law  # the start-up fit's, as a server with fitted budgets has
+        for i in range(4):  # each within 2.5 s of its arrival, behind the others
+            assert e.add_request(f"q{i}", [5 + i] * 60, long).accepted
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            await engine.call(queue_up)
+            resp = await client.post("/v1/completions", json={  # ~100 tokens: 1 s alone
+                "prompt": "Hi there " * 20, "max_tokens": 2})
+            await engine.call(lambda e: [e.abort(f"q{i}") for i in range(4)])
+            return resp
+
+    resp = asyncio.run(scenario())
+    error = _check_error(resp, 429, "slo.ttft_s", "2.5s")
+    assert error["code"] == "slo_unreachable" and error["type"] == "rate_limit_error"
+    assert int(resp.headers["retry-after"]) >= 1
+    assert resp.headers["x-batchpilot-reject-reason"] == "slo_unreachable"
 
 
 def test_kv_above_reject_watermark_is_503(tiny_loaded):

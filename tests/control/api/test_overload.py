@@ -11,7 +11,8 @@ from fixtures.serving import LiveServer, kv_in_use, make_engine, wait_until_idle
 BURST = 40
 CONFIG = {
     "serving": {"max_active_sequences": 2, "max_waiting_requests": 12},
-    "lanes": {"interactive": {"weight": 4, "policy": "priority", "max_waiting": 4},
+    "lanes": {"interactive": {"weight": 4, "policy": "priority", "max_waiting": 4,
+                              "slo": {"ttft_s": 30, "tpot_s": 5}},
               "long_context": {"weight": 2}, "batch": {"weight": 1, "max_waiting": 6}},
 }
 
@@ -53,4 +54,8 @@ def test_a_burst_gets_429s_and_every_accepted_request_completes(tiny_loaded, tmp
         assert body["usage"]["completion_tokens"] == 8
     lanes = {r.json()["batchpilot"]["lane"] for r in accepted}
     assert lanes == {"batch", "interactive"}
+    for r in accepted:  # each response names its lane's SLO, the targets goodput counts by
+        info = r.json()["batchpilot"]
+        assert info["slo"] == ({"ttft_s": 30, "tpot_s": 5} if info["lane"] == "interactive"
+                               else None)
     assert used == 0

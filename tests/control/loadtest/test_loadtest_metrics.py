@@ -15,6 +15,7 @@ The requests (times in s from send; SLO: TTFT <= 0.5, TPOT <= 0.15, E2E <= 2.0; 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict
 
@@ -139,6 +140,23 @@ def test_goodput_counts_ok_requests_meeting_every_slo(recorded, summary):
     for no_slo in (None, SLO()):
         s = summarize(results, duration_s, no_slo)
         assert s.goodput_rps is None and s.slo_met_share is None
+
+
+def test_without_a_scenario_slo_goodput_counts_each_lanes_own_from_the_server(recorded):
+    results, duration_s, _ = recorded
+    results = [dataclasses.replace(r) for r in results]
+    for r in results:  # the server ran them in two lanes and sent each lane's targets
+        r.server_lane = "chat" if r.planned.index % 2 == 0 else "bulk"
+        r.server_slo = {"ttft_s": 0.3, "tpot_s": None} if r.server_lane == "chat" else None
+    s = summarize(results, duration_s, None)
+    # chat: 0 (TTFT 0.2) meets 0.3; 2 (0.45) and 4 (0.9) miss; bulk has no targets
+    assert s.slo == {"by_lane": {"chat": {"ttft_s": 0.3, "tpot_s": None, "e2e_s": None}}}
+    assert s.goodput_rps == approx(0.25)  # 1 / 4.0 s
+    assert "each lane's own, as the server sent them: chat TTFT <= 0.3 s" in markdown_report(
+        "t", "", [s], [])
+    given = summarize(results, duration_s, SLO(ttft_s=0.3))  # a given SLO wins
+    assert given.slo == {"ttft_s": 0.3, "tpot_s": None, "e2e_s": None}
+    assert given.goodput_rps == approx(0.5)
 
 
 def test_by_lane_and_by_tenant(summary):
