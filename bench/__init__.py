@@ -18,6 +18,9 @@ CPU, side by side in one run:
                          no 5xx, their p99 TPOT with / without
     openapi_fuzz         schemathesis over every operation in /openapi.json, in process:
                          no 5xx, no logged exception (tens of thousands of cases)
+    goodput_policy       the Azure replay at 0.7/1.0/1.5x capacity and a mixed scenario:
+                         goodput of the goodput policy vs fitted budgets, the fixed step
+                         law and fixed budgets (simulated engine, CPU-like step costs)
     lane_preemption      interactive TTFT p99 under a batch flood, preempt_to_start on vs
                          off (simulated engine), and what it costs the batch work
     latency_reconcile    client vs server TTFT and queue delay behind a long prefill and

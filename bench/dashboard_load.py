@@ -45,7 +45,7 @@ def build(path: str, steps_per_s: float, seconds: int = DAY_S) -> None:
             (200 + i % 300) / 4096.0, {lanes}, MAP {{'interactive': (i % 4)::BIGINT}},
             MAP {{'max_num_seqs': (i % 4)::BIGINT}}, MAP {{'interactive': 'max_num_seqs'}},
             MAP {{'interactive': (8 + i % 5)::BIGINT}}, [1, 2, 3], [4], [256], [], [],
-            [], [], 1 + (i // {int(3600 * steps_per_s)}), 0, 0, NULL, NULL
+            [], [], 1 + (i // {int(3600 * steps_per_s)}), 0, 0, NULL, NULL, 0.25, 'target'
         FROM range({n}) t(i)""")
     con.execute(f"""
         INSERT INTO requests SELECT 'day', 'r' || i, 'm', CASE WHEN i % 5 = 0 THEN 'batch'

@@ -214,7 +214,7 @@ def main() -> None:
                         help="the trace's output lengths divided by this (default 4)")
     parser.add_argument("--no-mixed", dest="mixed", action="store_false")
     parser.add_argument("--smoke", action="store_true", help="40 requests, one seed, CI")
-    parser.add_argument("--json", action="store_true", help="one JSON line, no table")
+    parser.add_argument("--json", action="store_true", help="the JSON line only, no table")
     args = parser.parse_args()
     args.loads = [float(x) for x in args.loads.split(",")]
     if args.smoke:
@@ -222,11 +222,11 @@ def main() -> None:
     rows = measure(args)
     check_sane(rows)
     summary = verdicts(rows)
-    if args.json:
-        print(json.dumps({"bench": "goodput_policy", "rows": rows, "summary": summary}))
-        return
-    print_table(summary)
-    print(f"\ngoals: {GOALS}")
+    if not args.json:
+        print_table(summary)
+        print(f"\ngoals: {GOALS}")
+    print(json.dumps({"bench": "goodput_policy", "smoke": args.smoke, "goals": GOALS,
+                      "summary": summary, "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ that ran under that side's fleet version), then
 Relative AND absolute: on a fast model a 2 ms -> 3 ms TTFT is +50% and harmless; on a
 slow one +40 ms may be noise at p99. Rates are in points, not ratios: 0 -> 1 error in 200
 requests is not "infinitely worse". Goodput is compared as a share of requests (finished
-within their own deadline / requests that ended, cancellations excluded), since routing
+within their own deadline and their lane's SLO / requests that ended, cancellations
+excluded), since routing
 splits traffic unevenly between the sides; goodput in req/s per replica is reported too.
 """
 

@@ -16,6 +16,7 @@ import time
 from collections import deque
 from typing import Any
 
+from engine.config import LiveConfig
 from engine.records import StepOutput
 
 WINDOW_LIMIT = 200_000  # ended requests kept (~a few MB); a window older than that is cut
@@ -23,17 +24,22 @@ WINDOW_LIMIT = 200_000  # ended requests kept (~a few MB); a window older than t
 
 class RequestWindow:
     """Ended requests as (end time s since epoch, outcome, ttft_s, tpot_s, good, fleet
-    version). `good`: finished (stop or length) within its own deadline, if it had one."""
+    version). `good`: finished (stop or length) within its own deadline, if it had one,
+    and meeting its lane's SLO (engine/config/slo.py) in the config it ended under."""
 
     def __init__(self, limit: int = WINDOW_LIMIT):
         self.entries: deque[tuple[float, str, float | None, float | None, bool, int | None]] \
             = deque(maxlen=limit)
 
-    def add(self, out: StepOutput, fleet_version: int | None) -> None:
-        """Engine thread: the step's ended requests and its rejections at arrival."""
+    def add(self, out: StepOutput, fleet_version: int | None,
+            live: LiveConfig | None = None) -> None:
+        """Engine thread: the step's ended requests and its rejections at arrival; `live`:
+        the installed config (its lanes' SLOs)."""
         for rec in out.finished:
             end = rec.finished_time or time.time()
             good = rec.outcome == "finished" and (rec.deadline is None or end <= rec.deadline)
+            if good and live is not None and rec.lane in live.lane_names:
+                good = live.lane_slo(live.lane(rec.lane)).met(rec.ttft_s, rec.tpot_s)
             self.entries.append((end, rec.outcome, rec.ttft_s, rec.tpot_s, good,
                                  fleet_version))
         for decision in out.admissions:
@@ -77,7 +83,7 @@ class FleetTee:
         version = self.fleet_version
         if out.record is not None:
             out.record.fleet_version = version
-        self.window.add(out, version)
+        self.window.add(out, version, getattr(engine, "live_config", None))
         if self.inner is not None:
             self.inner.on_step(engine, out)
 

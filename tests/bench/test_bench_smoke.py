@@ -42,6 +42,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "dtype_agreement": [],
     "single_stream": [],
     "openapi_fuzz": [],
+    "goodput_policy": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
@@ -74,6 +75,27 @@ def test_benchmark_runs_in_smoke_mode(name, tmp_path):
         assert result["smoke"] is True
     if name == "hostile_traffic":
         check_poison_phase(result["poison"])
+    if name == "goodput_policy":
+        check_goodput_policy(result)
+
+
+def check_goodput_policy(result: dict) -> None:
+    """Every side at every load, figures finite and in range; the ratios are printed by
+    the bench (goals against other sides), never asserted here."""
+    sides = {"a_fitted", "b_law", "c_goodput", "c_noshed", "fixed_256", "fixed_512",
+             "fixed_1024", "fixed_2048"}
+    assert result["summary"], "no load was run"
+    for verdict in result["summary"]:
+        assert set(verdict["sides"]) == sides, verdict["sides"].keys()
+        for side, m in verdict["sides"].items():
+            assert all(math.isfinite(v) and v >= 0 for v in m.values()), (side, m)
+            assert m["met"] <= m["finished"], (side, m)
+        for key in ("goodput_c_over_best_other", "finished_c_over_best"):
+            assert math.isfinite(verdict[key]) and verdict[key] > 0, (key, verdict)
+    for row in result["rows"]:
+        assert row["steps"] > 0 and row["capacity_rps"] > 0, row
+        if row["side"].startswith("c_"):  # the policy's steps: at or above the target
+            assert row["step_p99_over_target"] > 0, row
 
 
 def check_poison_phase(poison: dict) -> None:
