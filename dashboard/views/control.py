@@ -19,10 +19,10 @@ from dashboard import charts, whatif_panel
 from dashboard.context import Ctx, ask, context, window
 from dashboard.control_form import (
     BUDGETS,
-    LANE_FIELDS,
     PREDICT_WINDOWS_S,
     WATERMARKS,
     clean,
+    lane_rows,
     lanes_from_rows,
     merge_patch,
 )
@@ -75,9 +75,19 @@ def form_fields(config: dict[str, Any]) -> tuple[dict[str, Any], pd.DataFrame]:
     edited["batching"] = cols[1].selectbox(
         "batching", BATCHING_MODES, BATCHING_MODES.index(config["batching"]),
         key="bp_batching")
-    st.markdown("Lanes")
-    table = pd.DataFrame.from_dict(config["lanes"], orient="index")[list(LANE_FIELDS)]
+    st.markdown("**Lanes**. SLO targets, the table's `slo_*` cells (seconds; empty: the"
+                f" default SLO, {slo_text(config.get('default_slo'))}): "
+                + "; ".join(f"{name}: {slo_text(lane.get('slo'))}"
+                            for name, lane in config["lanes"].items()))
+    table = pd.DataFrame.from_dict(lane_rows(config["lanes"]), orient="index")
     return edited, st.data_editor(table, key="bp_lanes", num_rows="fixed")
+
+
+def slo_text(slo: dict[str, Any] | None) -> str:
+    """{"ttft_s": 5, "tpot_s": 0.5} -> "TTFT 5 s, TPOT 0.5 s"; None -> "no targets"."""
+    parts = [f"{key[:-2].upper()} {value:g} s" for key, value in (slo or {}).items()
+             if value is not None]
+    return ", ".join(parts) or "no targets"
 
 
 def edit_form(data: dict[str, Any]) -> None:

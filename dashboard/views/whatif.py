@@ -37,7 +37,7 @@ def current_config(ctx: Ctx) -> dict[str, Any] | None:
 
 
 def slo_inputs() -> SLO | None:
-    st.markdown("SLOs for goodput (seconds; 0 = none)")
+    st.markdown("SLOs for goodput (seconds; 0 = each lane's own, as recorded)")
     cols = st.columns(3)
     values = {key: cols[i].number_input(key, min_value=0.0, value=0.0, step=0.05,
                                         format="%.3f", key=f"bp_whatif_{key}")

@@ -57,7 +57,8 @@ def test_predict_shows_recorded_as_is_and_proposed_and_applies_nothing(url):
     assert table.loc["requests", "proposed"] == str(REQUESTS)
     assert table.loc["ttft_p50_s", "as-is / recorded"].endswith("x")
     assert table.loc["rejected", "proposed / as-is"] == whatif_panel.NONE  # 0 / 0
-    assert "goodput_rps" not in table.index  # no SLO given: no goodput
+    # no SLO given: goodput by each recorded lane's own (the default lanes set some)
+    assert "goodput_rps" in table.index and "slo_met_share" in table.index
     warnings = [w.value for w in at.warning]
     assert any("larger than any step the fit has seen" in w and "prefill_tokens" in w
                for w in warnings), warnings

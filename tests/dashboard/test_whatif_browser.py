@@ -99,3 +99,23 @@ def test_whatif_page_compares_configs_with_charts(browser_page):
     assert charts.first.bounding_box()["width"] > 900
     assert page.locator("[data-testid=stException]").count() == 0
     assert page.locator("[data-testid=stAlertContentError]").count() == 0
+
+
+def test_control_page_shows_each_lanes_slo(browser_page):
+    """Above the lanes table (whose slo_ttft_s and slo_tpot_s cells edit them), each lane's
+    SLO targets in words, and what an empty cell means. The table itself is a canvas: its
+    screenshot is for a person to look at."""
+    url, page = browser_page
+    open_page(page, f"{url}/control")
+    caption = page.get_by_text("SLO targets, the table's", exact=False).first
+    assert caption.is_visible()
+    text = caption.inner_text()
+    for words in ("empty: the default SLO, no targets", "interactive: TTFT 5 s, TPOT 0.5 s",
+                  "long_context: TTFT 30 s, TPOT 1 s", "batch: no targets"):
+        assert words in text, text
+    grid = page.locator("[data-testid=stDataFrame]").first
+    grid.scroll_into_view_if_needed()
+    assert grid.is_visible() and grid.bounding_box()["width"] > 600
+    page.locator("[data-testid=stMainBlockContainer]").screenshot(
+        path=str(SHOTS / "control_lanes_slo.png"))
+    assert page.locator("[data-testid=stException]").count() == 0

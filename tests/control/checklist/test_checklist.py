@@ -364,7 +364,7 @@ def test_markdown_and_text_reports():
     results = evaluate(SPEC, ev)
     md = to_markdown(results, source="http://x")
     assert md.startswith("# Go-live checklist\n\nEvidence from http://x.")
-    assert "**15 pass, 1 fail, 1 need evidence (17 items): NOT ready: items fail**" in md
+    assert "**16 pass, 1 fail, 1 need evidence (18 items): NOT ready: items fail**" in md
     assert md.count("| | Item | Status | Evidence |") == len(SPEC.sections)
     assert "## Capacity and configuration" in md and "## Rollout and rollback" in md
     assert "| ❌ | **Chunked prefill decided** (`chunked_prefill`)<br>Either" in md
@@ -372,7 +372,7 @@ def test_markdown_and_text_reports():
     text = to_text(results, ascii_only=True)
     assert "  x FAIL           chunked_prefill" in text
     assert "  ? needs-evidence metrics " in text
-    assert text.splitlines()[-1].startswith("15 pass, 1 fail, 1 need evidence")
+    assert text.splitlines()[-1].startswith("16 pass, 1 fail, 1 need evidence")
 
 
 # ---- the CLI over a recorded trace ----------------------------------------------------------

@@ -80,15 +80,16 @@ def test_a_fleet_change_reaches_every_engine_and_stamps_its_steps(tiny_llama_dir
 def test_a_trace_from_before_fleet_version_opens_and_gains_the_column(tmp_path):
     path = str(tmp_path / "old.duckdb")
     added = [name for name, _ in STEPS.columns].index("fleet_version")  # schema 2 from here
-    assert [name for name, _ in STEPS.columns[added:]] == ["fleet_version", "predicted_step_s"]
+    assert [name for name, _ in STEPS.columns[added:]] == [
+        "fleet_version", "predicted_step_s", "target_step_s", "step_reason"]
     old_steps = Table("steps", STEPS.columns[:added], STEPS.time_column)  # schema 1
     with duckdb.connect(path) as con:
         con.execute(old_steps.ddl())
         con.execute("INSERT INTO steps (run_id, step_id, config_version) VALUES ('r', 1, 3)")
     with duckdb.connect(path) as con:
         create_schema(con)  # what the writer does when it opens the file
-        rows = con.execute("SELECT step_id, config_version, fleet_version, predicted_step_s"
-                           " FROM steps").fetchall()
+        rows = con.execute("SELECT step_id, config_version, fleet_version, predicted_step_s,"
+                           " step_reason FROM steps").fetchall()
         names = [d[0] for d in con.execute("SELECT * FROM steps").description]
-    assert rows == [(1, 3, None, None)]
+    assert rows == [(1, 3, None, None, None)]
     assert names == STEPS.column_names  # same positions: the writer inserts by position
