@@ -21,6 +21,8 @@ CPU, side by side in one run:
     goodput_policy       the Azure replay at 0.7/1.0/1.5x capacity and a mixed scenario:
                          goodput of the goodput policy vs fitted budgets, the fixed step
                          law and fixed budgets (simulated engine, CPU-like step costs)
+    step_cost_drift      a CPU hog started mid-run: seconds until the step cost's drift
+                         passes 1.5, and the scheduler's law scale before and during it
     lane_preemption      interactive TTFT p99 under a batch flood, preempt_to_start on vs
                          off (simulated engine), and what it costs the batch work
     latency_reconcile    client vs server TTFT and queue delay behind a long prefill and

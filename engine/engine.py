@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any, Protocol
 
+from engine.calibration.drift import StepCostWatch
 from engine.calibration.step_law import StepLaw
 from engine.config import EngineConfig, LiveConfig
 from engine.fault_isolation import DEFAULT_MAX_EXTRA_RUNS, contain
@@ -78,6 +79,7 @@ class Engine:
                                    growable_budgets)
         self.requests: dict[str, Request] = {}  # unfinished only
         self.throughput = ThroughputEstimator()
+        self.step_cost = StepCostWatch()  # served steps against the law: device drift
         self._pending_deltas: list[RequestDelta] = []  # ends between steps (abort, timeout)
         self._pending_finished: list[Request] = []
         self._pending_admissions: list[AdmissionDecision] = []
@@ -227,6 +229,7 @@ class Engine:
         run = self.run_step(start)
         record = step_record(run, self.scheduler, start, t0, prefix0)  # engine/reports.py
         self.scheduler.law_slowdown.observe(run.out.predicted_s, run.end - start)
+        self.step_cost.observe(run.end, run.out.predicted_s, run.end - start)
         return self._drain_pending(record, run)
 
     def run_step(self, start: float) -> StepRun:
@@ -294,7 +297,7 @@ class Engine:
     def gauges(self) -> EngineGauges:
         """The engine's state now (between steps): what the metrics' gauges show."""
         return engine_gauges(self.scheduler, self.block_manager, self._last_wait_reasons,
-                             self.clock())
+                             self.clock(), self.step_cost)
 
     def stats(self) -> dict[str, Any]:
         lanes = self.scheduler.lanes

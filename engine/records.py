@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.calibration.drift import StepCostDrift
 from engine.config import LiveConfig
 from engine.request import Request
 
@@ -223,6 +224,7 @@ class EngineGauges:
     kv_blocks_cached: int  # free, but holding a reusable prefix
     kv_usage: float  # used / total
     live: LiveConfig
+    step_cost: StepCostDrift | None = None  # None: no step law (engine/calibration/drift.py)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from engine.calibration.drift import StepCostWatch
 from engine.kv.block_manager import BlockManager
 from engine.records import (
     AdmissionDecision,
@@ -77,9 +78,10 @@ def step_output(record: StepRecord | None, run: StepRun | None, deltas: list[Req
 
 
 def engine_gauges(scheduler: Scheduler, bm: BlockManager, last_wait_reasons: dict[str, str],
-                  now: float) -> EngineGauges:
+                  now: float, step_cost: StepCostWatch | None = None) -> EngineGauges:
     """Queues, KV pool and live config between steps. Waiting requests are counted under
-    the reason their lane started none in the last step (`last_wait_reasons`)."""
+    the reason their lane started none in the last step (`last_wait_reasons`). The step
+    cost's drift only where the scheduler has a step law."""
     lanes = scheduler.lanes
     waiting_by_lane = {q.name: q.num_waiting for q in lanes}
     by_reason: dict[str, int] = {}
@@ -92,4 +94,6 @@ def engine_gauges(scheduler: Scheduler, bm: BlockManager, last_wait_reasons: dic
         waiting_by_lane=waiting_by_lane, waiting_by_reason=by_reason,
         kv_blocks_total=bm.num_blocks, kv_blocks_used=bm.num_used,
         kv_blocks_free=bm.num_free, kv_blocks_cached=bm.num_cached_free,
-        kv_usage=bm.usage, live=scheduler.live)
+        kv_usage=bm.usage, live=scheduler.live,
+        step_cost=(step_cost.reading(now, scheduler.law_slowdown.value)
+                   if step_cost is not None and scheduler.step_law is not None else None))

@@ -10,6 +10,7 @@ be 0, whatever `cached` is. Waiting requests hold none (a preempted one is recom
 from __future__ import annotations
 
 import datetime
+import math
 from typing import Any
 
 from control.checklist.checks_ops import gauge_sum
@@ -90,3 +91,26 @@ def rollback_exercised(ev: Evidence, p: dict[str, Any]) -> Verdict:
     return failed(f"no rollback in the audit log ({len(sources)} entries, sources:"
                   f" {', '.join(sorted(set(sources))) or 'none'}): exercise one with"
                   " `batchpilot ctl rollback VERSION --reason drill`", sources=sources)
+
+
+@register("step_cost_steady", max_drift=1.5)
+def step_cost_steady(ev: Evidence, p: dict[str, Any]) -> Verdict:
+    """Served steps cost what they did when the server began (engine/calibration/drift.py):
+    a load test, a what-if and a capacity figure measured then still describe it."""
+    if ev.metrics_text is None:
+        return needs(f"no /metrics read ({ev.missing.get('metrics', 'no --url')})")
+    scale = gauge_sum(ev.metrics_text, "batchpilot_step_law_scale")
+    drift = gauge_sum(ev.metrics_text, "batchpilot_step_cost_drift_ratio")
+    if scale is None:
+        return passed("no step law (the budgets are set, or target_step_ms is 0): steps are"
+                      " sized by token budgets alone, nothing to drift from")
+    if drift is None or math.isnan(drift):
+        return needs(f"step law scale {fmt(scale)}, but no drift reading yet: it needs the"
+                     " server's first 60 steps and 10 in the last 20 s; check under load")
+    shown = (f"served steps cost {fmt(drift)}x what they did at start-up (limit"
+             f" {fmt(p['max_drift'])}x); the scheduler divides its step target by"
+             f" {fmt(scale)}")
+    if drift > p["max_drift"]:
+        return failed(f"{shown}: the device got slower (another process, throttling); runbook"
+                      " playbooks/runbooks/step-cost-drift.md", drift=drift)
+    return passed(shown, drift=drift)

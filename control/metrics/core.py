@@ -9,12 +9,19 @@ so the cumulative buckets and the +Inf bucket always agree.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 from prometheus_client.registry import Collector
+
+from engine.calibration.drift import StepCostDrift
 
 # Upper bounds (seconds, or tokens for the step sizes).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0,
@@ -123,3 +130,20 @@ class FamiliesCollector(Collector):
 
 def _le(bound: float) -> str:
     return repr(float(bound))
+
+
+def step_cost_families(cost: StepCostDrift, model: str) -> Iterator[GaugeMetricFamily]:
+    """The step law's standing (engine/calibration/drift.py). The drift is NaN until the
+    server has evidence (its first steps, and steps in the last 20 s): unknown, not 1,
+    and the series exists wherever there is a law, so boards and checks find it."""
+    drift = cost.drift if cost.drift is not None else math.nan
+    for name, doc, value in (
+        ("step_law_scale", "Measured / predicted step time the scheduler divides the step"
+         " target by (its online correction of the law).", cost.law_scale),
+        ("step_cost_drift_ratio", "Served steps' measured / predicted time over the last"
+         " 20 s (median), over the same at start-up: 2 means the device got twice as slow"
+         " (NaN: not enough recent steps to tell).", drift),
+    ):
+        fam = GaugeMetricFamily("batchpilot_" + name, doc, labels=["model"])
+        fam.add_metric([model], float(value))
+        yield fam

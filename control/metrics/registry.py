@@ -34,6 +34,7 @@ from control.metrics.core import (
     Counter,
     FamiliesCollector,
     Histogram,
+    step_cost_families,
 )
 from engine.records import AdmissionDecision, EngineGauges, RequestRecord, StepRecord
 
@@ -273,6 +274,8 @@ class ServingMetrics:
             yield fam
         yield _by_label(p + "lane_weight", "Live lane share of the token budget.", m, "lane",
                         {lane.name: lane.weight for lane in live.lanes})
+        if g.step_cost is not None:
+            yield from step_cost_families(g.step_cost, m)
 
 
 def _by_label(name: str, doc: str, model: str, label: str,

@@ -43,6 +43,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "single_stream": [],
     "openapi_fuzz": [],
     "goodput_policy": [],
+    "step_cost_drift": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
@@ -77,6 +78,21 @@ def test_benchmark_runs_in_smoke_mode(name, tmp_path):
         check_poison_phase(result["poison"])
     if name == "goodput_policy":
         check_goodput_policy(result)
+    if name == "step_cost_drift":
+        check_step_cost_drift(result)
+
+
+def check_step_cost_drift(result: dict) -> None:
+    """Readings before and during the hog, finite and positive; how soon the hog was seen
+    is printed against its goal, never asserted (a noisy VM moves it)."""
+    assert result["steps"] > 100 and result["hogs"] >= 1, result
+    for key in ("drift_before", "drift_late_in_hog", "law_scale_before", "law_scale_late",
+                "step_s_before", "step_s_late", "tokens_before", "tokens_late"):
+        assert result[key] is not None and math.isfinite(result[key]), (key, result)
+        assert result[key] > 0, (key, result)
+    assert result["law_scale_before"] >= 1 and result["law_scale_late"] >= 1, result
+    flagged = result["seconds_to_flag"]
+    assert flagged is None or 0 <= flagged <= result["seconds"], result
 
 
 def check_goodput_policy(result: dict) -> None:

@@ -128,7 +128,7 @@ def test_every_rule_has_severity_for_and_a_runbook():
     for rule in rules:
         name = rule["alert"]
         assert rule["labels"]["severity"] in ("critical", "warning"), name
-        assert re.fullmatch(r"\d+m", rule["for"]), name
+        assert re.fullmatch(r"\d+[sm]", rule["for"]), name
         notes = rule["annotations"]
         assert notes["summary"] and notes["description"], name
         assert re.fullmatch(r"playbooks/runbooks/[a-z-]+\.md", notes["runbook_url"]), name
@@ -190,6 +190,10 @@ SERIES = {  # alert -> (input series {labels} -> values, extra labels of the ale
         f'batchpilot_running_requests{{{B}, lane="chat"}}': "0x20",
         f"batchpilot_engine_steps_total{{{A}}}": "100x20",
         f"batchpilot_engine_steps_total{{{B}}}": "100+600x20",
+    }, {}),
+    "BatchpilotStepCostDrift": ({
+        f"batchpilot_step_cost_drift_ratio{{{A}}}": "1x5 2.1x15",
+        f"batchpilot_step_cost_drift_ratio{{{B}}}": "1.4x20",  # noisy, under the share
     }, {}),
     "BatchpilotDown": ({
         'up{job="batchpilot", instance="a:8000"}': "0x20",

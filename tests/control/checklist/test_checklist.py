@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -164,6 +165,11 @@ FAILURES = {
         "cancellation_frees_kv", [("metrics_text", metrics_text(
             batchpilot_kv_blocks_used=3))], "/metrics now (nothing running or waiting):"
         " kv_blocks_used 3"),
+    "device slowed since start-up": (
+        "step_cost_steady", [("metrics_text", metrics_text(
+            batchpilot_step_cost_drift_ratio=2.3, batchpilot_step_law_scale=2.1))],
+        "served steps cost 2.3x what they did at start-up (limit 1.5x); the scheduler"
+        " divides its step target by 2.1: the device got slower"),
     "no rollback in the history": ("rollback", [("history.2.source", "api")],
                                    "no rollback in the audit log (5 entries, sources: api,"
                                    " startup, whatif)"),
@@ -268,6 +274,9 @@ NEEDS = {
         ev.trace_facts.update(idle_after_cancel=None),
         setattr(ev, "metrics_text", metrics_text(batchpilot_running_requests=2))),
         "no moment with nothing running"),
+    "no drift reading yet": ("step_cost_steady", lambda ev: setattr(
+        ev, "metrics_text", metrics_text(batchpilot_step_cost_drift_ratio=math.nan)),
+        "step law scale 1, but no drift reading yet"),
     "no audit log": ("rollback", lambda ev: (
         setattr(ev, "history", None), setattr(ev, "config_changes", None),
         ev.missing.update(history="GET /control/history answered 404")), "answered 404"),
@@ -364,7 +373,7 @@ def test_markdown_and_text_reports():
     results = evaluate(SPEC, ev)
     md = to_markdown(results, source="http://x")
     assert md.startswith("# Go-live checklist\n\nEvidence from http://x.")
-    assert "**16 pass, 1 fail, 1 need evidence (18 items): NOT ready: items fail**" in md
+    assert "**16 pass, 1 fail, 2 need evidence (19 items): NOT ready: items fail**" in md
     assert md.count("| | Item | Status | Evidence |") == len(SPEC.sections)
     assert "## Capacity and configuration" in md and "## Rollout and rollback" in md
     assert "| ❌ | **Chunked prefill decided** (`chunked_prefill`)<br>Either" in md
@@ -372,7 +381,7 @@ def test_markdown_and_text_reports():
     text = to_text(results, ascii_only=True)
     assert "  x FAIL           chunked_prefill" in text
     assert "  ? needs-evidence metrics " in text
-    assert text.splitlines()[-1].startswith("16 pass, 1 fail, 1 need evidence")
+    assert text.splitlines()[-1].startswith("16 pass, 1 fail, 2 need evidence")
 
 
 # ---- the CLI over a recorded trace ----------------------------------------------------------

@@ -1,0 +1,122 @@
+"""The step cost's drift: served steps against the start-up law. On the simulated engine
+with CPU-like costs and a law fitted by the start-up probe, the device's steps become twice
+as costly at t=60 s (another tenant on the machine); the reading stays near 1 before and
+shows the change within WINDOW_S of it, and the scheduler's correction of the law
+(law_scale) follows. Without a law there is no reading, so no metric to misread."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine.calibration.budget_fit import fit_step_budgets
+from engine.calibration.drift import (
+    BASELINE_STEPS,
+    MAX_WINDOW_STEPS,
+    MIN_WINDOW_STEPS,
+    WARMUP_STEPS,
+    WINDOW_S,
+    StepCostWatch,
+)
+from engine.config import EngineConfig, LiveConfig, StaticConfig
+from engine.engine import Engine
+from engine.sim.executor import FakeClock, SimulatedExecutor
+from engine.sim.simulate import simulate
+from engine.sim.step_cost import CostProber, CpuLikeStepCost
+from engine.sim.workload import TraceRequest
+
+SLOWED_AT_S = 60.0
+STATIC = StaticConfig(num_kv_blocks=1024, max_model_len=2048, target_step_ms=250)
+
+
+@dataclasses.dataclass
+class SlowedAfter:
+    """CpuLikeStepCost, `factor` times as costly once the clock passes `at`."""
+
+    clock: FakeClock
+    at: float
+    factor: float
+    cost: CpuLikeStepCost = dataclasses.field(default_factory=CpuLikeStepCost)
+
+    def __call__(self, out) -> float:
+        return self.cost(out) * (self.factor if self.clock.now >= self.at else 1.0)
+
+
+def steady_trace(seconds: float) -> list[TraceRequest]:
+    """A request every 0.5 s: 200-token prompts, 40-token answers (under capacity)."""
+    return [TraceRequest(arrival_s=0.5 * i, prompt_tokens=200, output_tokens=40)
+            for i in range(int(seconds / 0.5))]
+
+
+def run(factor: float, law: bool = True) -> list[tuple[float, object]]:
+    """(seconds since the start, the engine's step-cost reading) after every step of 120 s
+    of traffic."""
+    config, fit = fit_step_budgets(EngineConfig(STATIC, LiveConfig()), set(),
+                                   CostProber(CpuLikeStepCost()))
+    clock = FakeClock()
+    start = clock.now
+    executor = SimulatedExecutor(clock=clock, cost_model=SlowedAfter(clock,
+                                                                     start + SLOWED_AT_S,
+                                                                     factor),
+                                 shadow_kv=False)
+    engine = Engine(config, executor, clock=clock, step_law=fit.law if law else None)
+    readings = []
+    simulate(engine, clock, steady_trace(120.0),
+             on_step=lambda out: readings.append((clock.now - start,
+                                                  engine.gauges().step_cost)))
+    return readings
+
+
+def test_a_device_twice_as_slow_is_seen_within_the_window_and_the_law_follows():
+    readings = run(factor=2.0)
+    before = [r for t, r in readings if 30 < t < SLOWED_AT_S and r.drift is not None]
+    assert before and all(0.8 < r.drift < 1.25 for r in before), before[:3]
+    assert all(r.law_scale < 1.5 for r in before)
+    flagged = next(t for t, r in readings
+                   if t > SLOWED_AT_S and r.drift is not None and r.drift > 1.5)
+    assert flagged - SLOWED_AT_S <= WINDOW_S
+    late = [r for t, r in readings if t > SLOWED_AT_S + WINDOW_S + 5]
+    assert late and all(r.drift > 1.6 for r in late if r.drift is not None)
+    assert late[-1].law_scale > 1.6  # the scheduler's correction followed the device
+
+
+def test_a_device_that_stays_as_it_was_reads_near_one_throughout():
+    readings = run(factor=1.0)
+    drifts = [r.drift for _, r in readings if r.drift is not None]
+    assert len(drifts) > 100 and max(drifts) < 1.3 and min(drifts) > 0.75
+
+
+def test_without_a_law_there_is_no_reading():
+    assert all(r is None for _, r in run(factor=2.0, law=False))
+
+
+def test_steps_are_compared_with_steps_of_their_own_size():
+    """Small steps run 3x their prediction, large ones 1.1x, from the start: no drift,
+    however the mix changes; then every step 2x as long as before: drift 2."""
+    watch, t = StepCostWatch(), 0.0
+
+    def serve(count: int, predicted_s: float, ratio: float) -> None:
+        nonlocal t
+        for _ in range(count):
+            t += 0.05
+            watch.observe(t, predicted_s, predicted_s * ratio)
+
+    serve(WARMUP_STEPS, 0.001, 50.0)  # warm-up: not anyone's baseline
+    assert watch.reading(t, 1.0).drift is None and not watch.baselines
+    serve(BASELINE_STEPS, 0.001, 3.0)
+    serve(BASELINE_STEPS, 0.2, 1.1)
+    assert watch.reading(t, 1.0).drift is None  # baselines only, no evidence yet
+    serve(MIN_WINDOW_STEPS, 0.001, 3.0)
+    assert watch.reading(t, 1.0).drift == pytest.approx(1.0)
+    serve(200, 0.2, 1.1)  # the traffic turns to large steps: the same device
+    assert watch.reading(t, 1.0).drift == pytest.approx(1.0)
+    serve(200, 0.2, 2.2)
+    serve(200, 0.001, 6.0)
+    assert watch.reading(t, 1.0).drift == pytest.approx(2.0)
+    steps = watch.reading(t, 1.0).window_steps
+    assert steps == min(MAX_WINDOW_STEPS, round(WINDOW_S / 0.05))
+    watch.observe(t, None, 1.0)  # a step the law did not predict: no evidence
+    assert watch.reading(t, 1.0).window_steps == steps
+    # an idle server: the window empties, and with it the evidence
+    assert watch.reading(t + WINDOW_S + 1, 1.0).drift is None
