@@ -4,6 +4,9 @@
     batchpilot whatif --url http://127.0.0.1:8000 --since 14:00 --until 14:30 \\
         --compare seqs4:max_num_seqs=4 --compare small_chunk:prefill_chunk_size=32 \\
         --slo-ttft 0.5 --plot whatif.png
+    batchpilot whatif --db trace.duckdb --set max_num_seqs=64 --rate-scale 2
+    batchpilot whatif --db trace.duckdb --set max_num_seqs=64 --rate-sweep 1,1.5,2,3 \\
+        --plot capacity.png
 
 KEY=VALUE as `batchpilot ctl set` takes them (dotted keys, JSON values); a --compare's
 settings are comma-separated. --db reads a trace file (a stopped server's, or a copy with
@@ -60,6 +63,12 @@ def add_whatif_parser(sub: Any) -> None:
     for name in ("ttft", "tpot", "e2e"):
         p.add_argument(f"--slo-{name}", type=float, metavar="S",
                        help=f"{name.upper()} SLO (seconds) for goodput")
+    p.add_argument("--rate-scale", type=float, default=1.0, metavar="K",
+                   help="the proposals on the recorded arrivals at K times their rate (the"
+                   " same requests, gaps divided by K), beside the recorded config at K")
+    p.add_argument("--rate-sweep", metavar="K,K,...",
+                   help="also every config at each of these rates: goodput and p99 against"
+                   " rate, and each config's capacity (with --plot: goodput against rate)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="with --db: replay the configs in N processes side by side (each"
                    " replay is one core's work: worth it with idle cores only)")
@@ -100,6 +109,25 @@ def slo_of(args: argparse.Namespace) -> SLO | None:
     return SLO(**values) if any(v is not None for v in values.values()) else None
 
 
+def rates_of(args: argparse.Namespace) -> tuple[float, tuple[float, ...]]:
+    """--rate-scale and --rate-sweep, checked; WhatifError (2) naming the flag."""
+    from control.whatif.capacity import check_rate, check_sweep
+
+    try:
+        scale = check_rate(args.rate_scale, "--rate-scale")
+        sweep: tuple[float, ...] = ()
+        if args.rate_sweep is not None:
+            try:
+                values = [float(v) for v in args.rate_sweep.split(",")]
+            except ValueError:
+                raise ValueError(f"--rate-sweep={args.rate_sweep!r} must be comma-separated"
+                                 " numbers, e.g. 1,1.5,2") from None
+            sweep = check_sweep(values, "--rate-sweep")
+    except ValueError as exc:
+        raise WhatifError(str(exc), 2) from None
+    return scale, sweep
+
+
 def _from_file(args: argparse.Namespace, props: dict, slo: SLO | None) -> dict:
     from control.trace.store import open_read_only
     from control.whatif.configs import base_config
@@ -114,8 +142,10 @@ def _from_file(args: argparse.Namespace, props: dict, slo: SLO | None) -> dict:
         finally:
             con.close()
         base, notes = base_config(window, args.config)
+        scale, sweep = rates_of(args)
         return predict(window, base, props, slo=slo, notes=notes,
-                       progress=len(window.requests) >= PROGRESS_FROM, workers=args.jobs)
+                       progress=len(window.requests) >= PROGRESS_FROM, workers=args.jobs,
+                       rate_scale=scale, rate_sweep=sweep)
     except (ValueError, FileNotFoundError) as exc:
         raise WhatifError(str(exc), 2) from None
 
@@ -124,6 +154,11 @@ def _from_url(args: argparse.Namespace, props: dict, slo: SLO | None) -> dict:
     if args.config:
         raise WhatifError("--config applies to --db only: the server knows its own config", 2)
     body: dict[str, Any] = {"since": args.since, "until": args.until, "compare": props}
+    scale, sweep = rates_of(args)
+    if scale != 1.0:
+        body["rate_scale"] = scale
+    if sweep:
+        body["rate_sweep"] = list(sweep)
     if slo is not None:
         body["slo"] = {k: v for k, v in slo.__dict__.items() if v is not None}
     token = os.environ.get(args.token_env)

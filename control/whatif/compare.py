@@ -16,15 +16,14 @@ predicted (the change the proposal makes, with the replay's bias divided out).
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from control.loadtest.records import SLO
 from control.whatif.calibrate import StepTimeModel
+from control.whatif.capacity import scale_window, sweep
 from control.whatif.configs import propose
-from control.whatif.replay import Prediction, replay
+from control.whatif.replay import Prediction, replays
 from control.whatif.summary import (
     LATENCIES,
     OUTCOMES,
@@ -39,6 +38,7 @@ from engine.config import EngineConfig, LiveConfig
 from engine.config.patch import diff
 
 RECORDED, PREDICTED = "recorded", "predicted"
+AS_IS = "as-is"  # the recorded config, in a capacity sweep
 SELF_ERROR_WARN = 0.20  # self-prediction off by more than this on a p50: say so
 
 
@@ -63,9 +63,11 @@ def _metric_rows() -> list[tuple[str, Callable[[dict], Any]]]:
 METRIC_ROWS = _metric_rows()
 
 
-def ratio_rows(summaries: dict[str, dict], metrics=METRIC_ROWS) -> list[dict]:
+def ratio_rows(summaries: dict[str, dict], metrics=METRIC_ROWS, baseline: str = PREDICTED,
+               ) -> list[dict]:
     """{metric, values: {column: v}, ratios: {column: v / its baseline}}: the predicted
-    column over recorded, each proposal over predicted."""
+    column over recorded, every other over `baseline` (the recorded config replayed at the
+    proposals' rate: `predicted`, or `as-is@Kx` under a rate scale)."""
     rows = []
     for metric, read in metrics:
         values = {name: read(s) for name, s in summaries.items()}
@@ -73,7 +75,10 @@ def ratio_rows(summaries: dict[str, dict], metrics=METRIC_ROWS) -> list[dict]:
         for name, v in values.items():
             if name == RECORDED:
                 continue
-            base = values[RECORDED if name == PREDICTED else PREDICTED]
+            if name == baseline and baseline != PREDICTED:
+                ratios[name] = None  # itself
+                continue
+            base = values[RECORDED if name == PREDICTED else baseline]
             ratios[name] = None if v is None or not base else v / base
         rows.append({"metric": metric, "values": values, "ratios": ratios})
     return rows
@@ -103,40 +108,40 @@ def _self_warnings(summaries: dict[str, dict]) -> list[str]:
     return out
 
 
-def replays(window: Window, model: StepTimeModel, configs: dict[str, EngineConfig],
-            progress: bool = False, workers: int = 1) -> dict[str, Prediction]:
-    """One replay per config, in order; with `workers` > 1 in spawned processes (the same
-    predictions: a replay is deterministic), the progress bar of the first one only."""
-    if workers <= 1 or len(configs) <= 1:
-        return {name: replay(window, c, model, name, progress) for name, c in configs.items()}
-    # NOTE: spawn, not fork: the caller may hold threads (a DuckDB connection, the server)
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(workers, len(configs)), mp_context=ctx) as pool:
-        jobs = {name: pool.submit(replay, window, c, model, name, progress and i == 0)
-                for i, (name, c) in enumerate(configs.items())}
-        return {name: job.result() for name, job in jobs.items()}
-
-
 def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
             proposals: dict[str, dict[str, Any]], slo: SLO | None = None,
             notes: list[str] | None = None, progress: bool = False, workers: int = 1,
+            rate_scale: float = 1.0, rate_sweep: tuple[float, ...] = (),
             ) -> dict[str, Any]:
     """Raises ValueError naming the proposal and field when a patch is invalid (before any
-    replay runs). `workers` > 1: the replays run side by side in that many processes."""
-    if RECORDED in proposals or PREDICTED in proposals:
-        raise ValueError(f"a proposal may not be named {RECORDED!r} or {PREDICTED!r}")
+    replay runs). `workers` > 1: the replays run side by side in that many processes.
+    `rate_scale` != 1: the proposals run on the window's arrivals at that multiple of the
+    recorded rate, beside the recorded config at the same rate (column `as-is@Kx`, what
+    their ratios divide by); `rate_sweep`: every config at each rate (control/whatif/
+    capacity.py), as `capacity`."""
+    taken = (RECORDED, PREDICTED, AS_IS, f"as-is@{rate_scale:g}x")
+    if any(name in proposals for name in taken):
+        raise ValueError(f"a proposal may not be named {' or '.join(map(repr, taken[:3]))}"
+                         " or 'as-is@Kx'")
     configs = {}
     for name, patch in proposals.items():
         try:
             configs[name] = propose(recorded, patch)
         except ValueError as exc:
             raise ValueError(f"{name}: {exc}") from None
-    predictions = replays(window, model, {PREDICTED: recorded, **configs}, progress, workers)
     if slo is None:  # goodput by the recorded config's lane SLOs (engine/config/slo.py)
         slo = lane_slos(recorded.live)
+    baseline, scaled = PREDICTED, window
+    predictions = replays(window, model, {PREDICTED: recorded, **(
+        configs if rate_scale == 1.0 else {})}, progress, workers)
+    if rate_scale != 1.0:
+        baseline, scaled = f"as-is@{rate_scale:g}x", scale_window(window, rate_scale)
+        predictions |= replays(scaled, model, {baseline: recorded, **configs}, progress,
+                               workers)
     summaries = {RECORDED: recorded_summary(window, slo)}
     for name, p in predictions.items():
-        summaries[name] = predicted_summary(p, window.duration_s, slo)
+        at = window if name == PREDICTED else scaled
+        summaries[name] = predicted_summary(p, at.duration_s, slo)
     warnings = list(model.warnings) + _self_warnings(summaries)
     warnings += [w for name, p in predictions.items()
                  if (w := _beyond_warning(name, p, model)) is not None]
@@ -154,7 +159,10 @@ def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
                     for name, c in configs.items()},
         "columns": list(summaries),
         "summaries": summaries,
-        "rows": ratio_rows(summaries),
+        "baseline": baseline, "rate_scale": rate_scale,
+        "rows": ratio_rows(summaries, baseline=baseline),
+        "capacity": (sweep(window, model, {AS_IS: recorded, **configs}, rate_sweep, slo,
+                           progress, workers) if rate_sweep else None),
         "replays": {name: {"steps": p.steps, "sim_seconds": p.sim_seconds,
                            "wall_s": p.wall_s, "beyond_seen_steps": p.beyond_seen_steps,
                            "largest_step": p.largest_step}

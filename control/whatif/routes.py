@@ -3,7 +3,9 @@
     POST /v1/whatif {"since": "-1h", "until": null,
                      "set": {"max_num_seqs": 64}            # one proposal, "proposed"
                      "compare": {"seqs4": {"max_num_seqs": 4}, ...},   # and/or named ones
-                     "slo": {"ttft_s": 0.5, "tpot_s": 0.05, "e2e_s": 10}}
+                     "slo": {"ttft_s": 0.5, "tpot_s": 0.05, "e2e_s": 10},
+                     "rate_scale": 2,                 # the proposals at twice the rate
+                     "rate_sweep": [1, 1.5, 2, 3]}    # every config at each: "capacity"
 
 The answer is control/whatif/compare.py's result. The window is read on a worker thread
 (the trace writer's cursor); the calibration and replays run in a separate process (one
@@ -47,13 +49,14 @@ from control.trace.routes import Reader
 from control.trace.timeparse import parse_time
 from control.whatif import bounds
 from control.whatif.audit import record_predictions
+from control.whatif.capacity import check_rate, check_sweep
 from control.whatif.configs import propose, recorded_config
 from control.whatif.run import predict
 from control.whatif.window import Window, read_window
 from engine.config import EngineConfig
 
 router = APIRouter()
-BODY_KEYS = {"since", "until", "set", "compare", "slo"}
+BODY_KEYS = {"since", "until", "set", "compare", "slo", "rate_scale", "rate_sweep"}
 SYNC_TIMEOUT_S = 2.0
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -150,6 +153,7 @@ async def whatif(request: Request, who: Reader, body: dict[str, Any]) -> Any:
     state = get_state(request)
     limits: RequestLimits = state.settings.limits
     props, slo, since, until = parse_body(body)
+    parse_rates(body)  # a bad rate is a 400 before the trace is read
     bounds.check_proposals(props, limits, "compare" if body.get("compare") else "set")
     bounds.check_window(since, until, limits)
     if state.trace is None:
@@ -183,6 +187,18 @@ def _died(exc: BrokenProcessPool) -> APIError:
     return APIError(500, f"the what-if process died ({exc}); try again", code="whatif_failed")
 
 
+def parse_rates(body: dict[str, Any]) -> dict[str, Any]:
+    """rate_scale and rate_sweep as predict takes them; APIError 400 naming the field."""
+    out: dict[str, Any] = {}
+    for key, check in (("rate_scale", check_rate), ("rate_sweep", check_sweep)):
+        if body.get(key) is not None:
+            try:
+                out[key] = check(body[key], key)
+            except ValueError as exc:
+                raise _bad(str(exc), key) from None
+    return out
+
+
 async def _prepare(state: ServerState, body: dict[str, Any], props: dict[str, dict],
                    slo: SLO | None, since: float | None, until: float | None,
                    ) -> functools.partial:
@@ -197,4 +213,5 @@ async def _prepare(state: ServerState, body: dict[str, Any], props: dict[str, di
         except ValueError as exc:
             raise _bad(f"{name}: {exc}", f"compare.{name}" if name in (
                 body.get("compare") or {}) else "set") from None
-    return functools.partial(predict, window, base, props, exact=True, slo=slo, notes=notes)
+    return functools.partial(predict, window, base, props, exact=True, slo=slo, notes=notes,
+                             **parse_rates(body))
