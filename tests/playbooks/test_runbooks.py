@@ -65,7 +65,7 @@ def test_every_runbook_has_its_sections_and_prints_lines():
     assert names == {"ttft-spike.md", "p99-regression-after-config-change.md",
                      "kv-pressure.md", "rejection-storm.md", "cancellations-not-freeing-kv.md",
                      "long-prompts-stalling-decode.md", "noisy-tenant.md",
-                     "engine-stalled.md", "trace-dropped.md"}
+                     "engine-stalled.md", "trace-dropped.md", "step-cost-drift.md"}
     index = (RUNBOOKS / "README.md").read_text()
     for path in all_runbooks():
         text = path.read_text()
