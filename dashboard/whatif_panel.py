@@ -25,6 +25,7 @@ import streamlit as st
 from control.cli.http_json import HTTPFailure, request_json
 from control.loadtest.records import SLO
 from control.whatif.cli import HTTP_TIMEOUT_S, WhatifError, proposals
+from dashboard.capacity_panel import show_capacity
 from dashboard.context import Ctx
 
 AS_IS = "predicted as-is"  # how the `predicted` column (the recorded config replayed) shows
@@ -80,9 +81,12 @@ def problem(status: int | None, message: str, body: dict[str, Any]) -> str:
 
 
 def request_body(since: float | None, until: float | None, proposals: dict[str, dict],
-                 slo: SLO | None) -> dict[str, Any]:
-    """`proposed` goes as `set` (a 400 then names `set`), the others as `compare`."""
-    body: dict[str, Any] = {"since": since, "until": until}
+                 slo: SLO | None, rates: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`proposed` goes as `set` (a 400 then names `set`), the others as `compare`;
+    `rates`: rate_scale and rate_sweep (capacity_panel.parse_rates)."""
+    body: dict[str, Any] = {"since": since, "until": until,
+                            **{k: list(v) if isinstance(v, tuple) else v
+                               for k, v in (rates or {}).items()}}
     others = {name: patch for name, patch in proposals.items() if name != "proposed"}
     if "proposed" in proposals:
         body["set"] = proposals["proposed"]
@@ -94,12 +98,13 @@ def request_body(since: float | None, until: float | None, proposals: dict[str, 
 
 
 def predict(ctx: Ctx, since: float | None, until: float | None,
-            proposals: dict[str, dict], slo: SLO | None = None) -> dict[str, Any] | None:
+            proposals: dict[str, dict], slo: SLO | None = None,
+            rates: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The prediction, or None after showing why there is none."""
     with st.spinner("Replaying the window under each config..."):
         if ctx.live:
-            return _from_server(ctx, request_body(since, until, proposals, slo))
-        return _from_file(ctx, since, until, proposals, slo)
+            return _from_server(ctx, request_body(since, until, proposals, slo, rates))
+        return _from_file(ctx, since, until, proposals, slo, rates or {})
 
 
 def _from_server(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -115,7 +120,8 @@ def _from_server(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _from_file(ctx: Ctx, since: float | None, until: float | None,
-               proposals: dict[str, dict], slo: SLO | None) -> dict[str, Any] | None:
+               proposals: dict[str, dict], slo: SLO | None, rates: dict[str, Any],
+               ) -> dict[str, Any] | None:
     from control.trace.sources import TraceError
     from control.whatif.configs import base_config
     from control.whatif.run import predict as run_predict
@@ -128,7 +134,7 @@ def _from_file(ctx: Ctx, since: float | None, until: float | None,
         finally:
             con.close()
         base, notes = base_config(window, None)
-        return run_predict(window, base, proposals, slo=slo, notes=notes)
+        return run_predict(window, base, proposals, slo=slo, notes=notes, **rates)
     except (TraceError, ValueError) as exc:
         text = str(exc)
         st.error(EMPTY_WINDOW if "no request arrived" in text else f"Invalid: {text}")
@@ -141,15 +147,20 @@ def _label(column: str) -> str:
 
 def ratio_frame(result: dict[str, Any]) -> pd.DataFrame:
     """One row per metric: each column's value, then `as-is / recorded` (the prediction's
-    own error) and `NAME / as-is` (the change each proposal makes)."""
+    own error) and `NAME / as-is` (the change each proposal makes; under a rate scale K,
+    `NAME / as-is@Kx`: the recorded config at the same rate)."""
     columns = result["columns"]
+    baseline = result.get("baseline", "predicted")
+    base_label = "as-is" if baseline == "predicted" else baseline
     records = []
     for row in result["rows"]:
         record = {"metric": row["metric"]}
         record.update({_label(c): row["values"][c] for c in columns})
         for c in columns[1:]:
-            base = "recorded" if c == "predicted" else "as-is"
-            record[f"{'as-is' if c == 'predicted' else c} / {base}"] = row["ratios"][c]
+            if c == "predicted":
+                record["as-is / recorded"] = row["ratios"][c]
+            elif c != baseline:
+                record[f"{c} / {base_label}"] = row["ratios"][c]
         records.append(record)
     return pd.DataFrame(records).set_index("metric")
 
@@ -228,6 +239,8 @@ def show(result: dict[str, Any]) -> None:
     st.table(table.style.set_properties(**{"text-align": "right"}))
     order = [_label(c) for c in result["columns"]]
     st.altair_chart(latency_charts(latency_frame(result), order), width="content")
+    if result.get("capacity"):
+        show_capacity(result["capacity"])
     for note in result["notes"]:
         st.caption(f"Note: {note}")
 

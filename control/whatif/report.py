@@ -98,8 +98,10 @@ def capacity_lines(capacity: dict) -> list[str]:
              f" which >= {share:.0%} of offered requests meet their SLO)"]
     for name, rows in capacity["configs"].items():
         cap = capacity["capacity"][name]
+        top = cap is not None and cap == capacity["rates"][-1]  # a floor: no higher rate tried
         lines += ["", f"{name}: capacity "
-                  + (f"{cap:g}x the recorded rate" if cap is not None else
+                  + (f"{'at least ' if top else ''}{cap:g}x the recorded rate"
+                     if cap is not None else
                      f"under {capacity['rates'][0]:g}x (none of the swept rates)"),
                   _table(list(CAPACITY_COLUMNS), [[fmt_value(r[c]) for c in CAPACITY_COLUMNS]
                                                   for r in rows])]

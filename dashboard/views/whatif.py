@@ -1,6 +1,8 @@
 """What-if: several named configs predicted over the sidebar's window, side by side with
 what the trace recorded: a table with ratios, p50/p99 of TTFT, TPOT and E2E per config,
-and every warning (extrapolation, few steps, a loose fit). Live, the server predicts
+and every warning (extrapolation, few steps, a loose fit); with a rate scale, the rows at
+that multiple of the recorded arrival rate, and with a capacity sweep, goodput and p99 TTFT
+against rate and each config's capacity. Live, the server predicts
 (POST /v1/whatif, recorded in its audit); over a trace file, this process replays it.
 Nothing is applied: the Control page (or `batchpilot ctl set`) does that."""
 
@@ -14,6 +16,7 @@ from control.cli.ctl_error import CtlError
 from control.loadtest.records import SLO
 from control.whatif.cli import WhatifError
 from dashboard import whatif_panel
+from dashboard.capacity_panel import parse_rates
 from dashboard.context import Ctx, context, window
 
 ctx = context()
@@ -23,8 +26,10 @@ st.caption("Each row is a config: settings as `batchpilot ctl set` takes them, c
            " (`max_num_seqs=64, prefill_chunk_size=256`, `lanes.batch.weight=2`). The"
            " requests of the sidebar's window are replayed under the recorded config"
            " (**predicted as-is**: its distance from **recorded** is the prediction's own"
-           " error) and under each row; `NAME / as-is` is the change a row makes. Nothing is"
-           " applied.")
+           " error) and under each row; `NAME / as-is` is the change a row makes. A rate"
+           " scale replays the rows on the same requests arriving that many times as fast"
+           " (beside **as-is@Kx**, the recorded config at that rate); a capacity sweep"
+           " replays every config at each rate. Nothing is applied.")
 
 
 def current_config(ctx: Ctx) -> dict[str, Any] | None:
@@ -53,16 +58,24 @@ with st.form("bp_whatif_form"):
                                          "settings": st.column_config.TextColumn(
                                              width="large")})
     slo = slo_inputs()
+    scale_col, sweep_col = st.columns([1, 2])
+    rate_scale = scale_col.number_input(
+        "rate scale (x the recorded arrival rate)", min_value=0.1, max_value=100.0,
+        value=1.0, step=0.5, key="bp_whatif_rate_scale")
+    rate_sweep = sweep_col.text_input(
+        "capacity sweep: rate scales, e.g. 0.5, 1, 2, 4 (empty: none)",
+        key="bp_whatif_rate_sweep")
     compare = st.form_submit_button("Compare", type="primary", icon=":material/query_stats:",
                                     key="bp_whatif_compare")
 
 if compare:
     try:
         configs = whatif_panel.parse_rows(rows.to_dict(orient="records"))
+        rates = parse_rates(float(rate_scale), rate_sweep)
     except WhatifError as exc:
-        st.error(f"Invalid config: {exc}")
+        st.error(f"Invalid: {exc}")
         st.stop()
-    result = whatif_panel.predict(ctx, since, until, configs, slo)
+    result = whatif_panel.predict(ctx, since, until, configs, slo, rates)
     if result is not None:
         whatif_panel.show(result)
 else:

@@ -15,6 +15,7 @@ from whatif_server import REQUESTS, sim, whatif_server
 from control.serve.settings import ServeSettings
 from control.whatif.cli import WhatifError
 from dashboard import whatif_panel
+from dashboard.capacity_panel import parse_rates
 from engine.config import LiveConfig
 
 CONTROL, WHATIF = "views/control.py", "views/whatif.py"
@@ -159,3 +160,49 @@ def test_rows_parse_like_the_cli_and_name_a_bad_row():
     body = whatif_panel.request_body(1.0, 2.0, {"proposed": {"x": 1}, "b": {"y": 2}}, None)
     assert body == {"since": 1.0, "until": 2.0, "set": {"x": 1}, "compare": {"b": {"y": 2}}}
 
+
+
+def test_whatif_page_at_a_rate_scale_and_with_a_capacity_sweep(tmp_path):
+    """Over a trace file (replayed here): rate scale 3 puts the rows beside as-is@3x, and
+    a sweep draws goodput and TTFT against rate, with each config's capacity in words."""
+    path = str(tmp_path / "trace.duckdb")
+    sim.record(path, LiveConfig(max_num_seqs=8, max_num_batched_tokens=256,
+                                prefill_chunk_size=128), n=40)
+    at = open_page(WHATIF, bp_db=path)
+    at.number_input(key="bp_whatif_rate_scale").set_value(3.0)
+    at.text_input(key="bp_whatif_rate_sweep").input("2, 1")
+    at = compare(at)
+    assert not at.error, [e.value for e in at.error]
+    table = prediction(at)
+    assert {"as-is@3x", "fewer_seqs / as-is@3x", "as-is / recorded"} <= set(table.columns)
+    assert "fewer_seqs / as-is" not in table.columns
+    assert "Capacity" in [h.value for h in at.subheader]
+    assert any("**as-is**: " in m.value and "**fewer_seqs**: " in m.value
+               for m in at.markdown)
+    specs = [c.proto.spec for c in at.get("vega_lite_chart")]
+    assert any("goodput (requests meeting their SLO /s)" in s and "TTFT p99 (s)" in s
+               for s in specs)
+    sweep = next(d.value for d in at.dataframe if "rate x" in d.value.columns)
+    assert sorted(set(sweep["rate x"])) == [1.0, 2.0]
+    assert set(sweep["config"]) == {"as-is", "fewer_seqs", "smaller_chunk"}
+
+
+@pytest.mark.parametrize(("scale", "sweep", "needle"), [
+    (1.0, "1, x", "rate sweep '1, x' must be comma-separated numbers"),
+    (1.0, "1, 1", "names a rate scale twice"),
+    (1.0, "1, 500", "rate sweep[1]=500.0 must be a number in (0, 100]"),
+])
+def test_a_bad_rate_is_one_message_naming_it(tmp_path, scale, sweep, needle):
+    path = str(tmp_path / "trace.duckdb")
+    sim.record(path, LiveConfig(max_num_seqs=8), n=10)
+    at = open_page(WHATIF, bp_db=path)
+    at.text_input(key="bp_whatif_rate_sweep").input(sweep)
+    at = compare(at)
+    assert len(at.error) == 1 and needle in at.error[0].value, [e.value for e in at.error]
+
+
+def test_the_rates_go_to_the_server_as_the_api_takes_them():
+    body = whatif_panel.request_body(1.0, 2.0, {"b": {"y": 2}}, None,
+                                     parse_rates(2.0, "0.5, 1,2"))
+    assert body["rate_scale"] == 2.0 and body["rate_sweep"] == [0.5, 1.0, 2.0]
+    assert parse_rates(1.0, " ") == {}

@@ -119,3 +119,19 @@ def test_control_page_shows_each_lanes_slo(browser_page):
     page.locator("[data-testid=stMainBlockContainer]").screenshot(
         path=str(SHOTS / "control_lanes_slo.png"))
     assert page.locator("[data-testid=stException]").count() == 0
+
+
+def test_whatif_page_sweeps_rates_and_plots_capacity(browser_page):
+    url, page = browser_page
+    open_page(page, f"{url}/whatif")
+    page.get_by_label("capacity sweep", exact=False).fill("0.5, 1, 4")
+    click_and_wait(page, "Compare")
+    screenshot(page, "whatif_capacity.png")
+    assert page.get_by_role("heading", name="Capacity").is_visible()
+    assert page.get_by_text("the recorded rate with", exact=False).count() >= 1 or \
+        page.get_by_text("meeting their SLO already at", exact=False).count() >= 1
+    charts = page.locator("[data-testid=stVegaLiteChart]")  # latencies, then capacity
+    assert charts.count() == 2 and charts.nth(1).is_visible()
+    assert charts.nth(1).bounding_box()["width"] > 700
+    assert page.locator("[data-testid=stException]").count() == 0
+    assert page.locator("[data-testid=stAlertContentError]").count() == 0
