@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from control.whatif.capacity import check_rate, check_sweep
+from control.whatif.capacity import check_rate, check_replicas, check_sweep
 from control.whatif.cli import WhatifError
 
 COLUMNS = {"rate_scale": "rate x", "offered_rps": "offered /s", "goodput_rps": "goodput /s",
@@ -24,13 +24,15 @@ COLUMNS = {"rate_scale": "rate x", "offered_rps": "offered /s", "goodput_rps": "
            "e2e_p99_s": "E2E p99 s"}
 
 
-def parse_rates(scale: float, sweep_text: str) -> dict[str, Any]:
-    """The form's rate scale (a number) and sweep ("0.5, 1, 2": empty for none) as
-    predict takes them; WhatifError (2) naming the field when either is bad."""
+def parse_rates(scale: float, sweep_text: str, replicas: int = 1) -> dict[str, Any]:
+    """The form's rate scale (a number), sweep ("0.5, 1, 2": empty for none) and replica
+    count as predict takes them; WhatifError (2) naming the field when one is bad."""
     out: dict[str, Any] = {}
     try:
         if scale != 1.0:
             out["rate_scale"] = check_rate(scale, "rate scale")
+        if replicas != 1:
+            out["replicas"] = check_replicas(replicas, "replicas")
         if sweep_text.strip():
             try:
                 values = [float(v) for v in sweep_text.replace(" ", "").split(",")]

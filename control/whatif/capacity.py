@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from control.whatif.calibrate import StepTimeModel
-from control.whatif.replay import Prediction, replays
+from control.whatif.fleet_replay import MAX_REPLICAS
+from control.whatif.replay import Prediction
+from control.whatif.replay_many import replays
 from control.whatif.summary import SLOs, predicted_summary
 from control.whatif.window import Window
 from engine.config import EngineConfig
@@ -39,6 +41,13 @@ def check_rate(value: Any, name: str) -> float:
         raise ValueError(f"{name}={value!r} must be a number in (0, {MAX_RATE_SCALE:g}]: the"
                          " recorded arrival rate times this")
     return float(value)
+
+
+def check_replicas(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPLICAS:
+        raise ValueError(f"{name}={value!r} must be a whole number of replicas in"
+                         f" 1..{MAX_REPLICAS}")
+    return value
 
 
 def check_sweep(values: Any, name: str) -> tuple[float, ...]:
@@ -82,13 +91,13 @@ def capacity_row(k: float, window: Window, p: Prediction, slo: SLOs) -> dict[str
 
 def sweep(window: Window, model: StepTimeModel, configs: dict[str, EngineConfig],
           rates: Sequence[float], slo: SLOs, progress: bool = False, workers: int = 1,
-          ) -> dict[str, Any]:
+          replicas: int = 1) -> dict[str, Any]:
     """Every config replayed at every rate: {"rates", "configs": {name: [row per rate]},
     "capacity": {name: highest rate meeting CAPACITY_MET_SHARE, or None}}."""
     table: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
     for k in rates:
         scaled = scale_window(window, k)
-        for name, p in replays(scaled, model, configs, progress, workers).items():
+        for name, p in replays(scaled, model, configs, progress, workers, replicas).items():
             table[name].append(capacity_row(k, scaled, p, slo))
     capacity: dict[str, float | None] = {}
     for name, rows in table.items():  # the highest rate up to which every rate meets it

@@ -69,6 +69,9 @@ def add_whatif_parser(sub: Any) -> None:
     p.add_argument("--rate-sweep", metavar="K,K,...",
                    help="also every config at each of these rates: goodput and p99 against"
                    " rate, and each config's capacity (with --plot: goodput against rate)")
+    p.add_argument("--replicas", type=int, default=1, metavar="N",
+                   help="the proposals (and --rate-sweep) on N replicas behind the fleet's"
+                   " router, beside the recorded config on N")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="with --db: replay the configs in N processes side by side (each"
                    " replay is one core's work: worth it with idle cores only)")
@@ -109,23 +112,24 @@ def slo_of(args: argparse.Namespace) -> SLO | None:
     return SLO(**values) if any(v is not None for v in values.values()) else None
 
 
-def rates_of(args: argparse.Namespace) -> tuple[float, tuple[float, ...]]:
-    """--rate-scale and --rate-sweep, checked; WhatifError (2) naming the flag."""
-    from control.whatif.capacity import check_rate, check_sweep
+def load_of(args: argparse.Namespace) -> dict[str, Any]:
+    """--rate-scale, --rate-sweep and --replicas as predict takes them, checked;
+    WhatifError (2) naming the flag."""
+    from control.whatif.capacity import check_rate, check_replicas, check_sweep
 
     try:
-        scale = check_rate(args.rate_scale, "--rate-scale")
-        sweep: tuple[float, ...] = ()
+        out: dict[str, Any] = {"rate_scale": check_rate(args.rate_scale, "--rate-scale"),
+                               "replicas": check_replicas(args.replicas, "--replicas")}
         if args.rate_sweep is not None:
             try:
                 values = [float(v) for v in args.rate_sweep.split(",")]
             except ValueError:
                 raise ValueError(f"--rate-sweep={args.rate_sweep!r} must be comma-separated"
                                  " numbers, e.g. 1,1.5,2") from None
-            sweep = check_sweep(values, "--rate-sweep")
+            out["rate_sweep"] = check_sweep(values, "--rate-sweep")
     except ValueError as exc:
         raise WhatifError(str(exc), 2) from None
-    return scale, sweep
+    return out
 
 
 def _from_file(args: argparse.Namespace, props: dict, slo: SLO | None) -> dict:
@@ -142,10 +146,9 @@ def _from_file(args: argparse.Namespace, props: dict, slo: SLO | None) -> dict:
         finally:
             con.close()
         base, notes = base_config(window, args.config)
-        scale, sweep = rates_of(args)
         return predict(window, base, props, slo=slo, notes=notes,
                        progress=len(window.requests) >= PROGRESS_FROM, workers=args.jobs,
-                       rate_scale=scale, rate_sweep=sweep)
+                       **load_of(args))
     except (ValueError, FileNotFoundError) as exc:
         raise WhatifError(str(exc), 2) from None
 
@@ -154,11 +157,9 @@ def _from_url(args: argparse.Namespace, props: dict, slo: SLO | None) -> dict:
     if args.config:
         raise WhatifError("--config applies to --db only: the server knows its own config", 2)
     body: dict[str, Any] = {"since": args.since, "until": args.until, "compare": props}
-    scale, sweep = rates_of(args)
-    if scale != 1.0:
-        body["rate_scale"] = scale
-    if sweep:
-        body["rate_sweep"] = list(sweep)
+    for key, value in load_of(args).items():
+        if value not in (1, 1.0):  # the defaults are the server's too
+            body[key] = list(value) if isinstance(value, tuple) else value
     if slo is not None:
         body["slo"] = {k: v for k, v in slo.__dict__.items() if v is not None}
     token = os.environ.get(args.token_env)

@@ -23,7 +23,8 @@ from control.loadtest.records import SLO
 from control.whatif.calibrate import StepTimeModel
 from control.whatif.capacity import scale_window, sweep
 from control.whatif.configs import propose
-from control.whatif.replay import Prediction, replays
+from control.whatif.replay import Prediction
+from control.whatif.replay_many import replays
 from control.whatif.summary import (
     LATENCIES,
     OUTCOMES,
@@ -111,18 +112,20 @@ def _self_warnings(summaries: dict[str, dict]) -> list[str]:
 def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
             proposals: dict[str, dict[str, Any]], slo: SLO | None = None,
             notes: list[str] | None = None, progress: bool = False, workers: int = 1,
-            rate_scale: float = 1.0, rate_sweep: tuple[float, ...] = (),
+            rate_scale: float = 1.0, rate_sweep: tuple[float, ...] = (), replicas: int = 1,
             ) -> dict[str, Any]:
     """Raises ValueError naming the proposal and field when a patch is invalid (before any
     replay runs). `workers` > 1: the replays run side by side in that many processes.
-    `rate_scale` != 1: the proposals run on the window's arrivals at that multiple of the
-    recorded rate, beside the recorded config at the same rate (column `as-is@Kx`, what
-    their ratios divide by); `rate_sweep`: every config at each rate (control/whatif/
-    capacity.py), as `capacity`."""
-    taken = (RECORDED, PREDICTED, AS_IS, f"as-is@{rate_scale:g}x")
+    `rate_scale` != 1 or `replicas` > 1: the proposals run on the window's arrivals at that
+    multiple of the recorded rate, on that many replicas behind the fleet's router
+    (control/whatif/fleet_replay.py), beside the recorded config run the same way (column
+    `as-is@Kx,Nrep`, what their ratios divide by); `rate_sweep`: every config at each
+    rate (control/whatif/capacity.py), as `capacity`."""
+    at = at_label(rate_scale, replicas)
+    taken = (RECORDED, PREDICTED, AS_IS, at)
     if any(name in proposals for name in taken):
         raise ValueError(f"a proposal may not be named {' or '.join(map(repr, taken[:3]))}"
-                         " or 'as-is@Kx'")
+                         " or 'as-is@...'")
     configs = {}
     for name, patch in proposals.items():
         try:
@@ -133,11 +136,11 @@ def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
         slo = lane_slos(recorded.live)
     baseline, scaled = PREDICTED, window
     predictions = replays(window, model, {PREDICTED: recorded, **(
-        configs if rate_scale == 1.0 else {})}, progress, workers)
-    if rate_scale != 1.0:
-        baseline, scaled = f"as-is@{rate_scale:g}x", scale_window(window, rate_scale)
+        configs if at is None else {})}, progress, workers)
+    if at is not None:
+        baseline, scaled = at, scale_window(window, rate_scale)
         predictions |= replays(scaled, model, {baseline: recorded, **configs}, progress,
-                               workers)
+                               workers, replicas)
     summaries = {RECORDED: recorded_summary(window, slo)}
     for name, p in predictions.items():
         at = window if name == PREDICTED else scaled
@@ -159,10 +162,10 @@ def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
                     for name, c in configs.items()},
         "columns": list(summaries),
         "summaries": summaries,
-        "baseline": baseline, "rate_scale": rate_scale,
+        "baseline": baseline, "rate_scale": rate_scale, "replicas": replicas,
         "rows": ratio_rows(summaries, baseline=baseline),
         "capacity": (sweep(window, model, {AS_IS: recorded, **configs}, rate_sweep, slo,
-                           progress, workers) if rate_sweep else None),
+                           progress, workers, replicas) if rate_sweep else None),
         "replays": {name: {"steps": p.steps, "sim_seconds": p.sim_seconds,
                            "wall_s": p.wall_s, "beyond_seen_steps": p.beyond_seen_steps,
                            "largest_step": p.largest_step}
@@ -170,6 +173,14 @@ def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
         "warnings": warnings,
         "notes": list(window.notes) + list(notes or ()),
     }
+
+
+def at_label(rate_scale: float, replicas: int) -> str | None:
+    """The recorded config's column at another rate or replica count: as-is@2x, as-is@3rep,
+    as-is@2x,3rep; None at the recorded ones (1x, one replica)."""
+    parts = ([f"{rate_scale:g}x"] if rate_scale != 1.0 else []) + (
+        [f"{replicas}rep"] if replicas != 1 else [])
+    return f"as-is@{','.join(parts)}" if parts else None
 
 
 def lane_slos(live: LiveConfig) -> LaneSLOs:

@@ -27,11 +27,9 @@ from __future__ import annotations
 import dataclasses
 import gc
 import heapq
-import multiprocessing
 import statistics
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from tqdm import tqdm
@@ -209,17 +207,3 @@ def _run(window: Window, config: EngineConfig, model: StepTimeModel, label: str,
     return Prediction(label, records, executor.steps, config.static.num_kv_blocks, kv_peak,
                       preempted, clock.now - window.since, executor.beyond_seen, largest,
                       time.perf_counter() - started)
-
-
-def replays(window: Window, model: StepTimeModel, configs: dict[str, EngineConfig],
-            progress: bool = False, workers: int = 1) -> dict[str, Prediction]:
-    """One replay per config, in order; with `workers` > 1 in spawned processes (the same
-    predictions: a replay is deterministic), the progress bar of the first one only."""
-    if workers <= 1 or len(configs) <= 1:
-        return {name: replay(window, c, model, name, progress) for name, c in configs.items()}
-    # NOTE: spawn, not fork: the caller may hold threads (a DuckDB connection, the server)
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(workers, len(configs)), mp_context=ctx) as pool:
-        jobs = {name: pool.submit(replay, window, c, model, name, progress and i == 0)
-                for i, (name, c) in enumerate(configs.items())}
-        return {name: job.result() for name, job in jobs.items()}

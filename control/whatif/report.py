@@ -75,8 +75,10 @@ def text_report(result: dict) -> str:
         lines.append(f"{name}: {changes or 'no change'}")
     columns, baseline = result["columns"], result.get("baseline", PREDICTED)
     if baseline != PREDICTED:
+        replicas = result.get("replicas", 1)
         lines.append(f"rate scale {result['rate_scale']:g}: the recorded arrivals at"
-                     f" {result['rate_scale']:g}x their rate; proposals divide by {baseline!r}")
+                     f" {result['rate_scale']:g}x their rate, on {replicas} replica"
+                     f"{'s' if replicas > 1 else ''}; proposals divide by {baseline!r}")
     lines += ["", _table(_header(columns, baseline),
                          [_cells(r, columns, baseline) for r in result["rows"]])]
     lines += _groups(result, "by_lane") + _groups(result, "by_tenant")

@@ -5,7 +5,8 @@
                      "compare": {"seqs4": {"max_num_seqs": 4}, ...},   # and/or named ones
                      "slo": {"ttft_s": 0.5, "tpot_s": 0.05, "e2e_s": 10},
                      "rate_scale": 2,                 # the proposals at twice the rate
-                     "rate_sweep": [1, 1.5, 2, 3]}    # every config at each: "capacity"
+                     "rate_sweep": [1, 1.5, 2, 3],    # every config at each: "capacity"
+                     "replicas": 3}                   # each on 3 replicas behind a router
 
 The answer is control/whatif/compare.py's result. The window is read on a worker thread
 (the trace writer's cursor); the calibration and replays run in a separate process (one
@@ -49,14 +50,15 @@ from control.trace.routes import Reader
 from control.trace.timeparse import parse_time
 from control.whatif import bounds
 from control.whatif.audit import record_predictions
-from control.whatif.capacity import check_rate, check_sweep
+from control.whatif.capacity import check_rate, check_replicas, check_sweep
 from control.whatif.configs import propose, recorded_config
 from control.whatif.run import predict
 from control.whatif.window import Window, read_window
 from engine.config import EngineConfig
 
 router = APIRouter()
-BODY_KEYS = {"since", "until", "set", "compare", "slo", "rate_scale", "rate_sweep"}
+BODY_KEYS = {"since", "until", "set", "compare", "slo", "rate_scale", "rate_sweep",
+             "replicas"}
 SYNC_TIMEOUT_S = 2.0
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -188,9 +190,11 @@ def _died(exc: BrokenProcessPool) -> APIError:
 
 
 def parse_rates(body: dict[str, Any]) -> dict[str, Any]:
-    """rate_scale and rate_sweep as predict takes them; APIError 400 naming the field."""
+    """rate_scale, rate_sweep and replicas as predict takes them; APIError 400 naming the
+    field."""
     out: dict[str, Any] = {}
-    for key, check in (("rate_scale", check_rate), ("rate_sweep", check_sweep)):
+    for key, check in (("rate_scale", check_rate), ("rate_sweep", check_sweep),
+                       ("replicas", check_replicas)):
         if body.get(key) is not None:
             try:
                 out[key] = check(body[key], key)

@@ -22,13 +22,14 @@ from engine.config import EngineConfig
 def predict(window: Window, base: EngineConfig, proposals: dict[str, dict[str, Any]], *,
             exact: bool = False, slo: SLO | None = None, notes: list[str] | None = None,
             progress: bool = False, workers: int = 1, rate_scale: float = 1.0,
-            rate_sweep: tuple[float, ...] = ()) -> dict[str, Any]:
+            rate_sweep: tuple[float, ...] = (), replicas: int = 1) -> dict[str, Any]:
     """`base`: the server's config at the window's version (`exact`), else a YAML's or the
     defaults, overlaid with what the trace records (control/whatif/configs.py); `workers`:
-    processes to replay the configs side by side (replay.replays); `rate_scale`,
-    `rate_sweep`: the arrivals faster or slower (compare.compare, control/whatif/capacity.py)."""
+    processes to replay the configs side by side (replay_many.replays); `rate_scale`,
+    `rate_sweep`, `replicas`: the arrivals faster or slower, on a fleet (compare.compare,
+    control/whatif/capacity.py, fleet_replay.py)."""
     model = calibrate(window.samples)
     recorded, config_notes = recorded_config(window, base, exact)
     return compare(window, model, recorded, proposals, slo,
                    list(notes or ()) + config_notes, progress, workers,
-                   rate_scale=rate_scale, rate_sweep=rate_sweep)
+                   rate_scale=rate_scale, rate_sweep=rate_sweep, replicas=replicas)

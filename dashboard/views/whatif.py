@@ -28,8 +28,9 @@ st.caption("Each row is a config: settings as `batchpilot ctl set` takes them, c
            " (**predicted as-is**: its distance from **recorded** is the prediction's own"
            " error) and under each row; `NAME / as-is` is the change a row makes. A rate"
            " scale replays the rows on the same requests arriving that many times as fast"
-           " (beside **as-is@Kx**, the recorded config at that rate); a capacity sweep"
-           " replays every config at each rate. Nothing is applied.")
+           " (beside **as-is@Kx**, the recorded config at that rate), replicas on that many"
+           " replicas behind the fleet's router; a capacity sweep replays every config at"
+           " each rate. Nothing is applied.")
 
 
 def current_config(ctx: Ctx) -> dict[str, Any] | None:
@@ -58,10 +59,13 @@ with st.form("bp_whatif_form"):
                                          "settings": st.column_config.TextColumn(
                                              width="large")})
     slo = slo_inputs()
-    scale_col, sweep_col = st.columns([1, 2])
+    scale_col, replicas_col, sweep_col = st.columns([1, 1, 2])
     rate_scale = scale_col.number_input(
         "rate scale (x the recorded arrival rate)", min_value=0.1, max_value=100.0,
         value=1.0, step=0.5, key="bp_whatif_rate_scale")
+    replicas = replicas_col.number_input(
+        "replicas (behind the fleet's router)", min_value=1, max_value=64, value=1, step=1,
+        key="bp_whatif_replicas")
     rate_sweep = sweep_col.text_input(
         "capacity sweep: rate scales, e.g. 0.5, 1, 2, 4 (empty: none)",
         key="bp_whatif_rate_sweep")
@@ -71,7 +75,7 @@ with st.form("bp_whatif_form"):
 if compare:
     try:
         configs = whatif_panel.parse_rows(rows.to_dict(orient="records"))
-        rates = parse_rates(float(rate_scale), rate_sweep)
+        rates = parse_rates(float(rate_scale), rate_sweep, int(replicas))
     except WhatifError as exc:
         st.error(f"Invalid: {exc}")
         st.stop()

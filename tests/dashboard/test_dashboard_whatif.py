@@ -163,18 +163,21 @@ def test_rows_parse_like_the_cli_and_name_a_bad_row():
 
 
 def test_whatif_page_at_a_rate_scale_and_with_a_capacity_sweep(tmp_path):
-    """Over a trace file (replayed here): rate scale 3 puts the rows beside as-is@3x, and
-    a sweep draws goodput and TTFT against rate, with each config's capacity in words."""
+    """Over a trace file (replayed here): rate scale 3 on 2 replicas puts the rows beside
+    as-is@3x,2rep, and a sweep draws goodput and TTFT against rate, with each config's
+    capacity in words."""
     path = str(tmp_path / "trace.duckdb")
     sim.record(path, LiveConfig(max_num_seqs=8, max_num_batched_tokens=256,
                                 prefill_chunk_size=128), n=40)
     at = open_page(WHATIF, bp_db=path)
     at.number_input(key="bp_whatif_rate_scale").set_value(3.0)
+    at.number_input(key="bp_whatif_replicas").set_value(2)
     at.text_input(key="bp_whatif_rate_sweep").input("2, 1")
     at = compare(at)
     assert not at.error, [e.value for e in at.error]
     table = prediction(at)
-    assert {"as-is@3x", "fewer_seqs / as-is@3x", "as-is / recorded"} <= set(table.columns)
+    assert {"as-is@3x,2rep", "fewer_seqs / as-is@3x,2rep", "as-is / recorded"} <= set(
+        table.columns)
     assert "fewer_seqs / as-is" not in table.columns
     assert "Capacity" in [h.value for h in at.subheader]
     assert any("**as-is**: " in m.value and "**fewer_seqs**: " in m.value

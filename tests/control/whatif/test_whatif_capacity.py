@@ -126,3 +126,54 @@ def test_good_rates_in_a_request():
         "rate_scale": 2.0, "rate_sweep": (1.5, 3.0)}
     assert parse_rates({}) == {}
     assert START > 0
+
+
+def test_one_replica_behind_the_router_is_the_single_replay(db):
+    """The fleet replay's lockstep loop, on one replica, gives what the single replay
+    gives: the same requests ending the same way at the same times."""
+    from control.whatif.calibrate import calibrate
+    from control.whatif.configs import base_config, recorded_config
+    from control.whatif.fleet_replay import replay_fleet
+    from control.whatif.replay import replay
+
+    window = read_trace_window(db)
+    model = calibrate(window.samples)
+    config, _ = recorded_config(window, base_config(window, None)[0])
+    one = replay(window, config, model)
+    fleet = replay_fleet(window, config, model, replicas=1)
+    assert [(r.request_id, r.outcome) for r in fleet.records] == [
+        (r.request_id, r.outcome) for r in one.records]
+    assert [r.ttft_s for r in fleet.records] == pytest.approx([r.ttft_s for r in one.records])
+    assert fleet.steps == one.steps and fleet.kv_peak_blocks == one.kv_peak_blocks
+
+
+def test_replicas_share_a_faster_load(db, capsys):
+    assert main(["whatif", "--db", db, "--json", "--set", "max_num_seqs=8",
+                 "--rate-scale", "8", "--replicas", "4", *SLO]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["columns"] == ["recorded", "predicted", "as-is@8x,4rep", "proposed"]
+    assert result["replicas"] == 4
+    assert main(["whatif", "--db", db, "--json", "--set", "max_num_seqs=8",
+                 "--rate-scale", "8", *SLO]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    p99 = {r["metric"]: r for r in result["rows"]}["ttft_p99_s"]["values"]["as-is@8x,4rep"]
+    p99_alone = {r["metric"]: r for r in alone["rows"]}["ttft_p99_s"]["values"]["as-is@8x"]
+    assert p99 < p99_alone / 2  # four replicas carry eight times the rate far better
+    rows = {r["metric"]: r for r in result["rows"]}
+    assert rows["requests"]["values"]["as-is@8x,4rep"] == rows["requests"]["values"]["recorded"]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--replicas", "0"], "--replicas=0 must be a whole number of replicas in 1..64"),
+    (["--replicas", "65"], "--replicas=65 must be"),
+])
+def test_bad_replicas_are_exit_2(db, capsys, args, needle):
+    assert main(["whatif", "--db", db, "--set", "max_num_seqs=4", *args]) == 2
+    assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["2", 2.5, 0, True, 1000])
+def test_bad_replicas_in_a_request_are_400(value):
+    with pytest.raises(APIError) as err:
+        parse_rates({"replicas": value})
+    assert err.value.status == 400 and err.value.param == "replicas"

@@ -13,7 +13,8 @@ from whatif_sim_trace import STATIC, record
 
 from control.trace.store import open_read_only
 from control.whatif.calibrate import calibrate
-from control.whatif.replay import Prediction, _run, replay, replays
+from control.whatif.replay import Prediction, _run, replay
+from control.whatif.replay_many import replays
 from control.whatif.window import Window, read_window
 from engine.calibration.least_squares import fit_nonnegative as _fit
 from engine.calibration.least_squares import nnls
