@@ -2,7 +2,7 @@
 scheduler's correction of the step law follows (engine/calibration/drift.py).
 
     python -m bench.step_cost_drift [--model smollm2-135m] [--seconds 90] [--hog-at 30]
-    python -m bench.step_cost_drift --smoke     # the tests' tiny model, 24 s, hog at 10 s
+    python -m bench.step_cost_drift --smoke     # the tests' tiny model, 10 s, hog at 4 s
 
 The offline engine with `target_step_ms` (budgets and the step law fitted at start-up, as a
 server fits them) serves a steady closed loop: `--concurrency` requests in flight, prompts
@@ -34,7 +34,7 @@ from engine.calibration.drift import WINDOW_S
 from engine.sim.workload import forced_params, synthetic_prompt
 
 FLAG_AT = 1.5  # grafana/alerts.yml BatchpilotStepCostDrift and the checklist's max_drift
-SMOKE = {"seconds": 24.0, "hog_at": 10.0, "concurrency": 4, "prompt_tokens": 32,
+SMOKE = {"seconds": 10.0, "hog_at": 4.0, "concurrency": 4, "prompt_tokens": 32,
          "output_tokens": 16}
 
 
