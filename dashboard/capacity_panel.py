@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from control.whatif.capacity import check_rate, check_replicas, check_sweep
+from control.whatif.capacity import check_rate, check_replicas, parse_sweep
 from control.whatif.cli import WhatifError
 
 COLUMNS = {"rate_scale": "rate x", "offered_rps": "offered /s", "goodput_rps": "goodput /s",
@@ -34,12 +34,7 @@ def parse_rates(scale: float, sweep_text: str, replicas: int = 1) -> dict[str, A
         if replicas != 1:
             out["replicas"] = check_replicas(replicas, "replicas")
         if sweep_text.strip():
-            try:
-                values = [float(v) for v in sweep_text.replace(" ", "").split(",")]
-            except ValueError:
-                raise ValueError(f"rate sweep {sweep_text!r} must be comma-separated"
-                                 " numbers, e.g. 0.5, 1, 2, 4") from None
-            out["rate_sweep"] = check_sweep(values, "rate sweep")
+            out["rate_sweep"] = parse_sweep(sweep_text, "rate sweep")
     except ValueError as exc:
         raise WhatifError(str(exc), 2) from None
     return out

@@ -59,6 +59,16 @@ def check_sweep(values: Any, name: str) -> tuple[float, ...]:
     return tuple(sorted(rates))
 
 
+def parse_sweep(text: str, name: str) -> tuple[float, ...]:
+    """A sweep as a person types it ("0.5, 1,2"): check_sweep's rates, or ValueError."""
+    try:
+        values = [float(v) for v in text.replace(" ", "").split(",")]
+    except ValueError:
+        raise ValueError(f"{name} {text!r} must be comma-separated numbers, e.g. 0.5,1,2,4"
+                         ) from None
+    return check_sweep(values, name)
+
+
 def scale_window(window: Window, k: float) -> Window:
     """The window's requests at `k` times their recorded arrival rate (module docstring)."""
     if k == 1.0:

@@ -115,18 +115,13 @@ def slo_of(args: argparse.Namespace) -> SLO | None:
 def load_of(args: argparse.Namespace) -> dict[str, Any]:
     """--rate-scale, --rate-sweep and --replicas as predict takes them, checked;
     WhatifError (2) naming the flag."""
-    from control.whatif.capacity import check_rate, check_replicas, check_sweep
+    from control.whatif.capacity import check_rate, check_replicas, parse_sweep
 
     try:
         out: dict[str, Any] = {"rate_scale": check_rate(args.rate_scale, "--rate-scale"),
                                "replicas": check_replicas(args.replicas, "--replicas")}
         if args.rate_sweep is not None:
-            try:
-                values = [float(v) for v in args.rate_sweep.split(",")]
-            except ValueError:
-                raise ValueError(f"--rate-sweep={args.rate_sweep!r} must be comma-separated"
-                                 " numbers, e.g. 1,1.5,2") from None
-            out["rate_sweep"] = check_sweep(values, "--rate-sweep")
+            out["rate_sweep"] = parse_sweep(args.rate_sweep, "--rate-sweep")
     except ValueError as exc:
         raise WhatifError(str(exc), 2) from None
     return out

@@ -32,7 +32,7 @@ from control.whatif.replay import (
     IDLE_TICK_S,
     Prediction,
     _prompt,
-    output_lengths,
+    replay_plan,
 )
 from control.whatif.window import Window
 from engine.config import EngineConfig
@@ -89,11 +89,7 @@ def replay_fleet(window: Window, config: EngineConfig, model: StepTimeModel, lab
         engine = ReplayEngine(config, executor, clock=clock, step_law=window.step_law)
         fleet.append(_Replica(engine, clock, executor, model.gap_s))
     reqs = window.requests
-    lengths = output_lengths(reqs, config.static.max_model_len)
-    entries = sorted((r.arrival_time + r.tokenize_s, i) for i, r in enumerate(reqs))
-    cancels = [(r.finished_time, i) for i, r in enumerate(reqs)
-               if r.outcome == "cancelled" and r.finished_time is not None]
-    heapq.heapify(cancels)
+    lengths, entries, cancels = replay_plan(window, config)
     lanes, tenants, rng = set(config.live.lane_names), {}, random.Random(0)
     placed: dict[int, int] = {}  # request index -> replica
     records: list[RequestRecord] = []

@@ -96,6 +96,19 @@ def _prompt(i: int, r: RecordedRequest, tenants: dict[str, int]) -> list[int]:
             + list(range(base + shared, base + r.num_prompt_tokens)))
 
 
+def replay_plan(window: Window, config: EngineConfig
+                ) -> tuple[list[int], list[tuple[float, int]], list[tuple[float, int]]]:
+    """What every replay of the window follows: each request's max_tokens, when each
+    reaches the engine ((arrival + tokenize time, index), in order) and when a cancelled
+    one is cancelled ((recorded end, index), a heap)."""
+    reqs = window.requests
+    entries = sorted((r.arrival_time + r.tokenize_s, i) for i, r in enumerate(reqs))
+    cancels = [(r.finished_time, i) for i, r in enumerate(reqs)
+               if r.outcome == "cancelled" and r.finished_time is not None]
+    heapq.heapify(cancels)
+    return output_lengths(reqs, config.static.max_model_len), entries, cancels
+
+
 class _Preempted(Exception):
     """A replay without prefix caching preempted: the recompute could hit its own blocks."""
 
@@ -162,11 +175,7 @@ def _run(window: Window, config: EngineConfig, model: StepTimeModel, label: str,
     executor = LeanExecutor(model, clock)
     engine, step = _engine(config, executor, clock, lean, window.step_law)
     reqs = window.requests
-    lengths = output_lengths(reqs, config.static.max_model_len)
-    entries = sorted((r.arrival_time + r.tokenize_s, i) for i, r in enumerate(reqs))
-    cancels = [(r.finished_time, i) for i, r in enumerate(reqs)
-               if r.outcome == "cancelled" and r.finished_time is not None]
-    heapq.heapify(cancels)
+    lengths, entries, cancels = replay_plan(window, config)
     lanes, tenants = set(config.live.lane_names), {}
     records: list[RequestRecord] = []
     kv_peak = preempted = nxt = 0

@@ -99,7 +99,7 @@ def test_a_sweep_gives_goodput_against_rate_and_each_configs_capacity(db, tmp_pa
 @pytest.mark.parametrize(("args", "needle"), [
     (["--rate-scale", "0"], "--rate-scale=0.0 must be a number in (0, 100]"),
     (["--rate-scale", "1e9"], "--rate-scale=1000000000.0 must be"),
-    (["--rate-sweep", "1,x"], "--rate-sweep='1,x' must be comma-separated numbers"),
+    (["--rate-sweep", "1,x"], "--rate-sweep '1,x' must be comma-separated numbers"),
     (["--rate-sweep", "1,1"], "names a rate scale twice"),
     (["--rate-sweep", ",".join(str(i + 1) for i in range(MAX_SWEEP_RATES + 1))],
      f"1 to {MAX_SWEEP_RATES} rate scales"),
