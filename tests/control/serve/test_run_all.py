@@ -56,6 +56,15 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
                    not in w)
         assert f"dashboard  http://127.0.0.1:{port}" in text, text
         assert wait_for(api + "/healthz") == 200
+        # the server's ready banner (echoed after the URLs) says how steps are sized: the
+        # default is the goodput policy
+        deadline = time.monotonic() + 30
+        while not any("steps:" in line for line in rest):
+            assert time.monotonic() < deadline, text + "".join(rest)
+            time.sleep(0.1)
+        said = next(line for line in rest if "steps:" in line)
+        assert "steps: goodput policy from 250 ms up to 8x for the lanes' SLOs" in said, said
+        assert "interactive TTFT 5 s/TPOT 0.5 s" in said and "slo_shedding on" in said, said
         assert wait_for(f"http://127.0.0.1:{port}/_stcore/health") == 200
     finally:
         proc.send_signal(signal.SIGINT)
