@@ -38,7 +38,7 @@ from engine.records import (
 )
 from engine.reports import engine_gauges, step_output, step_record
 from engine.request import Request, RequestStatus, SamplingParams
-from engine.scheduling.goodput import predicted_ttft_s
+from engine.scheduling.goodput import predicted_ttft_s, slo_lane
 from engine.scheduling.scheduler import Scheduler
 from engine.scheduling.state import GROWABLE_BUDGETS
 
@@ -166,8 +166,11 @@ class Engine:
         return decision
 
     def route(self, num_prompt_tokens: int, tenant: str = "") -> str:
-        """The lane for a request that names none (engine/lanes/routing.py)."""
-        return route(self.live_config, num_prompt_tokens, tenant)
+        """The lane for a request that names none (engine/lanes/routing.py), moved to the
+        long-context lane when its prefill alone misses the default lane's TTFT
+        (engine/scheduling/goodput.py, slo_lane)."""
+        lane = route(self.live_config, num_prompt_tokens, tenant)
+        return slo_lane(self.scheduler, lane, num_prompt_tokens, tenant)
 
     def abort(self, request_id: str, status: RequestStatus = RequestStatus.CANCELLED,
               detail: str = "") -> bool:

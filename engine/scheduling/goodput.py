@@ -27,7 +27,10 @@ The largest step allowed is the tightest TPOT target of the running streams (a s
 token of every stream), and at most MAX_GROWTH x the base target. A grown step's token
 budgets (those fitted at start-up, never the operator's) grow by the same factor, up to
 the built-in defaults. Admission sheds a request the queue ahead of it already keeps from
-its TTFT at the largest step (`predicted_ttft_s`, reason `slo_unreachable`).
+its TTFT at the largest step (`predicted_ttft_s`, reason `slo_unreachable`), and a prompt
+whose prefill alone misses the default lane's TTFT goes to the long-context lane where that
+lane's target allows it (`slo_lane`): in the default lane it would miss anyway and hold up
+every request behind it that can still make theirs.
 """
 
 from __future__ import annotations
@@ -117,10 +120,8 @@ class QueueModel:
 
     def alone_ttft_s(self, req: Request) -> float:
         """req's TTFT on an idle device at the largest step: its prompt alone."""
-        idle = QueueModel(self.law, self.slowdown, self.base_s, MAX_GROWTH * self.base_s,
-                          self.law.fixed_s, 0.0)
-        rate = idle.rate(idle.cap_s)
-        return self.law.chunk_s(0, req.num_tokens) / rate if rate > 0 else math.inf
+        return alone_ttft_s(self.law, self.slowdown, self.base_s, req.num_tokens)
+
 
     def predicted_ttft_s(self, req: Request, lane_work: dict[str, float],
                          weights: dict[str, float], now: float) -> float:
@@ -139,6 +140,13 @@ class QueueModel:
 
     def _target(self, seconds: float, reason: str) -> StepTarget:
         return StepTarget(seconds, seconds / self.base_s, reason)
+
+
+def alone_ttft_s(law: StepLaw, slowdown: float, base_s: float, num_tokens: int) -> float:
+    """A prompt's TTFT on an idle device at the largest step (MAX_GROWTH x base_s)."""
+    idle = QueueModel(law, slowdown, base_s, MAX_GROWTH * base_s, law.fixed_s, 0.0)
+    rate = idle.rate(idle.cap_s)
+    return law.chunk_s(0, num_tokens) / rate if rate > 0 else math.inf
 
 
 def ttft_queue(law: StepLaw, live: LiveConfig, lanes: LaneSet) -> list[tuple[float, float]]:
@@ -198,11 +206,35 @@ def grown_budgets(state: SchedulerState, growth: float) -> tuple[int, int]:
     return tokens, chunk
 
 
+def slo_lane(state: SchedulerState, lane: str, num_prompt_tokens: int, tenant: str) -> str:
+    """The lane routing chose (`lane`), or the long-context lane for a prompt that routing
+    sent to the default lane by its length but whose prefill alone takes longer than the
+    default lane's TTFT target, where the long-context lane's target allows it: such a
+    request cannot meet the default lane's SLO anyway, and served there it would hold up
+    every request behind it that can (on this CPU a 4,000-token prompt takes ~14 s alone
+    against the interactive lane's 5 s). Only under the goodput policy with a step law; a
+    tenant the config maps to a lane stays there."""
+    live, law = state.live, state.step_law
+    target = live.long_context_lane
+    base_s = state.static.target_step_ms / 1000
+    if (law is None or base_s <= 0 or live.step_policy != "goodput" or target is None
+            or lane != live.default_lane or target not in state.lanes.lanes
+            or any(name == tenant for name, _ in live.tenant_lanes)):
+        return lane
+    own = live.lane_slo(state.lanes[lane].config).ttft_s
+    alone = alone_ttft_s(law, state.law_slowdown.value, base_s, num_prompt_tokens)
+    if own is None or alone <= own:
+        return lane
+    theirs = live.lane_slo(state.lanes[target].config).ttft_s
+    return target if theirs is None or alone <= theirs else lane
+
+
 def predicted_ttft_s(state: SchedulerState, req: Request, now: float) -> float | None:
     """req's TTFT by the goodput model at the largest step (for admission's shedding);
     None when there is no model (no law, step_policy fixed), req's lane has no TTFT, or
-    req would miss it even alone (then the queue is not what keeps it from its target, and
-    shedding it would protect no one: a long prompt is served, late)."""
+    req would miss it even alone (then the queue is not what keeps it from its target: a
+    long prompt is served, late; `slo_lane` has already sent it to the long-context lane
+    where that lane's target allows it)."""
     law, live = state.step_law, state.live
     base_s = state.static.target_step_ms / 1000
     if (law is None or base_s <= 0 or live.step_policy != "goodput"
