@@ -8,7 +8,9 @@ run has the same planned arrivals and lengths and its own prompt texts (the pref
 serves no later run), arriving at --load x the capacity; then A again with the requests
 arriving --rate-scale times as fast (capacity planning, issue 31). After the server stops,
 the what-if reads A's window of the trace and predicts A from it (self), each B, and A at
-the faster rate (`--rate-scale`); each run's own window is what happened. The live part
+the faster rate (as the server saw it: the ratio of the two runs' mean arrival gaps, which
+the client's pacing and concurrency move off `--rate-scale`); each run's own window is
+what happened. The live part
 takes ~10 minutes on a shared 2-core CPU.
 
     A          continuous batching, max_num_seqs 64, chunked prefill 32-token chunks,
@@ -201,6 +203,8 @@ def analyse(db: str, served: dict, patches: dict) -> dict:
         k = rate_scale_of(wins["A"], wins[FAST])
         fast = predict(wins["A"], EngineConfig(static, live), {}, exact=True, rate_scale=k)
         sums = {**sums, FAST: fast["summaries"][fast["baseline"]]}
+    else:
+        k = None
     measured = {name: recorded_summary(w, None) for name, w in wins.items()}
     rows = {"A (self)": errors(sums["predicted"], measured["A"])}
     sign_rows = {}
@@ -209,6 +213,7 @@ def analyse(db: str, served: dict, patches: dict) -> dict:
             rows[name] = errors(sums[name], measured[name])
             sign_rows[name] = signs(sums["predicted"], sums[name], measured["A"], measured[name])
     return {"errors": rows, "signs": sign_rows, "calibration": result["calibration"],
+            "fast_rate_scale": k,
             "warnings": result["warnings"], "notes": result["notes"],
             "requests": {n: len(w.requests) for n, w in wins.items()},
             "measured": {n: {f"{m}_{p}": s[m][p] for m, p in METRICS}

@@ -80,6 +80,25 @@ def test_benchmark_runs_in_smoke_mode(name, tmp_path):
         check_goodput_policy(result)
     if name == "step_cost_drift":
         check_step_cost_drift(result)
+    if name == "whatif_accuracy":
+        check_whatif_accuracy(result)
+
+
+def check_whatif_accuracy(result: dict) -> None:
+    """Every run predicted (A itself, each B, A at the faster rate), each error finite
+    where both sides have the figure, and the faster run really came faster; the goals are
+    printed, never asserted (a tiny model on a shared machine)."""
+    assert set(result["errors"]) == {"A (self)", "seqs4", "A_fast"}, result["errors"].keys()
+    for row, errs in result["errors"].items():
+        assert errs and all(e is None or math.isfinite(e) for e in errs.values()), (row, errs)
+        assert errs["ttft_p50"] is not None, row
+    assert set(result["signs"]) == {"seqs4", "A_fast"}
+    assert set(result["goals"]) == {"A (self)", "seqs4", "A_fast", "signs"}
+    assert all(n == result["requests_per_config"] for n in result["requests"].values())
+    assert result["patches"]["A_fast"] == result["patches"]["A"]
+    # the rate the server saw (the client's pacing and concurrency move it off the 1.5
+    # planned; on 6 requests far off): faster, and what the prediction used
+    assert result["fast_rate_scale"] > 1.0, result["fast_rate_scale"]
 
 
 def check_step_cost_drift(result: dict) -> None:
