@@ -39,8 +39,10 @@ SMOKE = {"seconds": 10.0, "hog_at": 4.0, "concurrency": 4, "prompt_tokens": 32,
 
 
 def hog() -> None:
+    """Another tenant on the machine: one core's worth of interpreter work until killed."""
+    x = 0
     while True:
-        pass
+        x = (x * 1103515245 + 12345) & 0xFFFFFFFF
 
 
 def serve(llm: LLM, args: argparse.Namespace) -> list[dict]:
