@@ -22,7 +22,8 @@ over the body limit) within 60 s. Printed, never checked: the idle step cost aft
 the same rate (goal: within 10%: a malformed request costs its neighbours no more than a
 real one), and with poison / alone.
 The model is the tests' tiny Llama by default: this measures the serving and scheduling
-state, not the model.
+state, not the model. The server runs behind its edge process (--edge on, as `serve` does on
+a public host; control/edge/); --edge off measures it without.
 
     python -m bench.hostile_traffic [--disconnects 1000] [--tenants 20000]
                                     [--poison-rounds 5] [--phase-s 15] [--phases poison]
@@ -162,7 +163,7 @@ async def attack(url: str, args: argparse.Namespace) -> dict:
         after = await idle_step_cost(client, args.idle_requests)
     bad = {str(k): v for k, v in statuses.items()
            if k not in ALLOWED and k not in ("disconnected", "missing_retry_after")}
-    return {"bench": "hostile_traffic", "smoke": args.smoke, "phases": phases,
+    return {"bench": "hostile_traffic", "smoke": args.smoke, "edge": args.edge, "phases": phases,
             "disconnects": args.disconnects, "burst": burst, "tenants": args.tenants,
             "seconds": seconds, "poison": poison,
             "statuses": {str(k): v for k, v in sorted(statuses.items(), key=str)},
@@ -193,6 +194,9 @@ def main() -> int:
                         help="only these kinds of poison (default: all; bench/poison_requests.py)")
     parser.add_argument("--phases", default=",".join(PHASES),
                         help="which of phases 2-5 run (default %(default)s)")
+    parser.add_argument("--edge", choices=["on", "off"], default="on",
+                        help="the server's --edge: bodies validated in a process of their own,"
+                        " as `serve` does on a public host (default %(default)s)")
     parser.add_argument("--model", help="alias or checkpoint directory (default: tiny Llama)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "hostile_out"),
                         help="where the server's log and trace go (default %(default)s)")
@@ -216,7 +220,7 @@ def main() -> int:
         # joins its batch; the poison phase compares tokens, and that is not the poison's doing
         proc, url = start_server(folder / "server.log", model, "--config", str(config),
                                  "--trace-db", str(folder / "trace.duckdb"),
-                                 "--dtype", "float32")
+                                 "--dtype", "float32", "--edge", args.edge)
         try:
             result = asyncio.run(attack(url, args))
         finally:

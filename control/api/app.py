@@ -141,7 +141,8 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     app = FastAPI(title="batchpilot", summary="OpenAI-compatible LLM serving",
                   lifespan=lifespan)
     app.state.serving = state
-    app.add_middleware(StampArrival)  # arrival: before the body is read (control/api/arrival.py)
+    # arrival: before the body is read, or at the edge when behind one (control/api/arrival.py)
+    app.add_middleware(StampArrival, behind_edge=settings.behind_edge)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(OriginGuard, check_host=not state.control_tokens
                        and settings.host in LOOPBACK_HOSTS)

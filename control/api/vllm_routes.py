@@ -17,16 +17,14 @@ the tokenizer thread, so a long input never blocks the event loop.
 
 from __future__ import annotations
 
-import json
-import logging
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from control.api.body_parse import json_body, parse_body
 from control.api.errors import APIError, retry_after
 from control.api.request_limits import check_messages, check_prompt_chars
 from control.api.routes import ERRORS, LOADING_RETRY_AFTER_S, serving_state
@@ -41,7 +39,6 @@ from control.api.vllm_schemas import (
 from control.serve.bootstrap import EngineParts
 from control.serve.state import ServerState, get_state
 
-log = logging.getLogger("batchpilot.http")
 router = APIRouter()
 
 
@@ -92,9 +89,9 @@ async def version_info() -> VersionResponse:
 @router.post("/tokenize", responses={200: {"model": TokenizeResponse}, **ERRORS},
              openapi_extra=openapi_body(TokenizeCompletionRequest, TokenizeChatRequest))
 async def tokenize(request: Request) -> TokenizeResponse:
-    raw = await _json_body(request)
+    raw = await json_body(request)
     chat = isinstance(raw, dict) and "messages" in raw
-    body = _parse(TokenizeChatRequest if chat else TokenizeCompletionRequest, raw)
+    body = parse_body(TokenizeChatRequest if chat else TokenizeCompletionRequest, raw)
     state = serving_state(request, body.model)
     parts = state.parts
     _check_size(state, body)
@@ -106,7 +103,7 @@ async def tokenize(request: Request) -> TokenizeResponse:
 @router.post("/detokenize", responses={200: {"model": DetokenizeResponse}, **ERRORS},
              openapi_extra=openapi_body(DetokenizeRequest))
 async def detokenize(request: Request) -> DetokenizeResponse:
-    body = _parse(DetokenizeRequest, await _json_body(request))
+    body = parse_body(DetokenizeRequest, await json_body(request))
     state = serving_state(request, body.model)
     text = await state.run_tokenizer(_decode, state.parts, body.tokens)
     return DetokenizeResponse(prompt=text)
@@ -125,31 +122,6 @@ def _check_size(state: ServerState, body: TokenizeCompletionRequest | TokenizeCh
         chars, field = len(body.prompt), "prompt"
     check_prompt_chars(chars, limits, parts.frontend_tokenizer, parts.static.max_model_len,
                        field)
-
-
-# ---- request bodies (FastAPI's own parsing cannot pick the model from the body) -----------
-async def _json_body(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except ValueError as exc:  # not JSON (or not UTF-8): the message FastAPI would give
-        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",),
-                                       "msg": "JSON decode error",
-                                       "ctx": {"error": str(exc)}}]) from None
-
-
-def _parse(model: type[BaseModel], raw: Any) -> Any:
-    """`raw` validated as `model`: a 400 naming the field, as every route answers; fields
-    outside the shape are ignored with a warning naming them, as vLLM does."""
-    try:
-        body = model.model_validate(raw)
-    except ValidationError as exc:
-        raise RequestValidationError(exc.errors(include_url=False)) from None
-    unknown = sorted(set(raw) - set(model.model_fields))
-    if unknown:
-        log.warning("%s: ignored fields outside vLLM's request shape: %s", model.__name__,
-                    ", ".join(unknown))
-    return body
 
 
 # ---- on the tokenizer thread ----------------------------------------------------------------

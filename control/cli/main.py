@@ -21,7 +21,7 @@ from control.cli.ctl import add_ctl_parser
 from control.cli.dashboard import add_dashboard_parser
 from control.fleet.cli import add_fleet_parser
 from control.loadtest.cli import add_loadtest_parser
-from control.serve.settings import DEFAULT_MODEL, ServeSettings
+from control.serve.settings import DEFAULT_MODEL, EDGE_MODES, ServeSettings
 from control.trace.cli import add_trace_parser
 from control.whatif.cli import add_whatif_parser
 
@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug"],
                        help="the server's log and uvicorn's (default %(default)s)")
+    serve.add_argument("--edge", choices=list(EDGE_MODES), default="auto",
+                       help="parse and validate request bodies in a process of their own,"
+                       " so malformed requests do not slow the engine's (docs/security.md);"
+                       " auto (default): on when --host is not loopback")
     serve.set_defaults(func=_serve)
     add_trace_parser(sub)
     add_ctl_parser(sub)
@@ -121,7 +125,8 @@ def _serve(args: argparse.Namespace) -> int:
         control_api=not args.no_control_api,
         control_tokens_path=args.control_tokens, watch_config=not args.no_watch_config,
         device=args.device, dtype=args.dtype, shutdown_grace_s=args.shutdown_grace_s,
-        max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level)
+        max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level,
+        edge=args.edge)
     try:  # fail before binding a port or loading anything
         settings = settings.replace(limits=RequestLimits().with_values(
             parse_limit_args(args.limit)))

@@ -37,7 +37,8 @@ class EngineReplica:
 
     def __init__(self, settings: ServeSettings, replica_id: int):
         self.replica_id = replica_id
-        self.app = create_app(settings)
+        # reached through the ingress's handle, never an edge: no edge header is trusted
+        self.app = create_app(settings.replace(edge="off"))
         self.state = self.app.state.serving
         store = self.state.config_store
         if store is not None:

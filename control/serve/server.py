@@ -27,22 +27,28 @@ from types import FrameType
 import uvicorn
 
 from control.api.app import create_app
-from control.serve.settings import ServeSettings
+from control.edge.process import EdgeProcess, remove_socket, socket_path
+from control.serve.settings import KEEP_ALIVE_S, ServeSettings
 from control.serve.state import ServerState
 from engine.scheduling.goodput import describe_policy
 
 log = logging.getLogger("batchpilot.server")
 
 POLL_S = 0.05
+EDGE_POLL_S = 0.5
 FLUSH_S = 5.0  # after the grace period: time for the aborted streams' final chunks
 READY_LINE = "batchpilot: ready"
 
 
 class DrainingServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, state: ServerState, *, announce: bool = True):
+    def __init__(self, config: uvicorn.Config, state: ServerState, *, announce: bool = True,
+                 edge_uds: str | None = None):
         super().__init__(config)
         self.state = state
         self.announce = announce
+        self.edge_uds = edge_uds  # listening there, behind an edge process (control/edge/)
+        self.edge: EdgeProcess | None = None
+        self.edge_url: str | None = None
         self.exit_code = 0
         self.bound_url: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -54,7 +60,40 @@ class DrainingServer(uvicorn.Server):
         await super().startup(sockets)
         with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
             self._loop.add_signal_handler(signal.SIGHUP, self._reload_config)  # main thread
-        self._spawn(self._when_ready())
+        if self.edge_uds is not None and not self.should_exit:
+            await self._start_edge(self.edge_uds)
+        if not self.should_exit:
+            self._spawn(self._when_ready())
+
+    async def _start_edge(self, uds: str) -> None:
+        """The edge process in front, listening where the settings say; its death later
+        drains and stops this server (nothing could reach it any more)."""
+        settings = self.state.settings
+        self.edge = EdgeProcess(uds, settings.host, settings.port, settings.limits,
+                                settings.log_level)
+        try:
+            self.edge_url = await self._loop.run_in_executor(None, self.edge.wait_ready)
+        except RuntimeError as exc:
+            log.error("%s", exc)
+            self.exit_code = 1
+            self.should_exit = True
+            return
+        self._spawn(self._watch_edge())
+
+    async def _watch_edge(self) -> None:
+        while self.edge is not None and self.edge.alive():
+            await asyncio.sleep(EDGE_POLL_S)
+        if not self._draining and self.edge is not None:
+            log.error("the edge process exited (%s): draining and stopping",
+                      self.edge.proc.returncode)
+            self.exit_code = 1
+            self.handle_exit(signal.SIGTERM, None)
+
+    def stop_edge(self) -> None:
+        if self.edge is not None:
+            self.edge.stop()
+        elif self.edge_uds is not None:
+            remove_socket(self.edge_uds)
 
     def _reload_config(self) -> None:
         """SIGHUP: reload the --config YAML now (validated, versioned, audited)."""
@@ -111,10 +150,15 @@ class DrainingServer(uvicorn.Server):
             notes = [getattr(parts, "weights", ""), fit.summary() if fit is not None else "",
                      describe_policy(self.state.engine.live_config, fit is not None,
                                      parts.static.target_step_ms)]
+            if self.edge is not None:
+                notes.append(f"edge: bodies validated in their own process (pid"
+                             f" {self.edge.proc.pid}) before they reach the engine's")
             print(banner(self.bound_url, self.state.settings.model_name,
                          "\n  ".join(n for n in notes if n) or None), flush=True)
 
     def _bound_url(self) -> str:
+        if self.edge_url is not None:
+            return self.edge_url
         settings = self.state.settings
         port = settings.port
         for server in getattr(self, "servers", []):
@@ -127,14 +171,6 @@ async def _wait_idle(state: ServerState, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while state.inflight > 0 and time.monotonic() < deadline:
         await asyncio.sleep(POLL_S)
-
-# NOTE: an idle keep-alive connection is closed only after clients' pools give up on it.
-# uvicorn's default (5 s) equals httpx's and the openai client's pool expiry, so a client
-# reusing a connection as the server closes it gets a connection error instead of an
-# answer (50 of 20,000 requests in bench.hostile_traffic). 65 s also outlasts the 60 s idle
-# timeout of common load balancers in front of a server.
-KEEP_ALIVE_S = 65
-
 
 def banner(url: str, model: str, budgets: str | None = None) -> str:
     """The ready line and how to try it; `budgets`: the lines saying what the weights run
@@ -152,12 +188,16 @@ def banner(url: str, model: str, budgets: str | None = None) -> str:
 def serve(settings: ServeSettings) -> int:
     """Run until drained; the process's exit code (0 after a graceful shutdown)."""
     app = create_app(settings)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port,
-                            log_level=settings.log_level, lifespan="on",
+    uds = socket_path() if settings.behind_edge else None
+    where = {"uds": uds} if uds else {"host": settings.host, "port": settings.port}
+    config = uvicorn.Config(app, **where, log_level=settings.log_level, lifespan="on",
                             timeout_graceful_shutdown=int(FLUSH_S),
                             timeout_keep_alive=KEEP_ALIVE_S)
-    server = DrainingServer(config, app.state.serving)
-    server.run()
+    server = DrainingServer(config, app.state.serving, edge_uds=uds)
+    try:
+        server.run()
+    finally:
+        server.stop_edge()
     if not server.started and server.exit_code == 0:
         return 1  # e.g. the port was taken (uvicorn logged why)
     sys.stdout.flush()

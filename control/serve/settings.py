@@ -17,6 +17,14 @@ from engine.config.dtype_option import parse_dtype_choice
 
 DEFAULT_MODEL = "smollm2-135m"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+EDGE_MODES = ("auto", "on", "off")
+# NOTE (uvicorn's timeout_keep_alive, the server's and the edge's): an idle keep-alive
+# connection is closed only after clients' pools give up on it. uvicorn's default (5 s)
+# equals httpx's and the openai client's pool expiry, so a client reusing a connection as
+# the server closes it gets a connection error instead of an answer (50 of 20,000 requests
+# in bench.hostile_traffic). 65 s also outlasts the 60 s idle timeout of common load
+# balancers in front of a server.
+KEEP_ALIVE_S = 65
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,9 @@ class ServeSettings:
     engine_overrides: dict[str, Any] = field(default_factory=dict)  # over the YAML's values
     limits: RequestLimits = field(default_factory=RequestLimits)  # --limit NAME=VALUE
     log_level: str = "info"
+    # auto | on | off: parse and validate bodies in a process of their own (control/edge/);
+    # auto: on when `host` is not loopback, i.e. when strangers can reach the server
+    edge: str = "auto"
 
     def validate(self) -> ServeSettings:
         _require(0 <= self.port <= 65535, "port", self.port, "in 0..65535")
@@ -59,6 +70,7 @@ class ServeSettings:
         parse_dtype_choice(self.dtype)  # ValueError naming the choices
         _require(self.metrics_compat in (None, "vllm"), "metrics_compat", self.metrics_compat,
                  "'vllm' or unset")
+        _require(self.edge in EDGE_MODES, "edge", self.edge, f"one of {', '.join(EDGE_MODES)}")
         self.trace_retention.validate()
         self.limits.validate()
         return self
@@ -66,6 +78,11 @@ class ServeSettings:
     @property
     def trace_retention(self) -> Retention:
         return Retention(max_age_s=self.trace_max_age_s, max_bytes=self.trace_max_bytes)
+
+    @property
+    def behind_edge(self) -> bool:
+        """Whether the server listens on a Unix socket behind its edge process."""
+        return self.edge == "on" or (self.edge == "auto" and self.host not in LOOPBACK_HOSTS)
 
     @property
     def model_name(self) -> str:

@@ -1,0 +1,41 @@
+"""Bodies parsed by hand, where FastAPI's own parsing cannot choose the shape (vLLM's
+/tokenize takes a prompt or messages): the same 400s FastAPI gives, naming the field.
+Used by the server's routes and by the edge process (control/edge/) alike.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+
+log = logging.getLogger("batchpilot.http")
+
+
+async def json_body(request: Request) -> Any:
+    """The request's body as JSON; not JSON (or not UTF-8): the 400 FastAPI would give."""
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body",),
+                                       "msg": "JSON decode error",
+                                       "ctx": {"error": str(exc)}}]) from None
+
+
+def parse_body(model: type[BaseModel], raw: Any, *, warn_unknown: bool = True) -> Any:
+    """`raw` validated as `model`: a 400 naming the field, as every route answers; fields
+    outside the shape are ignored with a warning naming them, as vLLM does."""
+    try:
+        body = model.model_validate(raw)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
+    unknown = sorted(set(raw) - set(model.model_fields))
+    if unknown and warn_unknown:
+        log.warning("%s: ignored fields outside vLLM's request shape: %s", model.__name__,
+                    ", ".join(unknown))
+    return body
