@@ -4,6 +4,8 @@ A request enters at `api/routes.py` (uvicorn's event loop), is tokenized on the 
 thread (`serve/state.py`), crosses to the engine thread as a `Submission`
 (`serve/streams.py`), and its tokens come back as `StreamEvent`s streamed by `api/`.
 
+    edge/       (serve --edge) its own process in front: validates bodies, forwards the rest
+                to the server's Unix socket, streams the answers back
     api/        the OpenAI data plane and probes; event loop; never blocks
     serve/      the process: settings, start-up, uvicorn and draining, the "engine-loop"
                 thread (the only one that touches the Engine), the tokenizer thread
