@@ -19,12 +19,14 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from control.admin.auth import load_tokens
 from control.fleet.ingress import FleetIngress
+from control.fleet.placement import deploy_failure, fit_to_cluster
 from control.fleet.replica import EngineReplica
 from control.fleet.router import RoutingPolicy
 from control.serve.settings import LOOPBACK_HOSTS, ServeSettings
@@ -41,7 +43,9 @@ class FleetSettings:
     replicas: int = 2
     address: str | None = None  # None: start a local Ray
     num_cpus: float | None = None  # local Ray's CPUs (None: all of the machine's)
-    replica_cpus: float = 1.0  # CPUs Ray reserves per replica without a GPU
+    # CPUs Ray reserves per replica without a GPU; None: an equal share of what the
+    # ingress leaves (placement.py)
+    replica_cpus: float | None = None
     ingress_cpus: float = 0.5
     trace_dir: str | None = None  # each replica writes DIR/replica-<id>.duckdb
     policy: RoutingPolicy = RoutingPolicy()
@@ -49,7 +53,7 @@ class FleetSettings:
     def validate(self) -> FleetSettings:
         if self.replicas < 1:
             raise ValueError(f"replicas={self.replicas} must be >= 1")
-        if self.replica_cpus <= 0 or self.ingress_cpus <= 0:
+        if (self.replica_cpus is not None and self.replica_cpus <= 0) or self.ingress_cpus <= 0:
             raise ValueError(f"replica_cpus={self.replica_cpus} and ingress_cpus="
                              f"{self.ingress_cpus} must be > 0")
         self.policy.validate()
@@ -88,6 +92,7 @@ def _actor_options(settings: FleetSettings) -> dict[str, Any]:
     # spinning torch threads beside its own event loop, which then waited for the step and
     # the step for it (bench.fleet_scaling: 2.7x slower than two 1-CPU replicas on the same
     # cores). As `batchpilot serve` does, torch gets one thread fewer than the CPUs.
+    assert settings.replica_cpus is not None, "start() sizes replicas first (placement.py)"
     threads = replica_torch_threads(settings.replica_cpus)
     return {"num_cpus": settings.replica_cpus,
             "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}}
@@ -121,19 +126,35 @@ def build_application(settings: FleetSettings) -> Any:
 
 def start(settings: FleetSettings) -> Any:
     """Start (or join) Ray and Serve, deploy the fleet; -> the ingress handle once every
-    replica has loaded its model."""
-    import ray
+    replica has loaded its model. ValueError: the fleet cannot fit what Ray has;
+    RuntimeError: a replica failed to start (its own error in the message)."""
+    settings = sized(settings)
     from ray import serve
+
+    serve.start(http_options={"host": settings.serve.host, "port": settings.serve.port})
+    try:
+        return serve.run(build_application(settings), name=APP_NAME, route_prefix="/")
+    except RuntimeError as exc:
+        reason = deploy_failure(serve.status(), APP_NAME)
+        raise RuntimeError(f"{exc}: {reason}" if reason else str(exc)) from None
+
+
+def sized(settings: FleetSettings) -> FleetSettings:
+    """Ray started (or joined), and `settings` with each replica's CPUs fitted to it."""
+    import ray
+    import torch
 
     settings.validate()
     if not ray.is_initialized():
         if settings.address:
             ray.init(address=settings.address, log_to_driver=False)
         else:
-            ray.init(num_cpus=settings.num_cpus, include_dashboard=False,
+            # "local": a Ray of our own, never a stray one another process left running
+            ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=False,
                      log_to_driver=False)
-    serve.start(http_options={"host": settings.serve.host, "port": settings.serve.port})
-    return serve.run(build_application(settings), name=APP_NAME, route_prefix="/")
+    have = ray.cluster_resources()
+    return fit_to_cluster(settings, have.get("CPU", 0.0), have.get("GPU", 0.0),
+                          torch.cuda.is_available())
 
 
 def stop(ingress: Any, grace_s: float) -> int:
@@ -154,9 +175,17 @@ def run(settings: FleetSettings) -> int:
     """`batchpilot fleet`: serve until SIGTERM / Ctrl+C, then drain and stop."""
     import ray
 
-    ingress = start(settings)
+    try:
+        settings = sized(settings)
+        ingress = start(settings)
+    except (ValueError, RuntimeError) as exc:
+        print(f"batchpilot fleet: error: {exc}", file=sys.stderr)
+        if not settings.address:
+            ray.shutdown()
+        return 2 if isinstance(exc, ValueError) else 1
     url = settings.serve.url
-    print(f"{READY_LINE}: {settings.replicas} replicas of {settings.serve.model_name}"
+    cpus = "" if settings.replica_cpus is None else f" ({settings.replica_cpus:g} CPU each)"
+    print(f"{READY_LINE}: {settings.replicas} replicas{cpus} of {settings.serve.model_name}"
           f" at {url}\n  probes: {url}/healthz {url}/readyz   metrics: {url}/metrics\n"
           f"  stop: Ctrl+C or SIGTERM (drains first)", flush=True)
     stop_event = threading.Event()

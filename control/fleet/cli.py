@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 
 from control.fleet.restart_cli import add_restart_parser
 from control.fleet.router import MODES, RoutingPolicy
@@ -31,9 +32,10 @@ def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
     fleet.add_argument("--address", help="Ray cluster to join (e.g. auto, ray://HOST:10001);"
                        " default: start a local Ray")
     fleet.add_argument("--num-cpus", type=float, help="local Ray's CPUs (default: all)")
-    fleet.add_argument("--replica-cpus", type=float, default=1.0,
-                       help="CPUs reserved per replica when there is no GPU (default"
-                       " %(default)s; fractions share cores)")
+    fleet.add_argument("--replica-cpus", type=float, default=None,
+                       help="CPUs reserved per replica when there is no GPU (default: an"
+                       " equal share of what the ingress's 0.5 leaves, e.g. 0.75 each for"
+                       " 2 replicas on 2 cores; fractions share cores)")
     fleet.add_argument("--host", default="127.0.0.1", help="default %(default)s")
     fleet.add_argument("--port", type=int, default=8000, help="default %(default)s")
     fleet.add_argument("--routing", choices=MODES, default="affinity",
@@ -85,8 +87,18 @@ def run_fleet(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(settings, serve=serve)
         settings.validate()  # the same rule as `batchpilot serve` (tokens, or loopback)
         preflight(serve)
+        if args.trace_dir:  # each replica opens its file there; a missing folder failed them
+            make_trace_dir(args.trace_dir)
     except (ValueError, FileNotFoundError) as exc:
         print(f"batchpilot fleet: error: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
     return run(settings)
+
+
+def make_trace_dir(path: str) -> None:
+    """--trace-dir created (parents too) before Ray starts; ValueError saying why not."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--trace-dir {path!r} cannot be created: {exc.strerror}") from None

@@ -1,0 +1,85 @@
+"""`batchpilot fleet` as a new user runs it on this machine kind (2 cores): the documented
+`--replicas 2` with its defaults becomes ready (it once waited forever: two 1-CPU replicas
+and the ingress's 0.5 CPU could not fit 2), a --trace-dir that does not exist yet is
+created, and a placement that cannot fit fails at once with the arithmetic.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+try:
+    import ray  # noqa: F401
+except ImportError:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI without Ray Serve: `make test` installs the fleet extra"
+                           " (pip install -e '.[fleet]')") from None
+    pytest.skip("Ray Serve is not installed (pip install -e '.[fleet]')",
+                allow_module_level=True)
+
+from control.fleet.app import READY_LINE
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.timeout(300)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def fleet_cli(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "control.cli.main", "fleet", *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def test_the_documented_two_replica_fleet_starts_with_its_defaults(tiny_llama_dir, tmp_path):
+    trace_dir = tmp_path / "not" / "yet"
+    port = free_port()
+    proc = fleet_cli("--replicas", "2", "--model", str(tiny_llama_dir), "--port", str(port),
+                     "--trace-dir", str(trace_dir), "--shutdown-grace-s", "2")
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith(READY_LINE):
+                break
+        else:
+            pytest.fail(f"exited {proc.wait()} before ready:\n{''.join(lines[-40:])}")
+        assert "2 replicas (0.75 CPU each)" in line or os.cpu_count() != 2, line
+        url = line.rsplit(" at ", 1)[1].strip()
+        done = httpx.post(f"{url}/v1/completions", timeout=60,
+                          json={"prompt": "Hello", "max_tokens": 4})
+        assert done.status_code == 200, done.text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert code == 0
+    assert sorted(p.name for p in trace_dir.iterdir()) == ["replica-0.duckdb",
+                                                           "replica-1.duckdb"]
+
+
+def test_a_fleet_that_cannot_fit_fails_at_once_saying_why(tiny_llama_dir):
+    started = time.monotonic()
+    proc = fleet_cli("--replicas", "2", "--replica-cpus", "1.0", "--num-cpus", "2",
+                     "--model", str(tiny_llama_dir), "--port", str(free_port()))
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out
+    assert "2 replicas x 1 CPU + the ingress's 0.5 CPU = 2.5 CPUs, but Ray has 2" in out
+    assert time.monotonic() - started < 60, "it waited for resources that never come"

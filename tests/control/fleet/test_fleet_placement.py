@@ -1,0 +1,52 @@
+"""The fleet fits the machine Ray has before anything deploys (control/fleet/placement.py):
+the default sizing fits a 2-core machine, a placement that cannot fit says the arithmetic,
+and a replica that fails to start is named with its own error."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from control.fleet.app import FleetSettings
+from control.fleet.placement import deploy_failure, fit_to_cluster
+from control.serve.settings import ServeSettings
+
+
+def fleet(**kw) -> FleetSettings:
+    return FleetSettings(ServeSettings(), **kw)
+
+
+def test_the_default_fleet_shares_what_the_ingress_leaves():
+    assert fit_to_cluster(fleet(), 2.0, 0.0, False).replica_cpus == 0.75
+    assert fit_to_cluster(fleet(replicas=3), 2.0, 0.0, False).replica_cpus == 0.5
+    assert fit_to_cluster(fleet(replicas=4), 16.0, 0.0, False).replica_cpus == 3.87
+    # chosen CPUs that fit are kept
+    assert fit_to_cluster(fleet(replica_cpus=0.5), 2.0, 0.0, False).replica_cpus == 0.5
+
+
+def test_a_fleet_that_cannot_fit_says_the_arithmetic_and_the_way_out():
+    with pytest.raises(ValueError) as err:
+        fit_to_cluster(fleet(replica_cpus=1.0), 2.0, 0.0, False)
+    message = str(err.value)
+    assert "2 replicas x 1 CPU + the ingress's 0.5 CPU = 2.5 CPUs, but Ray has 2" in message
+    assert "--replica-cpus 0.75 or less" in message
+    with pytest.raises(ValueError, match="under 0.1 CPU each"):
+        fit_to_cluster(fleet(replicas=40), 2.0, 0.0, False)
+    with pytest.raises(ValueError, match="one GPU each; Ray has 1 GPUs"):
+        fit_to_cluster(fleet(), 8.0, 1.0, True)
+    assert fit_to_cluster(fleet(), 8.0, 2.0, True).replica_cpus is None  # 1 GPU each
+
+
+def test_a_failed_replica_is_named_with_its_own_error():
+    traceback = ("The deployment failed to start 3 times in a row. See controller logs.\n"
+                 "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                 "duckdb.IOException: IO Error: Cannot open file\n"
+                 "ValueError: directory /nope does not exist")
+    status = SimpleNamespace(applications={"app": SimpleNamespace(deployments={
+        "replica-0": SimpleNamespace(status="DEPLOY_FAILED", message=traceback),
+        "replica-1": SimpleNamespace(status="HEALTHY", message=""),
+        "ingress": SimpleNamespace(status="UPDATING", message="")})})
+    assert deploy_failure(status, "app") == (
+        "replica-0: ValueError: directory /nope does not exist")
+    assert deploy_failure(status, "other") is None
