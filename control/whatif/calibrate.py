@@ -2,15 +2,21 @@
 
     step_s ~= fixed_s + prefill_s * prefill_tokens + decode_s * decode_tokens
               + context_s * decode_context_tokens + seq_s * num_seqs
+              + pair_s * prefill_pairs
 
 `decode_context_tokens` is the KV the step's decodes attend to (each decode's tokens so far,
-derived from the trace: cached prompt + every token it ran up to that step). The target is
+derived from the trace: cached prompt + every token it ran up to that step).
+`prefill_pairs` are the (query, key) pairs of the step's prefill chunks' attention, as the
+scheduler's own law counts them (engine/calibration/step_law.py, `chunk_pairs`): a chunk
+deep into a long document costs more per token than a chat's first chunk, quadratically.
+The two laws share that form; this one is fitted to the trace's steps, that one to the
+start-up probe, and the drift watch compares served steps with the latter. The target is
 the engine clock's span of a step (`end_time - start_time`: schedule + execute), the clock
 every latency is measured on; `gap_s` (the median time from a step's end to the next start
 while requests were left: update, emitting, the engine loop) is added per step by replay.
 
     model = calibrate(samples)       # StepSamples: one row per step that ran tokens
-    model.predict(np.array([[1, 64, 3, 900, 4]]))  # rows of FEATURES -> seconds
+    model.predict(np.array([[1, 64, 3, 900, 4, 2080]]))  # rows of FEATURES -> seconds
 
 Every fit reports its error (R^2, median and p90 absolute % error in sample and on held-out
 steps: every HOLDOUT_EVERY-th step, left out of a second fit) and says plainly when it is
@@ -25,7 +31,8 @@ import numpy as np
 
 from engine.calibration.least_squares import fit_nonnegative
 
-FEATURES = ("fixed", "prefill_tokens", "decode_tokens", "decode_context_tokens", "num_seqs")
+FEATURES = ("fixed", "prefill_tokens", "decode_tokens", "decode_context_tokens", "num_seqs",
+            "prefill_pairs")
 MIN_STEPS = 50  # fewer: the fit is reported as unreliable
 HOLDOUT_EVERY = 5  # every 5th step is held out for the leave-out error
 
@@ -35,7 +42,7 @@ class StepSamples:
     """Calibration rows: X is (n, len(FEATURES)) with a leading column of ones; y is the
     engine-clock span of each step (s); gaps: step end -> next start, busy engine only."""
 
-    X: np.ndarray  # (n, 5) float64
+    X: np.ndarray  # (n, len(FEATURES)) float64
     y: np.ndarray  # (n,) seconds
     gaps: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (m,) seconds
     group: str = ""  # "model=... device=..." the steps came from
@@ -69,12 +76,14 @@ class StepTimeModel:
     warnings: tuple[str, ...] = ()
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """(n, 5) rows of FEATURES -> (n,) seconds."""
+        """(n, len(FEATURES)) rows of FEATURES -> (n,) seconds."""
         return X @ np.asarray(self.coef)
 
-    def step_s(self, prefill: int, decode: int, context: int, seqs: int) -> float:
+    def step_s(self, prefill: int, decode: int, context: int, seqs: int,
+               pairs: int = 0) -> float:
         c = self.coef
-        return c[0] + c[1] * prefill + c[2] * decode + c[3] * context + c[4] * seqs
+        return (c[0] + c[1] * prefill + c[2] * decode + c[3] * context + c[4] * seqs
+                + c[5] * pairs)
 
     def beyond_seen(self, row: tuple[float, ...]) -> bool:
         """True when a step is larger than every step of the fit in some feature

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from control.loadtest.records import SLO
-from control.whatif.calibrate import StepTimeModel
+from control.whatif.calibrate import FEATURES, StepTimeModel
 from control.whatif.capacity import scale_window, sweep
 from control.whatif.configs import propose
 from control.whatif.replay import Prediction
@@ -88,8 +88,7 @@ def ratio_rows(summaries: dict[str, dict], metrics=METRIC_ROWS, baseline: str = 
 def _beyond_warning(name: str, p: Prediction, model: StepTimeModel) -> str | None:
     if not p.beyond_seen_steps:
         return None
-    seen = dict(zip(("prefill_tokens", "decode_tokens", "decode_context_tokens",
-                     "num_seqs"), model.seen_max[1:], strict=True))
+    seen = dict(zip(FEATURES[1:], model.seen_max[1:], strict=True))
     over = ", ".join(f"{k} {p.largest_step[k]:.0f} (fit saw <= {v:.0f})"
                      for k, v in seen.items() if p.largest_step[k] > 1.05 * v)
     return (f"{name}: {p.beyond_seen_steps} of {p.steps} predicted steps"

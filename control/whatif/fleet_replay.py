@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from control.fleet.router import ReplicaLoad, RoutingPolicy, choose
-from control.whatif.calibrate import StepTimeModel
+from control.whatif.calibrate import FEATURES, StepTimeModel
 from control.whatif.lean import LeanExecutor, ReplayEngine
 from control.whatif.replay import (
     DUE_SLACK_S,
@@ -119,9 +119,8 @@ def replay_fleet(window: Window, config: EngineConfig, model: StepTimeModel, lab
         replica.run_until(float("inf"), records)
     order = {f"w{i}": i for i in range(len(reqs))}
     records.sort(key=lambda rec: order[rec.request_id])
-    largest = {name: max(rep.executor.largest[n + 1] for rep in fleet) for n, name in
-               enumerate(("prefill_tokens", "decode_tokens", "decode_context_tokens",
-                          "num_seqs"))}
+    largest = {name: max(rep.executor.largest[n] for rep in fleet)
+               for n, name in enumerate(FEATURES) if n > 0}
     # KV: the busiest replica's peak, of one replica's pool (what a watermark acts on)
     return Prediction(label, records, sum(rep.executor.steps for rep in fleet),
                       config.static.num_kv_blocks,

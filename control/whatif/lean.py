@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from control.whatif.calibrate import StepTimeModel
+from engine.calibration.step_law import chunk_pairs
 from engine.engine import Engine
 from engine.records import RequestRecord, SchedulerOutput
 from engine.sim.executor import FakeClock
@@ -28,15 +29,16 @@ SAMPLED_TOKEN = 7  # every replayed request ignores EOS, so any id will do
 
 
 class LeanExecutor:
-    """Advances the clock by the fitted time of each step (FEATURES order: fixed, prefill
-    tokens, decode tokens, decode context, sequences). Keeps the largest value of each
-    feature and counts the steps beyond the fit's range (StepTimeModel.beyond_seen)."""
+    """Advances the clock by the fitted time of each step (calibrate.FEATURES order: fixed,
+    prefill tokens, decode tokens, decode context, sequences, prefill pairs). Keeps the
+    largest value of each feature and counts the steps beyond the fit's range
+    (StepTimeModel.beyond_seen)."""
 
     def __init__(self, model: StepTimeModel, clock: FakeClock):
         self.coef = model.coef
         self.clock = clock
         self.limit = [1.05 * v for v in model.seen_max]  # beyond_seen's 5% slack
-        self.largest = [1.0, 0.0, 0.0, 0.0, 0.0]
+        self.largest = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
         self.steps = 0
         self.beyond_seen = 0
 
@@ -44,16 +46,17 @@ class LeanExecutor:
         decodes = out.decodes
         # each decode attends to its computed tokens and the one it adds
         context = sum(map(_computed, decodes)) + len(decodes)
-        prefill, decode, seqs = out.num_prefill_tokens, out.num_decode_tokens, out.num_seqs
+        pairs = sum(chunk_pairs(ch.request.num_computed_tokens, ch.num_tokens)
+                    for ch in out.prefills)
+        row = (1.0, out.num_prefill_tokens, out.num_decode_tokens, context, out.num_seqs, pairs)
         big, limit = self.largest, self.limit
-        big[1], big[2] = max(big[1], prefill), max(big[2], decode)
-        big[3], big[4] = max(big[3], context), max(big[4], seqs)
-        if (prefill > limit[1] or decode > limit[2] or context > limit[3]
-                or seqs > limit[4]):
-            self.beyond_seen += 1
+        beyond = False
+        for i in range(1, len(row)):
+            big[i] = max(big[i], row[i])
+            beyond = beyond or row[i] > limit[i]
+        self.beyond_seen += beyond
         self.steps += 1
-        c = self.coef
-        self.clock.now += c[0] + c[1] * prefill + c[2] * decode + c[3] * context + c[4] * seqs
+        self.clock.now += sum(c * v for c, v in zip(self.coef, row, strict=True))
         return [SAMPLED_TOKEN] * (len(decodes) + sum(1 for ch in out.prefills if ch.sample))
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from control.whatif.calibrate import StepTimeModel
+from control.whatif.calibrate import FEATURES, StepTimeModel
 from control.whatif.lean import LeanExecutor, ReplayEngine, ReplayStep
 from control.whatif.window import RecordedRequest, Window
 from engine.calibration.step_law import StepLaw
@@ -211,8 +211,7 @@ def _run(window: Window, config: EngineConfig, model: StepTimeModel, label: str,
     bar.close()
     order = {f"w{i}": i for i in range(len(reqs))}
     records.sort(key=lambda rec: order[rec.request_id])
-    largest = dict(zip(("prefill_tokens", "decode_tokens", "decode_context_tokens",
-                        "num_seqs"), executor.largest[1:], strict=True))
+    largest = dict(zip(FEATURES[1:], executor.largest[1:], strict=True))
     return Prediction(label, records, executor.steps, config.static.num_kv_blocks, kv_peak,
                       preempted, clock.now - window.since, executor.beyond_seen, largest,
                       time.perf_counter() - started)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from control.whatif.calibrate import StepSamples
+from control.whatif.calibrate import FEATURES, StepSamples
 from engine.calibration.step_law import StepLaw
 
 CALIBRATION_MAX_STEPS = 200_000  # the latest steps of the window's model and device
@@ -160,19 +160,24 @@ def read_samples(con, run_ids: list[str], until: float, group: str) -> StepSampl
     # NOTE: read as numpy columns (fetchnumpy), not Python rows: 200k steps in ~0.1 s
     cols = con.execute(f"""
         WITH ran AS (
-            SELECT run_id, step_id, request_id, phase, sum(tokens) OVER (
+            SELECT run_id, step_id, request_id, phase, tokens, sum(tokens) OVER (
                 PARTITION BY run_id, request_id ORDER BY step_id
                 ROWS UNBOUNDED PRECEDING) AS done
             FROM step_requests WHERE run_id IN ({marks}) AND start_time BETWEEN ? AND ?),
-        ctx AS (
+        ctx AS (  -- a decode attends all it holds; a chunk of n from `start`: step_law's pairs
             SELECT ran.run_id, step_id,
-                   sum(done + coalesce(r.num_cached_tokens, 0)) AS decode_ctx
+                   sum(CASE WHEN phase = 'decode'
+                       THEN done + coalesce(r.num_cached_tokens, 0) ELSE 0 END) AS decode_ctx,
+                   sum(CASE WHEN phase = 'prefill'
+                       THEN tokens * (done - tokens + coalesce(r.num_cached_tokens, 0))
+                            + tokens * (tokens + 1) / 2 ELSE 0 END) AS pairs
             FROM ran LEFT JOIN requests r USING (run_id, request_id)
-            WHERE phase = 'decode' GROUP BY ran.run_id, step_id)
+            GROUP BY ran.run_id, step_id)
         SELECT s.run_id, s.step_id::DOUBLE AS step_id, s.start_time::DOUBLE AS start,
                s.end_time::DOUBLE AS "end", s.num_prefill_tokens::DOUBLE AS prefill,
                s.num_decode_tokens::DOUBLE AS decode,
                coalesce(ctx.decode_ctx, 0)::DOUBLE AS ctx,
+               coalesce(ctx.pairs, 0)::DOUBLE AS pairs,
                (s.num_prefill_seqs + s.num_decode_seqs)::DOUBLE AS seqs,
                (coalesce(list_sum(map_values(s.running_by_lane)), 0)
                  + coalesce(list_sum(map_values(s.waiting_by_lane)), 0))::DOUBLE AS "left"
@@ -180,13 +185,14 @@ def read_samples(con, run_ids: list[str], until: float, group: str) -> StepSampl
         WHERE s.run_id IN ({marks}) AND s.start_time BETWEEN ? AND ?
         ORDER BY s.run_id, s.step_id""", [*run_ids, lo, until, *run_ids, lo, until]).fetchnumpy()
     if len(cols["step_id"]) == 0:
-        return StepSamples(np.zeros((0, 5)), np.zeros(0), group=group)
+        return StepSamples(np.zeros((0, len(FEATURES))), np.zeros(0), group=group)
     runs = np.asarray(cols["run_id"])
-    step_id, start, end, prefill, decode, ctx, seqs, left = (
+    step_id, start, end, prefill, decode, ctx, seqs, pairs, left = (
         np.asarray(cols[k], dtype=np.float64)
-        for k in ("step_id", "start", "end", "prefill", "decode", "ctx", "seqs", "left"))
+        for k in ("step_id", "start", "end", "prefill", "decode", "ctx", "seqs", "pairs",
+                  "left"))
     ran = (prefill + decode) > 0
-    X = np.column_stack([np.ones(len(step_id)), prefill, decode, ctx, seqs])[ran]
+    X = np.column_stack([np.ones(len(step_id)), prefill, decode, ctx, seqs, pairs])[ran]
     nxt = (runs[1:] == runs[:-1]) & (step_id[1:] == step_id[:-1] + 1) & (left[:-1] > 0)
     gaps = (start[1:] - end[:-1])[nxt & ran[:-1]]
     return StepSamples(X, (end - start)[ran], np.maximum(gaps, 0.0), group)

@@ -9,7 +9,8 @@ import pytest
 from control.whatif.calibrate import MIN_STEPS, StepSamples, calibrate
 from engine.calibration.least_squares import nnls
 
-LAW = np.array([0.003, 2e-5, 4e-4, 1e-7, 1.5e-4])  # fixed, prefill, decode, context, seqs
+# fixed, prefill, decode, context, seqs, prefill (query, key) pairs
+LAW = np.array([0.003, 2e-5, 4e-4, 1e-7, 1.5e-4, 2e-9])
 
 
 def synthetic(n: int, seed: int = 0, noise: float = 0.01, law=LAW) -> StepSamples:
@@ -17,9 +18,11 @@ def synthetic(n: int, seed: int = 0, noise: float = 0.01, law=LAW) -> StepSample
     rng = np.random.default_rng(seed)
     decode = rng.integers(0, 64, n)
     prefill_seqs = rng.integers(0, 9, n)  # num_seqs differs from decode tokens only here
-    prefill = prefill_seqs * rng.integers(16, 512, n)
+    chunk, start = rng.integers(16, 512, n), rng.integers(0, 4000, n)
+    prefill = prefill_seqs * chunk
+    pairs = prefill_seqs * (chunk * start + chunk * (chunk + 1) / 2)  # step_law.chunk_pairs
     context = decode * rng.integers(50, 4000, n)
-    X = np.column_stack([np.ones(n), prefill, decode, context, decode + prefill_seqs])
+    X = np.column_stack([np.ones(n), prefill, decode, context, decode + prefill_seqs, pairs])
     y = X @ law * (1 + noise * rng.standard_normal(n))
     return StepSamples(X.astype(float), y, gaps=np.full(n - 1, 0.0007), group="test")
 
@@ -65,10 +68,11 @@ def test_a_step_beyond_what_the_fit_saw_is_flagged():
     model = calibrate(synthetic(500))
     seen = model.seen_max
     assert not model.beyond_seen(seen)
-    assert model.beyond_seen((1.0, seen[1] * 2, 1, 1, 1))  # a prefill twice the largest
-    assert model.beyond_seen((1.0, 1, 1, 1, seen[4] + 10))  # more sequences than ever
+    assert model.beyond_seen((1.0, seen[1] * 2, 1, 1, 1, 1))  # a prefill twice the largest
+    assert model.beyond_seen((1.0, 1, 1, 1, seen[4] + 10, 1))  # more sequences than ever
+    assert model.beyond_seen((1.0, 1, 1, 1, 1, seen[5] * 2))  # a chunk far deeper
 
 
 def test_no_steps_is_an_error_an_operator_can_act_on():
     with pytest.raises(ValueError, match="no step that ran tokens"):
-        calibrate(StepSamples(np.zeros((0, 5)), np.zeros(0)))
+        calibrate(StepSamples(np.zeros((0, 6)), np.zeros(0)))
