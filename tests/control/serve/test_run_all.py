@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import duckdb
+import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -68,7 +69,12 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
         assert wait_for(f"http://127.0.0.1:{port}/_stcore/health") == 200
     finally:
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(120)  # run_all's own deadline for both children is 60 s
+        try:
+            code = proc.wait(120)  # run_all's own deadline for both children is 60 s
+        except subprocess.TimeoutExpired:  # say where it hung (once: CI under load)
+            proc.kill()
+            tail = "".join(lines + rest)[-4000:] if "rest" in locals() else "".join(lines)
+            pytest.fail(f"run_all did not stop within 120 s of Ctrl+C; its output:\n{tail}")
     assert code == 0
     assert (tmp_path / "t.duckdb").exists()
     con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
