@@ -71,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
           f"  dashboard  http://{args.dashboard_host}:{args.dashboard_port}\n"
           f"  trace      {args.trace_db}\n\nCtrl+C stops both.", flush=True)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # NOTE: SIGINT too, explicitly: a process started in the background by a shell without
+    # job control (`make run &`, a CI step) inherits SIGINT ignored, and Python then never
+    # raises KeyboardInterrupt: a Ctrl+C or `kill -INT` would stop nothing
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     threading.Thread(target=_pump, args=(server,), name="server-log", daemon=True).start()
     try:
         while not stop.is_set() and server.poll() is None and dashboard.poll() is None:

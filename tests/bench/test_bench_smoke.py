@@ -12,8 +12,6 @@ import math
 import re
 import subprocess
 import sys
-import threading
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -67,59 +65,6 @@ def run_module(name: str, *args: str, timeout: float = 240) -> dict:
     return result
 
 
-# NOTE: the smokes run PARALLEL at a time, as soon as the module's first one is asked for:
-# most of their time is waiting (Ray and servers starting, clients pacing), and one after
-# the other they took 6 of CI's 15 minutes. Their checks are correctness, never speed, so
-# a neighbour's load changes no verdict. The Ray ones run one at a time (one local Ray).
-PARALLEL = 2
-EXCLUSIVE = {"fleet_scaling": "ray", "fleet_control": "ray"}  # name -> group: one at a time
-LONGEST_FIRST = ["fleet_scaling", "hostile_traffic", "whatif_accuracy", "fleet_control",
-                 "tuning_sweep", "latency_reconcile", "loadtest_goals", "step_cost_drift"]
-
-
-class SmokePool:
-    """Runs the selected smokes PARALLEL at a time, longest first, at most one per
-    EXCLUSIVE group at once; `result(name)` waits for one (re-raising its failure)."""
-
-    def __init__(self, names: list[str], folder: Path):
-        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-        self._todo = sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
-        self._futures = {name: Future() for name in names}
-        self._busy: set[str] = set()
-        self._lock = threading.Condition()
-        self._folder = folder
-        self._workers = [threading.Thread(target=self._work, daemon=True)
-                         for _ in range(min(PARALLEL, len(names)))]
-        for worker in self._workers:
-            worker.start()
-
-    def _next(self) -> str | None:
-        with self._lock:
-            while self._todo:
-                free = [n for n in self._todo if EXCLUSIVE.get(n) not in self._busy]
-                if free:
-                    self._todo.remove(free[0])
-                    if free[0] in EXCLUSIVE:
-                        self._busy.add(EXCLUSIVE[free[0]])
-                    return free[0]
-                self._lock.wait()
-            return None
-
-    def _work(self) -> None:
-        while (name := self._next()) is not None:
-            try:
-                self._futures[name].set_result(smoke_run(name, self._folder / name))
-            except BaseException as exc:  # the test of `name` re-raises it
-                self._futures[name].set_exception(exc)
-            finally:
-                with self._lock:
-                    self._busy.discard(EXCLUSIVE.get(name))
-                    self._lock.notify_all()
-
-    def result(self, name: str) -> tuple[dict, Path]:
-        return self._futures[name].result(timeout=900)
-
-
 def smoke_run(name: str, folder: Path) -> tuple[dict, Path]:
     """`python -m bench.NAME --smoke ...` -> (its JSON line, the --json file it may write)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,17 +73,9 @@ def smoke_run(name: str, folder: Path) -> tuple[dict, Path]:
     return run_module(name, "--smoke", *SMOKE_RUNS[name], *json_arg), out
 
 
-@pytest.fixture(scope="module")
-def smokes(request, tmp_path_factory) -> SmokePool:
-    """Every smoke this session selected, started at once (PARALLEL at a time)."""
-    names = [item.callspec.params["name"] for item in request.session.items
-             if getattr(item, "originalname", "") == "test_benchmark_runs_in_smoke_mode"]
-    return SmokePool(names, tmp_path_factory.mktemp("smokes"))
-
-
 @pytest.mark.parametrize("name", sorted(SMOKE_RUNS))
 def test_benchmark_runs_in_smoke_mode(name, smokes):
-    result, out = smokes.result(name)
+    result, out = smokes.result(f"smoke:{name}")
     if name in WRITES_JSON:
         assert json.loads(out.read_text())["bench"] == name
     if "smoke" in result:  # the figures of a tiny run are marked as such

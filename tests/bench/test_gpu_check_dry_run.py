@@ -35,11 +35,19 @@ def script_steps() -> list[str]:
     return re.findall(r"^run_step (\w+) ", SCRIPT.read_text(), flags=re.MULTILINE)
 
 
-def test_dry_run_runs_every_step_and_writes_the_summary(tmp_path):
-    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(SCRIPT), "--dry-run"], cwd=tmp_path, env=env,
+def dry_run(folder: Path) -> Path:
+    """`gpu_check.sh --dry-run` writing into `folder` (conftest's pool runs it beside the
+    smokes) -> the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OUT": str(folder), "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(SCRIPT), "--dry-run"], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=540)  # < pytest's 600
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    return folder
+
+
+def test_dry_run_runs_every_step_and_writes_the_summary(smokes):
+    tmp_path = smokes.result("gpu_check_dry_run")
     summary = json.loads((tmp_path / "gpu_check.json").read_text())
     assert summary["ok"] is True and summary["dry_run"] is True
     assert list(summary["steps"]) == script_steps() and len(script_steps()) >= 5

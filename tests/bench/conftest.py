@@ -1,0 +1,25 @@
+"""One SmokePool (smoke_pool.py) for the session's selected smoke runs and gpu_check.sh's
+dry run: each test asks it for its own job's result."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from smoke_pool import SmokePool
+from test_bench_smoke import smoke_run
+from test_gpu_check_dry_run import dry_run
+
+
+@pytest.fixture(scope="session")
+def smokes(request, tmp_path_factory) -> SmokePool:
+    folder = tmp_path_factory.mktemp("smokes")
+    jobs = {}
+    for item in request.session.items:
+        name = getattr(item, "originalname", "")
+        if name == "test_benchmark_runs_in_smoke_mode":
+            bench = item.callspec.params["name"]
+            jobs[f"smoke:{bench}"] = functools.partial(smoke_run, bench, folder / bench)
+        elif name == "test_dry_run_runs_every_step_and_writes_the_summary":
+            jobs["gpu_check_dry_run"] = functools.partial(dry_run, folder / "gpu_check")
+    return SmokePool(jobs)
