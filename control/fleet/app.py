@@ -128,7 +128,11 @@ def start(settings: FleetSettings) -> Any:
     """Start (or join) Ray and Serve, deploy the fleet; -> the ingress handle once every
     replica has loaded its model. ValueError: the fleet cannot fit what Ray has;
     RuntimeError: a replica failed to start (its own error in the message)."""
-    settings = sized(settings)
+    return deploy(sized(settings))
+
+
+def deploy(settings: FleetSettings) -> Any:
+    """The fleet of `sized` settings deployed on the running Ray -> the ingress handle."""
     from ray import serve
 
     serve.start(http_options={"host": settings.serve.host, "port": settings.serve.port})
@@ -177,7 +181,7 @@ def run(settings: FleetSettings) -> int:
 
     try:
         settings = sized(settings)
-        ingress = start(settings)
+        ingress = deploy(settings)
     except (ValueError, RuntimeError) as exc:
         print(f"batchpilot fleet: error: {exc}", file=sys.stderr)
         if not settings.address:
