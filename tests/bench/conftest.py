@@ -22,4 +22,20 @@ def smokes(request, tmp_path_factory) -> SmokePool:
             jobs[f"smoke:{bench}"] = functools.partial(smoke_run, bench, folder / bench)
         elif name == "test_dry_run_runs_every_step_and_writes_the_summary":
             jobs["gpu_check_dry_run"] = functools.partial(dry_run, folder / "gpu_check")
-    return SmokePool(jobs)
+    pool = SmokePool(jobs)
+    request.config.stash[POOL] = pool
+    return pool
+
+
+POOL = pytest.StashKey[SmokePool]()
+
+
+def pytest_terminal_summary(terminalreporter, config) -> None:
+    """Each smoke's own wall time (pytest's durations show only waits on the pool), so the
+    next cut to `make test`'s time is visible in CI's log."""
+    pool = config.stash.get(POOL, None)
+    if pool is None or not pool.seconds:
+        return
+    terminalreporter.section("bench smokes (wall seconds, two at a time)")
+    for name, seconds in sorted(pool.seconds.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{seconds:7.1f}  {name}")

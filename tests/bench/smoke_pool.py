@@ -7,6 +7,7 @@ Ray ones run one at a time (one local Ray each)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -32,6 +33,7 @@ class SmokePool:
         self._todo = sorted(jobs, key=lambda n: (rank.get(n, len(rank)), n))
         self._futures: dict[str, Future] = {name: Future() for name in jobs}
         self._busy: set[str] = set()
+        self.seconds: dict[str, float] = {}  # each finished job's wall time, for the summary
         self._lock = threading.Condition()
         for _ in range(min(PARALLEL, len(jobs))):
             threading.Thread(target=self._work, daemon=True).start()
@@ -50,11 +52,13 @@ class SmokePool:
 
     def _work(self) -> None:
         while (name := self._next()) is not None:
+            start = time.monotonic()
             try:
                 self._futures[name].set_result(self._jobs[name]())
             except BaseException as exc:  # the test that asks for `name` re-raises it
                 self._futures[name].set_exception(exc)
             finally:
+                self.seconds[name] = time.monotonic() - start
                 with self._lock:
                     self._busy.discard(EXCLUSIVE.get(name))
                     self._lock.notify_all()
