@@ -35,6 +35,9 @@ CPU, side by side in one run:
                          (fp32, bf16 copies, GGUF blocks)
     dtype_agreement      greedy tokens of dtype auto / bfloat16 against float32, parity prompts
     single_stream        one request at a time: GGUF blocks vs bf16 copies vs llama.cpp
+    cpu_peers            offline_throughput's workload and one stream beside OpenVINO
+                         GenAI's ContinuousBatchingPipeline / LLMPipeline (`--setup` once:
+                         its own venv and the export; without it, ours alone)
     fused_layers_ab      prefills and steps of over 20 decodes: torch ops vs the fused
                          native work between projections (bf16 copies)
     whatif_speed         `batchpilot whatif` over a synthetic day and an hour of it: read,
@@ -57,8 +60,9 @@ Helpers (no main): step_cost (scheduler_overhead's driver), paged_inputs, random
 roofline_steps (cpu_roofline's step and its profile), hf_baselines (offline_throughput's
 transformers sides and its --against driver), quantized_models (a model rounded to GGUF
 blocks and written as a GGUF, for the block path's smoke runs and tests), poison_requests
-(hostile_traffic's malformed requests, by kind), poison_phase (its A B poison phase) and
-raw_http (one request over a raw socket, bytes as given).
+(hostile_traffic's malformed requests, by kind), poison_phase (its A B poison phase),
+raw_http (one request over a raw socket, bytes as given) and openvino_peer (cpu_peers' peer:
+its venv, the export and its driver process).
 
 Nothing here is imported by the engine; the GPU modules import only torch, triton,
 transformers (and what they bring) and this repository.

@@ -44,12 +44,13 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "openapi_fuzz": [],
     "goodput_policy": [],
     "step_cost_drift": [],
+    "cpu_peers": [],
 }
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
 # imported by benchmarks, no main()
 HELPERS = {"step_cost", "paged_inputs", "random_models", "roofline_steps", "hf_baselines",
-           "quantized_models", "poison_requests", "poison_phase", "raw_http"}
+           "quantized_models", "poison_requests", "poison_phase", "raw_http", "openvino_peer"}
 
 
 def run_module(name: str, *args: str, timeout: float = 240) -> dict:
@@ -86,6 +87,8 @@ def test_benchmark_runs_in_smoke_mode(name, smokes):
         check_goodput_policy(result)
     if name == "step_cost_drift":
         check_step_cost_drift(result)
+    if name == "cpu_peers":
+        check_cpu_peers(result)
     if name == "whatif_accuracy":
         check_whatif_accuracy(result)
 
@@ -196,3 +199,19 @@ def test_every_benchmark_is_smoke_tested_and_runs_as_a_module():
             assert "main" in functions and "--smoke" in source, name
     for name in GPU_CHECK_STEPS:
         assert f" bench.{name}" in script, f"gpu_check.sh does not run bench.{name}"
+
+
+def check_cpu_peers(result: dict) -> None:
+    """Our sides ran with positive finite rates; the peer either ran (its sides and both
+    ratios present) or says why not (it is not a project dependency: CI has no venv for
+    it)."""
+    sides = result["sides"]
+    for name in ("ours", "ours_single"):
+        assert 0 < sides[name]["median"] < math.inf and sides[name]["n"] == result["rounds"]
+    if "skipped" in result["peer"]:
+        assert "bench.cpu_peers --setup" in result["peer"]["skipped"] or \
+            "openvino_genai" in result["peer"]["skipped"], result["peer"]
+        assert result["ratios"] == {} and "openvino" not in sides
+    else:
+        assert set(result["ratios"]) == {"ours/openvino", "ours_single/openvino_single"}
+        assert all(0 < r < math.inf for r in result["ratios"].values())
