@@ -9,6 +9,8 @@ each request asked for count. Sides (bench/hf_baselines.py has the non-engine on
     auto       LLM on load_model(dtype="auto"): on a CPU with AMX or AVX-512-BF16, fp32
                weights plus bf16 copies, which every step uses where the native decode
                layers build, else steps of >= 4 tokens (engine/models/cpu_dtype.py)
+    auto_kvf32 `auto` with a float32 KV cache (kv_cache_dtype float32; auto's cache is bf16
+               where the native decode layers build): what the bf16 cache is worth
     sampled    `auto` with the sampling users turn on: temperature 0.8, top_p 0.9, top_k 50,
                presence 0.5, frequency 0.3 and repetition 1.1 penalties, a seed per request
                (the same output lengths: ignore_eos); its ratio to `auto` (greedy) is the
@@ -22,8 +24,8 @@ each request asked for count. Sides (bench/hf_baselines.py has the non-engine on
                from a temporary git worktree (loaded once, warmed up, then timed per round)
 
 Each engine side is warmed up on the whole workload and the transformers sides on its
-first 4 requests (untimed), then rounds alternate auto sampled fp32 hf_static hf_cb
-[ref], auto sampled ...; every run of an engine side starts on a fresh engine (no prefix
+first 4 requests (untimed), then rounds alternate auto auto_kvf32 sampled fp32 hf_static
+hf_cb [ref], auto auto_kvf32 ...; every run of an engine side starts on a fresh engine (no prefix
 cache carried from the run before: prompts share prefixes within a run only). tokens/s
 per side: all tokens over all seconds, and the per-round median [min-max]. Last line:
 one JSON object.
@@ -60,10 +62,11 @@ WARMUP_REQUESTS = 4
 # Sides warmed up on the whole workload: an engine's first pass meets oneDNN's first-use
 # cost for each new GEMM shape (~2.7 s for SmolLM2's 2048-token prefill step), which would
 # otherwise land in round 1 only. transformers' sides take minutes a pass: 4 requests.
-FULL_WARMUP = {"auto", "fp32"}
+FULL_WARMUP = {"auto", "auto_kvf32", "fp32"}
 # ratio name -> (numerator side, denominator side)
 RATIOS = {"auto/hf_static": ("auto", "hf_static"), "auto/hf_cb": ("auto", "hf_cb"),
-          "auto/fp32": ("auto", "fp32"), "auto/ref": ("auto", "ref"),
+          "auto/fp32": ("auto", "fp32"), "auto/auto_kvf32": ("auto", "auto_kvf32"),
+          "auto/ref": ("auto", "ref"),
           "sampled/auto": ("sampled", "auto")}
 SAMPLED = {"temperature": 0.8, "top_p": 0.9, "top_k": 50, "presence_penalty": 0.5,
            "frequency_penalty": 0.3, "repetition_penalty": 1.1}
@@ -128,9 +131,10 @@ def build_sides(model: str, args, stack: ExitStack) -> tuple[dict, list[list[int
     auto = load_model(model, dtype="auto", keep_reference=True)
     fp32 = load_model(model, dtype="float32")
     reference = auto.reference.eval()
-    llms = {name: (lambda m=m: LLM(m, max_num_seqs=args.max_num_seqs,
-                                   max_num_batched_tokens=2048))
-            for name, m in (("auto", auto), ("fp32", fp32))}
+    llms = {name: (lambda m=m, kv=kv: LLM(m, max_num_seqs=args.max_num_seqs,
+                                          max_num_batched_tokens=2048, kv_cache_dtype=kv))
+            for name, m, kv in (("auto", auto, "auto"), ("auto_kvf32", auto, "float32"),
+                                ("fp32", fp32, "auto"))}
     prompts = make_prompts(auto.tokenizer, [t.prompt_tokens for t in trace])
     outputs = [t.output_tokens for t in trace]
     pad_id = auto.tokenizer.pad_token_id
@@ -142,6 +146,7 @@ def build_sides(model: str, args, stack: ExitStack) -> tuple[dict, list[list[int
           f" tokens per run\n  auto: {auto.dtype_plan.describe()}")
     runners = {
         "auto": lambda p, o: run_ours(llms["auto"], p, o),
+        "auto_kvf32": lambda p, o: run_ours(llms["auto_kvf32"], p, o),
         "sampled": lambda p, o: run_ours(llms["auto"], p, o, sampled=True),
         "fp32": lambda p, o: run_ours(llms["fp32"], p, o),
         "hf_static": lambda p, o: hf_baselines.run_static(reference, pad_id, p, o,
@@ -224,10 +229,11 @@ def main() -> None:
     ap.add_argument("--smoke", action="store_true",
                     help=f"the test suite's tiny random model, {SMOKE}")
     args = ap.parse_args()
-    unknown = set(args.sides or ()) - {"auto", "sampled", "fp32", "hf_static", "hf_cb"}
+    unknown = set(args.sides or ()) - {"auto", "auto_kvf32", "sampled", "fp32", "hf_static",
+                                       "hf_cb"}
     if unknown:
-        ap.error(f"--sides: unknown {sorted(unknown)}; the sides are auto, sampled, fp32,"
-                 " hf_static, hf_cb (ref: --against)")
+        ap.error(f"--sides: unknown {sorted(unknown)}; the sides are auto, auto_kvf32,"
+                 " sampled, fp32, hf_static, hf_cb (ref: --against)")
     if args.threads:
         torch.set_num_threads(args.threads)
     runs = measure_on_model(args, SMOKE, measure)

@@ -68,7 +68,8 @@ class LLM:
             self.loaded = load_model(model, dtype=parse_dtype(dtype), device=device)
         self.tokenizer = self.loaded.tokenizer
         config = fit_engine_config(self.loaded, overrides)
-        runner = ModelRunner(self.loaded, config.static.num_kv_blocks, config.static.block_size)
+        runner = ModelRunner(self.loaded, config.static.num_kv_blocks, config.static.block_size,
+                             config.static.kv_cache_dtype)
         if "target_step_ms" in overrides:  # offline runs fit step budgets only when asked
             config, self.step_fit = fit_to_runner(config, set(overrides), runner)
         else:
@@ -237,7 +238,8 @@ def build_engine(loaded: LoadedModel, config: EngineConfig,
     `step_fit`: the start-up fit (`fit_to_runner`): its law sizes the steps, and the
     budgets it chose may grow with a step (engine/scheduling/goodput.py)."""
     if runner is None:
-        runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
+        runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size,
+                             config.static.kv_cache_dtype)
     if step_fit is None:
         return Engine(config, runner, eos_token_id=loaded.eos_token_ids)
     return Engine(config, runner, eos_token_id=loaded.eos_token_ids, step_law=step_fit.law,

@@ -25,30 +25,6 @@
 
 #define ROW_MAX 16384 /* widest row a call takes (D, I or (nh + 2 kvh) * d): 64 KiB of stack */
 
-static void widen(const void *src, int is_bf16, int64_t n, float *restrict dst) {
-    if (!is_bf16) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        return;
-    }
-    const uint16_t *restrict s = src;
-    uint32_t *restrict d = (uint32_t *)dst;
-    for (int64_t i = 0; i < n; ++i) d[i] = (uint32_t)s[i] << 16;
-}
-
-static void narrow(const float *restrict src, void *dst, int is_bf16, int64_t n) {
-    if (!is_bf16) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        return;
-    }
-    const uint32_t *restrict s = (const uint32_t *)src;
-    uint16_t *restrict d = dst;
-    for (int64_t i = 0; i < n; ++i) { /* round to nearest even; a NaN stays a (quiet) NaN */
-        const uint32_t b = s[i];
-        const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
-        d[i] = (uint16_t)((b & 0x7fffffffu) > 0x7f800000u ? (b >> 16) | 0x40u : rounded);
-    }
-}
-
 typedef union {
     float f;
     uint32_t u;
@@ -130,15 +106,17 @@ static inline void rotate_head(const float *restrict x, const float *restrict c,
 }
 
 /* RoPE and the KV write of one layer: qkv act [T, (nh + 2 kvh) d] -> q float [T, nh, d]
-   rotated; k rotated and v stored at slots[t] of the caches (float [.., kvh, d], slots
-   checked by the caller); cos, ssin float [T, d] (ssin: sin with its first half negated).
+   rotated; k rotated and v stored at slots[t] of the caches ([.., kvh, d], float32 or
+   bfloat16 by cache_bf16, rounded as torch's .to(bfloat16); slots checked by the caller); cos, ssin float [T, d] (ssin: sin with its first half negated).
    Returns -1 (nothing written) when d is odd or a row is wider than ROW_MAX. */
-int bp_rope_store(const void *qkv, int64_t qkv_bf16, float *q, float *k_cache, float *v_cache,
-                  const int64_t *slots, const float *cos, const float *ssin, int64_t T,
-                  int64_t nh, int64_t kvh, int64_t d, int64_t num_threads) {
+int bp_rope_store(const void *qkv, int64_t qkv_bf16, float *q, void *k_cache, void *v_cache,
+                  int64_t cache_bf16, const int64_t *slots, const float *cos,
+                  const float *ssin, int64_t T, int64_t nh, int64_t kvh, int64_t d,
+                  int64_t num_threads) {
     const int64_t width = (nh + 2 * kvh) * d, half = d / 2;
     if (d % 2 != 0 || width > ROW_MAX) return -1;
     const size_t in_size = qkv_bf16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t cache_size = cache_bf16 ? sizeof(uint16_t) : sizeof(float);
 #pragma omp parallel for schedule(static) num_threads(num_threads) if (num_threads > 1)
     for (int64_t t = 0; t < T; ++t) {
         float buf[ROW_MAX];
@@ -146,11 +124,12 @@ int bp_rope_store(const void *qkv, int64_t qkv_bf16, float *q, float *k_cache, f
         const float *c = cos + t * d, *sn = ssin + t * d;
         for (int64_t j = 0; j < nh; ++j)
             rotate_head(buf + j * d, c, sn, half, q + (t * nh + j) * d);
-        float *k = k_cache + slots[t] * kvh * d;
+        float k[ROW_MAX / 2]; /* kvh * d <= width / 2 */
         for (int64_t j = 0; j < kvh; ++j)
             rotate_head(buf + (nh + j) * d, c, sn, half, k + j * d);
-        memcpy(v_cache + slots[t] * kvh * d, buf + (nh + kvh) * d,
-               (size_t)(kvh * d) * sizeof(float));
+        const size_t at = (size_t)(slots[t] * kvh * d) * cache_size;
+        narrow(k, (char *)k_cache + at, (int)cache_bf16, kvh * d);
+        narrow(buf + (nh + kvh) * d, (char *)v_cache + at, (int)cache_bf16, kvh * d);
     }
     return 0;
 }

@@ -77,13 +77,14 @@ def rope_store(qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                slots: torch.Tensor, cos: torch.Tensor, ssin: torch.Tensor,
                num_heads: int) -> torch.Tensor:
     """qkv act [T, (nh + 2 kvh) d] -> q float32 [T, nh, d] rotated; k rotated and v
-    written at slots (int64 [T], every one a slot of the float32 caches [.., bs, kvh, d]:
-    the caller checks, C writes raw memory); cos, ssin float32 [T, d]."""
+    written at slots (int64 [T], every one a slot of the caches [.., bs, kvh, d], float32
+    or bfloat16 (rounded as .to(bfloat16)): the caller checks, C writes raw memory); cos,
+    ssin float32 [T, d]."""
     rows, (kv_heads, head_dim) = qkv.shape[0], k_cache.shape[2:]
     q = torch.empty(rows, num_heads, head_dim, dtype=torch.float32)
     status = native_library.load().bp_rope_store(
         qkv.data_ptr(), _is_bf16(qkv), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-        slots.data_ptr(), cos.data_ptr(), ssin.data_ptr(), rows, num_heads, kv_heads,
-        head_dim, _threads(qkv.numel()))
+        _is_bf16(k_cache), slots.data_ptr(), cos.data_ptr(), ssin.data_ptr(), rows,
+        num_heads, kv_heads, head_dim, _threads(qkv.numel()))
     _check(status, f"{num_heads} + 2 x {kv_heads} heads of {head_dim} (or an odd head_dim)")
     return q

@@ -19,7 +19,7 @@
      weights  [out, in] in weights_format: 0 float32, 1 bfloat16 (uint16 bit patterns),
               2 / 3 GGUF Q4_1 / Q8_0 blocks (cpu_quant_dot.c; in a multiple of 32);
               biases float [out] or NULL; ln1, ln2 float [D]
-     caches   float32 [num_blocks, bs, kvh, d]
+     caches   float32 or bfloat16 (cache_bf16) [num_blocks, bs, kvh, d]
      cos, ssin float [T, d]: cos and sin with its first half negated (rope_for_rotate)
      slots    int64 [T] >= 0; tables int32 [T, table_stride]; ctx int32 [T], this step's
               token included; rows int32 [T] = 0 .. T-1 (row t is sequence t)
@@ -29,6 +29,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "cpu_vector_math.h"
 
 #define MAX_ROWS 32 /* rows of a step */
 #define GROUP 8     /* rows per pass over a weight row: accumulators in registers */
@@ -43,7 +45,7 @@ typedef struct {
 
 typedef struct {
     int64_t rows, hidden, heads, kv_heads, head_dim, inter, block_size, table_stride;
-    int64_t weights_format, num_threads;
+    int64_t weights_format, num_threads, cache_bf16;
     const float *cos, *ssin;
     const int64_t *slots;
     const int32_t *tables, *ctx, *seq_rows;
@@ -189,9 +191,10 @@ static void rmsnorm_rows(const float *x, const float *w, int64_t T, int64_t D, f
 }
 
 /* q and k heads of each row rotated in place (x * cos + roll(x, d / 2) * ssin), then the
-   row's k and v heads copied to its cache slot. */
-static void rope_and_store(const bp_step *s, float *qkv, int64_t qkv_width, float *kc,
-                           float *vc) {
+   row's k and v heads written to its cache slot (float32 or rounded to bfloat16). */
+static void rope_and_store(const bp_step *s, float *qkv, int64_t qkv_width, void *kc,
+                           void *vc) {
+    const size_t cache_size = s->cache_bf16 ? sizeof(uint16_t) : sizeof(float);
     const int64_t d = s->head_dim, half = d / 2, kvd = s->kv_heads * d;
     float tmp[MAX_HD];
     for (int64_t t = 0; t < s->rows; ++t) {
@@ -203,9 +206,9 @@ static void rope_and_store(const bp_step *s, float *qkv, int64_t qkv_width, floa
             for (int64_t i = 0; i < d; ++i)
                 v[i] = tmp[i] * c[i] + tmp[(i + half) % d] * sn[i];
         }
-        memcpy(kc + s->slots[t] * kvd, row + s->heads * d, (size_t)kvd * sizeof(float));
-        memcpy(vc + s->slots[t] * kvd, row + (s->heads + s->kv_heads) * d,
-               (size_t)kvd * sizeof(float));
+        const size_t at = (size_t)(s->slots[t] * kvd) * cache_size;
+        narrow(row + s->heads * d, (char *)kc + at, (int)s->cache_bf16, kvd);
+        narrow(row + (s->heads + s->kv_heads) * d, (char *)vc + at, (int)s->cache_bf16, kvd);
     }
 }
 
@@ -218,12 +221,12 @@ static void layer(const bp_layer *L, const bp_step *s, float *x, float *h, float
     rmsnorm_rows(x, L->ln1, T, D, s->eps, h);
     project(L->qkv_w, fmt, L->qkv_b, h, T, D, qkv_width, qkv, qkv_width, 0);
 #pragma omp single
-    rope_and_store(s, qkv, qkv_width, (float *)L->k_cache, (float *)L->v_cache);
+    rope_and_store(s, qkv, qkv_width, L->k_cache, L->v_cache);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < T * per_seq; ++it)
-        bp_attention_item(it, per_seq, qkv, qkv_width, L->k_cache, L->v_cache, 0, nh,
-                          s->kv_heads, d, s->block_size, s->tables, s->table_stride,
-                          s->seq_rows, s->seq_rows, s->ctx, s->scale, att);
+        bp_attention_item(it, per_seq, qkv, qkv_width, L->k_cache, L->v_cache,
+                          s->cache_bf16, nh, s->kv_heads, d, s->block_size, s->tables,
+                          s->table_stride, s->seq_rows, s->seq_rows, s->ctx, s->scale, att);
     project(L->o_w, fmt, L->o_b, att, T, nh * d, D, x, D, 1);
 #pragma omp single
     rmsnorm_rows(x, L->ln2, T, D, s->eps, h);

@@ -63,7 +63,8 @@ def available() -> bool:
 class LayerTensors:
     """One decoder layer as the kernel reads it: weights [out, in] contiguous, all float32,
     all bfloat16 or all uint8 rows of GGUF blocks of one format; biases float32 [out] or
-    None; norms float32 [D]; caches float32 contiguous [num_blocks, block_size, kvh, d]."""
+    None; norms float32 [D]; caches contiguous [num_blocks, block_size, kvh, d], float32 or
+    bfloat16 (every layer's the same)."""
 
     qkv_w: torch.Tensor
     o_w: torch.Tensor
@@ -86,7 +87,7 @@ class _Layer(ctypes.Structure):
 class _Step(ctypes.Structure):  # bp_step
     _fields_ = [*((name, _I64) for name in (
         "rows", "hidden", "heads", "kv_heads", "head_dim", "inter", "block_size",
-        "table_stride", "weights_format", "num_threads")),
+        "table_stride", "weights_format", "num_threads", "cache_bf16")),
         *((name, _PTR) for name in ("cos", "ssin", "slots", "tables", "ctx", "seq_rows",
                                     "scratch")),
         ("eps", ctypes.c_float), ("scale", ctypes.c_float)]
@@ -112,6 +113,7 @@ class LayerTable:
     structs: ctypes.Array
     block_size: int
     weights_format: int
+    cache_bf16: int  # 1: the caches are bfloat16
 
 
 def weights_format_of(weight: torch.Tensor, gguf_type: str | None = None) -> int:
@@ -134,8 +136,11 @@ def layer_table(layers: list[LayerTensors], gguf_type: str | None = None) -> Lay
         for f in fields(layer):
             tensor = getattr(layer, f.name)
             setattr(entry, f.name, None if tensor is None else tensor.data_ptr())
-    return LayerTable(structs, layers[0].k_cache.shape[1],
-                      weights_format_of(layers[0].qkv_w, gguf_type))
+    cache = layers[0].k_cache
+    if cache.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"KV caches of dtype {cache.dtype}: float32 or bfloat16 only")
+    return LayerTable(structs, cache.shape[1], weights_format_of(layers[0].qkv_w, gguf_type),
+                      int(cache.dtype == torch.bfloat16))
 
 
 def _seq_rows(rows: int) -> torch.Tensor:
@@ -162,7 +167,7 @@ def decode_layers(table: LayerTable, dims: Dims, x: torch.Tensor, cos: torch.Ten
     seq_rows = _seq_rows(rows)
     step = _Step(rows, dims.hidden, dims.heads, dims.kv_heads, dims.head_dim, dims.inter,
                  table.block_size, block_tables.stride(0), table.weights_format,
-                 torch.get_num_threads(),
+                 torch.get_num_threads(), table.cache_bf16,
                  cos.data_ptr(), ssin.data_ptr(), slots.data_ptr(), block_tables.data_ptr(),
                  context_lens.data_ptr(), seq_rows.data_ptr(), scratch.data_ptr(),
                  dims.eps, dims.scale)

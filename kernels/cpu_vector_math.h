@@ -1,5 +1,6 @@
-/* Math shared by the native kernels' vectorised loops (included by cpu_decode.c and
-   cpu_elementwise.c; part of the library's build hash, kernels/native_library.py). */
+/* Math shared by the native kernels' vectorised loops (included by cpu_decode.c,
+   cpu_elementwise.c and cpu_layers.c; part of the library's build hash,
+   kernels/native_library.py). */
 
 #ifndef BP_CPU_VECTOR_MATH_H
 #define BP_CPU_VECTOR_MATH_H
@@ -26,6 +27,32 @@ static inline float exp_nonpos(float x) {
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return y * scale;
+}
+
+/* n floats from float32 (is_bf16 0) or bfloat16 bit patterns (1) */
+static inline void widen(const void *src, int is_bf16, int64_t n, float *restrict dst) {
+    if (!is_bf16) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint16_t *restrict s = src;
+    uint32_t *restrict d = (uint32_t *)dst;
+    for (int64_t i = 0; i < n; ++i) d[i] = (uint32_t)s[i] << 16;
+}
+
+/* n floats to float32 or bfloat16, rounded to nearest even as torch's .to(bfloat16) */
+static inline void narrow(const float *restrict src, void *dst, int is_bf16, int64_t n) {
+    if (!is_bf16) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    const uint32_t *restrict s = (const uint32_t *)src;
+    uint16_t *restrict d = dst;
+    for (int64_t i = 0; i < n; ++i) { /* round to nearest even; a NaN stays a (quiet) NaN */
+        const uint32_t b = s[i];
+        const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+        d[i] = (uint16_t)((b & 0x7fffffffu) > 0x7f800000u ? (b >> 16) | 0x40u : rounded);
+    }
 }
 
 #endif

@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 # and cpu_quant_dot.c, its GEMV over GGUF blocks); cpu_elementwise.c: the work between the
 # projections of the other steps
 SOURCES = tuple(Path(__file__).with_name(name) for name in
-                ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c", "cpu_elementwise.c"))
+                ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c", "cpu_elementwise.c",
+                 "cpu_prefill.c"))
 HEADERS = (Path(__file__).with_name("cpu_vector_math.h"),)  # included by the sources
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
@@ -197,9 +198,12 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.bp_quant_row_bytes.restype = _I64
     lib.bp_add_rmsnorm.argtypes = [_PTR, _PTR, _I64, _PTR, _F32, _PTR, _I64, _I64, _I64, _I64]
     lib.bp_silu_mul.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _I64, _I64]
-    lib.bp_rope_store.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _I64,
-                                  _I64, _I64, _I64]
-    for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_rope_store"):
+    lib.bp_rope_store.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _I64,
+                                  _I64, _I64, _I64, _I64]
+    lib.bp_prefill_attention.argtypes = [_PTR, _I64, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR,
+                                         _PTR, _I64, _I64, _I64, _I64, _PTR, _I64, _F32,
+                                         _PTR, _I64]
+    for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_rope_store", "bp_prefill_attention"):
         getattr(lib, name).restype = ctypes.c_int
 
 

@@ -97,7 +97,8 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
         loaded = load_model(settings.model, dtype=settings.dtype, device=device)
     overrides = {**serving.explicit, **settings.engine_overrides}
     config = fit_engine_config(loaded, overrides, base=serving.live)
-    runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size)
+    runner = ModelRunner(loaded, config.static.num_kv_blocks, config.static.block_size,
+                         config.static.kv_cache_dtype)
     config, step_fit = fit_to_runner(config, set(overrides), runner)
     fitted = fitted_static_fields(config.static, overrides)
     check_profiles(serving.profiles, config, fitted)  # a bad profile fails the start
@@ -109,6 +110,7 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     vocab = int(getattr(loaded.hf_config, "vocab_size", 0) or len(loaded.tokenizer))
     plan = loaded.dtype_plan
     weights = plan.describe() if plan is not None else str(loaded.dtype).removeprefix("torch.")
+    kv = str(runner.kv_dtype).removeprefix("torch.")
     return EngineParts(engine, OutputProcessor(loaded.tokenizer), frontend, vocab,
-                       config.static, serving.profiles, step_fit, f"weights: {weights}",
-                       fitted)
+                       config.static, serving.profiles, step_fit,
+                       f"weights: {weights}; KV cache {kv}", fitted)

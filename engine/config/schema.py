@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from engine.config.dtype_option import DTYPE_CHOICES
 from engine.config.slo import LaneSLO
 
 LANE_POLICIES = ("fcfs", "priority", "deadline")
@@ -36,6 +37,10 @@ class StaticConfig:
     # One step's time the server fits prefill_chunk_size and max_num_batched_tokens to at
     # start-up when the config leaves them unset (engine/calibration/budget_fit.py); 0: no fitting.
     target_step_ms: int = 250
+    # The KV cache's element type: "auto" (bfloat16 where the CPU's native kernels read it in
+    # place and the weights run bf16 copies, else the model's dtype; engine/models/
+    # cpu_dtype.py kv_cache_dtype), "float32" or "bfloat16".
+    kv_cache_dtype: str = "auto"
 
     def validate(self) -> None:
         _require(self.block_size in (8, 16, 32, 64, 128), "block_size", self.block_size,
@@ -48,6 +53,8 @@ class StaticConfig:
                  "target_step_ms", self.target_step_ms,
                  "an integer number of milliseconds in 1..60000, or 0 to keep the built-in"
                  " budgets unfitted")
+        _require(self.kv_cache_dtype in DTYPE_CHOICES, "kv_cache_dtype", self.kv_cache_dtype,
+                 f"one of {', '.join(DTYPE_CHOICES)}")
 
 
 @dataclass(frozen=True)

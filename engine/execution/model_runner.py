@@ -23,7 +23,7 @@ import torch
 
 from engine.execution.sampler import sample, score_rows
 from engine.logprobs import SampledTokens, TokenLogprob
-from engine.models import LoadedModel, allocate_kv_caches, build_attention_metadata
+from engine.models import LoadedModel, allocate_kv_caches, build_attention_metadata, cpu_dtype
 from engine.records import PrefillChunk, SchedulerOutput
 from engine.request import Request
 
@@ -52,15 +52,18 @@ def auto_num_kv_blocks(loaded: LoadedModel, block_size: int) -> int:
 class ModelRunner:
     computes_logprobs = True  # the API refuses logprobs for executors without this
 
-    def __init__(self, loaded: LoadedModel, num_kv_blocks: int, block_size: int):
+    def __init__(self, loaded: LoadedModel, num_kv_blocks: int, block_size: int,
+                 kv_cache_dtype: str = "auto"):
         self.loaded = loaded
         self.model = loaded.model
         self.device = loaded.device
         self.block_size = block_size
         self.num_kv_blocks = num_kv_blocks
+        self.kv_dtype = cpu_dtype.kv_cache_dtype(kv_cache_dtype, loaded.dtype,
+                                                 loaded.dtype_plan)
         self.kv_caches = allocate_kv_caches(
             self.model.num_layers, num_kv_blocks, block_size, self.model.num_kv_heads,
-            self.model.head_dim, loaded.dtype, self.device)
+            self.model.head_dim, self.kv_dtype, self.device)
 
     def execute(self, out: SchedulerOutput) -> SampledTokens:
         """Run the step's batch; one sampled token per sample row, with the logprobs

@@ -36,10 +36,14 @@ where a GGUF model keeps its own blocks (engine/models/gguf_blocks.py, attached 
 loader under auto): decode steps of up to NATIVE_GGUF_MAX_ROWS rows read those (the
 float32 weights exactly, 4.5 bits a weight for Q4_1; kernels/cpu_layers.py has the table).
 
-The KV cache and the activations between projections stay fp32 under auto (projections.py
-says where bf16 results are promoted back): the torch reference attention computes in fp32,
-and with a bf16 cache the gathered context's conversion made decode attention 0.3-0.5x as
-fast at 64-128 sequences (1.5x faster at 16).
+The activations between projections stay fp32 under auto (projections.py says where bf16
+results are promoted back). The KV cache is the `kv_cache_dtype` option (kv_cache_dtype()
+below): under auto it is bfloat16 where the native decode layers build, whose decode
+attention reads bf16 rows in place and whose RoPE + KV writes round to bf16 (half the bytes
+every decode reads: 64 decodes over ~150-token contexts, 30 layers, 25.1 -> 19.7 ms,
+bench/cpu_attention_ab.py); elsewhere the model's dtype, because the torch path gathers
+the context and converts it, which made decode attention 0.3-0.5x as fast at 64-128
+sequences. Attention itself computes in fp32 either way.
 """
 
 from __future__ import annotations
@@ -141,3 +145,14 @@ def resolve_dtype(value: str | torch.dtype | None, device: torch.device | str) -
         return DtypePlan(choice, torch.float32, BF16_MIN_ROWS_NATIVE,
                          f"{reason}, native decode layers")
     return DtypePlan(choice, torch.float32, BF16_MIN_ROWS, reason)
+
+
+def kv_cache_dtype(choice: str, model_dtype: torch.dtype, plan: DtypePlan | None) -> torch.dtype:
+    """The KV cache's element type for the kv_cache_dtype option ("auto", "float32",
+    "bfloat16"): auto is bfloat16 where the weights run bf16 copies with the native decode
+    layers (their kernels read and write a bf16 cache in place), else the model's dtype
+    (float32 models, the parity tests' choice, keep a float32 cache)."""
+    if choice != "auto":
+        return getattr(torch, parse_dtype_choice(choice))
+    native_bf16 = plan is not None and plan.bf16_min_rows == BF16_MIN_ROWS_NATIVE
+    return torch.bfloat16 if native_bf16 and model_dtype == torch.float32 else model_dtype

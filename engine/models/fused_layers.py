@@ -14,8 +14,9 @@ instead of ~18 torch ops a layer, each a full pass over a [T, D] or [T, I] tenso
 2046-token prefill they took ~40% of the step). It returns False, having done nothing,
 when the step is not one it takes: not on the bf16 copies (FUSE_FLOAT32_STEPS), the
 native library does not build here, the activations are not float32 on CPU, the layer is
-too wide for the kernels, the attention backend is not "cpu", a cache is not float32 and
-contiguous, or some slot of the step is not inside the cache (C writes raw memory).
+too wide for the kernels, the attention backend is not "cpu", the caches are not all
+float32 or all bfloat16 and contiguous, or some slot of the step is not inside the cache
+(C writes raw memory).
 tests/kernels/test_cpu_elementwise.py holds it to the torch layers within rounding.
 """
 
@@ -73,7 +74,8 @@ def _layer_fits(model) -> bool:
 
 def _caches_and_slots_ok(kv_caches: list[KVCache], slots: torch.Tensor) -> bool:
     k0 = kv_caches[0][0]
-    if not all(k.dtype == v.dtype == torch.float32 and k.is_contiguous() and v.is_contiguous()
-               and k.shape == k0.shape and v.shape == k0.shape for k, v in kv_caches):
+    if k0.dtype not in (torch.float32, torch.bfloat16) or not all(
+            k.dtype == v.dtype == k0.dtype and k.is_contiguous() and v.is_contiguous()
+            and k.shape == k0.shape and v.shape == k0.shape for k, v in kv_caches):
         return False
     return native_library.slots_inside(slots, k0)

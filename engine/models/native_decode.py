@@ -8,7 +8,8 @@ torch layers then run). It takes a step when:
 - the model's attention backend is "cpu" (another one, asked for, is honoured);
 - every row is one sequence's decode (one query token each), at most NATIVE_MAX_ROWS rows
   (NATIVE_GGUF_MAX_ROWS on GGUF blocks);
-- the activations are float32 on CPU, the KV caches float32 and contiguous;
+- the activations are float32 on CPU, the KV caches contiguous and all float32 or all
+  bfloat16 (kv_cache_dtype);
 - the weights the step uses are all GGUF blocks of one type where the model keeps them
   (engine/models/gguf_blocks.py: they decode to the float32 weights exactly), else all
   float32, or all bf16 copies (model.uses_bf16);
@@ -160,7 +161,10 @@ def _checked_layers(key: list, weight_dtype: torch.dtype) -> list[cpu_layers.Lay
         if any(w is None or w.dtype != weight_dtype or not w.is_contiguous() for w in weights):
             return None
         if any(t is not None and (t.dtype != torch.float32 or not t.is_contiguous())
-               for t in (*biases, *norms, *caches)):
+               for t in (*biases, *norms)):
             return None
+        if any(c.dtype not in (torch.float32, torch.bfloat16) or c.dtype != key[10].dtype
+               or not c.is_contiguous() for c in caches):
+            return None  # every layer's caches float32, or every layer's bfloat16
         layers.append(cpu_layers.LayerTensors(*weights, *biases, *norms, *caches))
     return layers

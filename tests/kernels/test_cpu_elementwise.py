@@ -97,11 +97,13 @@ def test_rope_store_rotates_q_and_k_and_stores_k_and_v(dtype):
     torch.testing.assert_close(caches[1], caches[3], atol=0, rtol=0)
 
 
-def mixed_step(model, query_lens: list[int], seed: int = 0):
+def mixed_step(model, query_lens: list[int], seed: int = 0,
+               cache_dtype: torch.dtype = torch.float32):
     """One step: per sequence `query_lens[i]` new tokens at the end of a context of
     q + 5 + 3 i tokens (ids, positions, caches, metadata)."""
     contexts = [q + 5 + 3 * i for i, q in enumerate(query_lens)]
-    ids, positions, meta, caches = paged_step(model, query_lens, contexts, seed)
+    ids, positions, meta, caches = paged_step(model, query_lens, contexts, seed,
+                                              cache_dtype=cache_dtype)
     return ids, positions, caches, meta
 
 
@@ -136,6 +138,21 @@ def test_fused_steps_match_the_torch_layers(model, query_lens):
     for (ka, va), (kb, vb) in zip(ca, cb, strict=True):
         torch.testing.assert_close(ka, kb, atol=2e-5, rtol=2e-5)
         torch.testing.assert_close(va, vb, atol=2e-5, rtol=2e-5)
+
+
+def test_fused_steps_on_a_bf16_cache_write_and_read_it_as_the_torch_layers(model):
+    """kv_cache_dtype bfloat16: rope_store rounds V as .to(bfloat16) does (the first
+    layer's, from the same projection, are the same bits; later layers' inputs differ by
+    float32 ulps, as do K's rotations, so they may cross a rounding edge: one bf16 step),
+    and the step's attention reads them as the torch layers' does."""
+    step = mixed_step(model, [6, 1, 20], seed=5, cache_dtype=torch.bfloat16)
+    (a, ca), (b, cb) = run(model, step, fused=True), run(model, step, fused=False)
+    assert ca[0][0].dtype == torch.bfloat16
+    torch.testing.assert_close(a, b, atol=2e-5, rtol=2e-5)
+    for (ka, va), (kb, vb) in zip(ca, cb, strict=True):
+        torch.testing.assert_close(ka.float(), kb.float(), atol=1e-6, rtol=2.0**-7)
+        torch.testing.assert_close(va.float(), vb.float(), atol=1e-6, rtol=2.0**-7)
+    assert torch.equal(ca[0][1].view(torch.int16), cb[0][1].view(torch.int16))
 
 
 def test_fused_bf16_steps_stay_within_bf16_rounding_of_the_torch_layers(model):

@@ -38,6 +38,17 @@ def test_float32_layers_match_the_torch_layers(model, rows):
 
 
 @needs_native
+@pytest.mark.parametrize("rows", [1, 6])
+def test_a_bf16_cache_is_written_and_read_as_the_torch_layers_do(model, rows):
+    """kv_cache_dtype bfloat16: the native layers round K and V into the cache as torch's
+    .to(bfloat16) does (the same bits) and attend over it in float32."""
+    step = decode_step(model, rows, seed=20 + rows, cache_dtype=torch.bfloat16)
+    native, torch_layers = run(model, step, native=True), run(model, step, native=False)
+    assert native[1][0][0].dtype == torch.bfloat16
+    assert_same_step(native, torch_layers, 2e-5)
+
+
+@needs_native
 @pytest.mark.parametrize("rows", [1, 4])
 def test_bf16_weights_match_float32_layers_on_the_rounded_weights(model, rows):
     step = decode_step(model, rows, seed=10 + rows)

@@ -4,11 +4,13 @@ load_model, and the engine parts say which dtype the weights run in (for the rea
 from __future__ import annotations
 
 import pytest
+import torch
 
 from control.cli.main import main
 from control.serve.bootstrap import build_parts
 from control.serve.settings import ServeSettings
-from engine.models.cpu_dtype import resolve_dtype
+from engine.config import StaticConfig
+from engine.models.cpu_dtype import kv_cache_dtype, resolve_dtype
 from engine.models.projections import Projection
 
 
@@ -43,11 +45,30 @@ def test_the_dtype_reaches_load_model_and_the_parts(dtype, tiny_llama_dir, one_t
     expected = resolve_dtype(dtype, "cpu")  # auto: float32, + bf16 copies on AMX/AVX512-BF16
     assert loaded.dtype_plan == expected and expected.choice == dtype
     assert {p.dtype for p in loaded.model.parameters()} == {expected.dtype}
-    assert {k.dtype for k, _ in parts.engine.executor.kv_caches} == {expected.dtype}
+    kv = kv_cache_dtype("auto", expected.dtype, expected)  # bf16 beside native bf16 layers
+    assert {k.dtype for k, _ in parts.engine.executor.kv_caches} == {kv}
     copies = [m.weight_bf16 for m in loaded.model.modules() if isinstance(m, Projection)]
     assert copies and all((c is not None) == (expected.bf16_min_rows is not None)
                           for c in copies)
     assert loaded.model.bf16_min_rows == expected.bf16_min_rows
-    assert parts.weights == f"weights: {expected.describe()}"
+    kv_name = str(kv).removeprefix("torch.")
+    assert parts.weights == f"weights: {expected.describe()}; KV cache {kv_name}"
     if dtype != "auto":
-        assert parts.weights == f"weights: {dtype} (asked for {dtype})"
+        assert parts.weights == f"weights: {dtype} (asked for {dtype}); KV cache {dtype}"
+
+
+@pytest.mark.parametrize("kv", ["float32", "bfloat16"])
+def test_the_kv_cache_dtype_reaches_the_caches_and_the_ready_line(kv, tiny_llama_dir,
+                                                                   one_torch_thread):
+    settings = ServeSettings(model=str(tiny_llama_dir), device="cpu",
+                             engine_overrides={"kv_cache_dtype": kv,
+                                               "max_num_batched_tokens": 256,
+                                               "prefill_chunk_size": 64})
+    parts = build_parts(settings)
+    assert {k.dtype for k, _ in parts.engine.executor.kv_caches} == {getattr(torch, kv)}
+    assert parts.weights.endswith(f"; KV cache {kv}")
+
+
+def test_a_bad_kv_cache_dtype_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match="kv_cache_dtype.*one of auto, float32, bfloat16"):
+        StaticConfig(kv_cache_dtype="int4").validate()
