@@ -28,10 +28,11 @@ per sequence instead of the batch's longest context: decodes at 100 and 1000 tok
 ~1100 tokens plus under two chunks of padding, not 2000. When every sequence fits in one
 chunk the merge is skipped.
 
-Prefill chunks keep one SDPA call per sequence (torch's CPU flash kernel), as the reference
-does: a step holds few of them, each a real matrix product, and padding them into one batch
-measured 2.5-23x slower on mixed batches (kernels/reference.py docstring); a step of prefill
-chunks only measured the same time as the reference (it is the same code).
+Prefill chunks go to the native prefill kernel (kernels/cpu_prefill.py) wherever it
+builds: every chunk of the step in one call, reading the paged cache in place. Without it
+they keep one SDPA call per sequence (torch's CPU flash kernel), as the reference does:
+padding them into one batch measured 2.5-23x slower on mixed batches (kernels/reference.py
+docstring).
 
 Everything computes in float32 (q, K and V are cast after the gather, so a bf16 cache is read
 at half the bytes) and the result is returned in q.dtype.
@@ -43,7 +44,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kernels import native_library
+from kernels import cpu_prefill, native_library
 from kernels.cpu_plan import attention_plan
 from kernels.reference import causal_mask, gather_kv
 from kernels.workspace import workspace
@@ -90,19 +91,21 @@ def paged_attention(
         raise ValueError(f"{num_heads=} must be a multiple of {num_kv_heads=}")
     plan = attention_plan(num_tokens, block_tables, context_lens, query_start_loc, k_cache.shape[1])
     out = torch.empty(num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
-    for s, lo, hi, context_len in plan.prefills:
-        out[lo:hi] = _prefill_attention(q[lo:hi], k_cache, v_cache, block_tables[s],
-                                        context_len, scale)
+    if plan.prefills and cpu_prefill.usable(q, k_cache, v_cache, block_tables):
+        cpu_prefill.prefill_attention(_float_rows(q), k_cache, v_cache, block_tables,
+                                      plan.prefills, scale, out)
+    else:
+        for s, lo, hi, context_len in plan.prefills:
+            out[lo:hi] = _prefill_attention(q[lo:hi], k_cache, v_cache, block_tables[s],
+                                            context_len, scale)
     num_decodes = len(plan.decode_ctx)
     if num_decodes and NATIVE_DECODE and _native_ok(q, k_cache, v_cache, block_tables,
                                                     context_lens):
         _check_owned_blocks(plan, k_cache.shape[0])
-        q32 = q if q.dtype == torch.float32 and q.stride(2) == 1 and \
-            q.stride(1) == head_dim else q.float().contiguous()
-        native_library.decode_attention(native_library.load(), q32, k_cache, v_cache, block_tables,
-                                    context_lens, plan.decode_seqs32, plan.decode_rows32,
-                                    scale, out, native_library.threads_for(plan.decode_keys,
-                                                                       num_heads))
+        native_library.decode_attention(
+            native_library.load(), _float_rows(q), k_cache, v_cache, block_tables,
+            context_lens, plan.decode_seqs32, plan.decode_rows32, scale, out,
+            native_library.threads_for(plan.decode_keys, num_heads))
     elif num_decodes <= FEW_DECODES:  # one SDPA call each beats the batch's fixed cost
         for s, lo, context_len in zip(plan.decode_seqs.tolist(), plan.decode_rows.tolist(),
                                       plan.decode_ctx, strict=True):
@@ -118,6 +121,14 @@ def paged_attention(
         else:
             out[rows] = result
     return out.to(q.dtype)
+
+
+def _float_rows(q: torch.Tensor) -> torch.Tensor:
+    """q as the native kernels read it: float32 with heads and head_dim contiguous."""
+    head_dim = q.shape[2]
+    if q.dtype == torch.float32 and q.stride(2) == 1 and q.stride(1) == head_dim:
+        return q
+    return q.float().contiguous()
 
 
 def _check_owned_blocks(plan, num_blocks: int) -> None:

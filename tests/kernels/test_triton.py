@@ -235,8 +235,9 @@ def test_auto_uses_reference_for_cpu_tensors(tk, monkeypatch):
     batch = make_batch([(5, 2)], 16, 1, 1, 16, torch.float32, seed=0)
     if backend.name == "reference":  # no CUDA here: auto is the reference itself
         assert backend.paged_attention is reference.paged_attention
-    assert torch.equal(backend.paged_attention(*batch, 1.0),
-                       reference.paged_attention(*batch, 1.0))
+    # the cpu backend's native prefill kernel sums in another order than the reference
+    torch.testing.assert_close(backend.paged_attention(*batch, 1.0),
+                               reference.paged_attention(*batch, 1.0), atol=2e-5, rtol=2e-5)
 
 
 def test_forced_triton_without_interpreter_fails_clearly(tk, monkeypatch):
