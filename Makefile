@@ -35,7 +35,7 @@ system-deps:
 
 test: $(STAMP) system-deps
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q tests
+	$(PY) tests/run_suites.py -q
 
 # The OpenAI-compatible server on the default model with the embedded defaults and a trace
 # (batchpilot-trace.duckdb), and the dashboard beside it; it prints both URLs once the

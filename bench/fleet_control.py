@@ -54,6 +54,20 @@ def loaded(url: str, clients: int):
             t.join(60)
 
 
+def wait_ready(url: str, replicas: int, timeout_s: float = 120.0) -> None:
+    """Until the ingress has polled every replica healthy: start() returns once they are
+    loaded, and a change pushed before the ingress's next poll skips a replica it has not
+    seen yet (converged false; on a busy machine the poll came after the first change)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = httpx.get(f"{url}/readyz", timeout=30).json()["replicas"]
+        if len(found) == replicas and all(r["healthy"] for r in found):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the fleet did not poll {replicas} replicas healthy: {found}")
+        time.sleep(0.2)
+
+
 def change(client: httpx.Client, value: int) -> dict[str, Any]:
     version = client.get("/control/config").json()["version"]
     start = time.monotonic()
@@ -100,6 +114,7 @@ def run(args: argparse.Namespace, model: str) -> dict[str, Any]:
     url = f"http://127.0.0.1:{args.port}"
     try:
         start(settings)
+        wait_ready(url, settings.replicas)
         out: dict[str, Any] = {"bench": "fleet_control", "pairs": args.pairs,
                                "clients": args.clients}
         rows: dict[str, list[dict[str, float]]] = {"idle": [], "loaded": []}

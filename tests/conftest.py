@@ -85,3 +85,23 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# `make test` runs the suite as two pytest processes side by side (tests/run_suites.py):
+# most tests use one core (a Python process, a server starting), so two processes on two
+# cores took about half the time. These stay in one process, the other: the bench smokes'
+# pool (tests/bench/conftest.py, itself two smokes at a time) and the tests of the Ray fleet
+# (one local Ray and one fleet a process: tests/control/fleet/conftest.py).
+ONE_PROCESS = "one_process"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{ONE_PROCESS}: run by the second of make test's two"
+                            " pytest processes (tests/run_suites.py)")
+
+
+def pytest_itemcollected(item):
+    path = Path(str(item.fspath))
+    if "bench" in path.parts or path.stem.endswith("_ray") \
+            or "fleet" in getattr(item, "fixturenames", ()):
+        item.add_marker(ONE_PROCESS)

@@ -1,0 +1,63 @@
+"""`make test`'s runner: the suite as two pytest processes side by side, then each one's
+output in full, exit status 0 only when both passed.
+
+    python tests/run_suites.py [PYTEST ARGS...]
+
+Most tests use one core (one Python process, a server starting, a subprocess importing
+torch): the suite one after the other kept a 2-core machine under half busy. The tests
+marked one_process (tests/conftest.py: the bench smokes' pool and the Ray fleet's tests)
+run in one process and everything else in the other, both over the whole `tests` folder,
+so a test lands in exactly one of them. Each writes its own log; the runner prints a line
+as each ends and both logs after (CI shows both in full).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITES = {"one_process (bench smokes, Ray fleet)": ["-m", "one_process"],
+          "everything else": ["-m", "not one_process"]}
+NO_TESTS = 5  # pytest's exit status when a selection (-k, a path) leaves a suite empty
+
+
+def main(args: list[str]) -> int:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="batchpilot-suites-") as tmp:
+        runs = {}
+        for i, (name, marks) in enumerate(SUITES.items()):
+            log = Path(tmp) / f"suite-{i}.log"
+            with log.open("w") as out:
+                proc = subprocess.Popen([sys.executable, "-m", "pytest", *marks, *args, "tests"],
+                                        cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            runs[name] = (proc, log)
+        codes = {}
+        try:
+            pending = dict(runs)
+            while pending:
+                for name, (proc, _) in list(pending.items()):
+                    if proc.poll() is not None:
+                        codes[name] = proc.returncode
+                        print(f"[{time.monotonic() - started:6.0f} s] {name}: exit"
+                              f" {proc.returncode}", flush=True)
+                        del pending[name]
+                time.sleep(1)
+        except KeyboardInterrupt:
+            for proc, _ in runs.values():
+                proc.terminate()
+            raise
+        for name, (_, log) in runs.items():
+            print(f"\n===== {name} =====", flush=True)
+            sys.stdout.write(log.read_text(errors="replace"))
+    failed = [name for name, code in codes.items() if code not in (0, NO_TESTS)]
+    print(f"\n{len(runs) - len(failed)} of {len(runs)} suites passed in"
+          f" {time.monotonic() - started:.0f} s" + (f"; failed: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
