@@ -44,7 +44,7 @@ from engine.models import load_model
 from engine.sim.workload import TraceScale, load_trace
 
 DEFAULT_MODEL = "smollm2-135m"
-SMOKE = {"requests": 4, "rounds": 1, "single_tokens": 8}
+SMOKE = {"requests": 4, "rounds": 1, "single_tokens": 48}
 MAX_NUM_SEQS, STEP_TOKENS = 64, 2048
 
 
@@ -70,9 +70,12 @@ def ours_single(loaded, prompt: list[int], tokens: int) -> dict:
     return {"seconds": time.perf_counter() - start, "tokens": tokens, "ttft_s": ttft}
 
 
-def decode_rate(run: dict) -> float:
-    """Decode tok/s of a single-stream run: the tokens after the first over their time."""
-    return (run["tokens"] - 1) / max(run["seconds"] - run["ttft_s"], 1e-9)
+def decode_rate(run: dict) -> float | None:
+    """Decode tok/s of a single-stream run: the tokens after the first over their time;
+    None when the run took no longer than its first token alone did (a tiny model on a
+    busy machine: nothing to measure)."""
+    decode_s = run["seconds"] - run["ttft_s"]
+    return (run["tokens"] - 1) / decode_s if decode_s > 0 else None
 
 
 def measure(model: str, args) -> dict:
@@ -101,11 +104,14 @@ def measure(model: str, args) -> dict:
             if peer is not None:
                 got = peer.batched()
                 runs["openvino"].append(got["tokens"] / got["seconds"])
-            runs["ours_single"].append(decode_rate(ours_single(loaded, prompts[0],
-                                                               args.single_tokens)))
+            rates = {"ours_single": decode_rate(ours_single(loaded, prompts[0],
+                                                            args.single_tokens))}
             if peer is not None:
-                runs["openvino_single"].append(decode_rate(peer.single(prompts[0],
-                                                                       args.single_tokens)))
+                rates["openvino_single"] = decode_rate(peer.single(prompts[0],
+                                                                   args.single_tokens))
+            for name, rate in rates.items():
+                if rate is not None:
+                    runs[name].append(rate)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} tok/s"
                                                  for k, v in runs.items() if v), flush=True)
     finally:

@@ -206,12 +206,14 @@ def check_cpu_peers(result: dict) -> None:
     ratios present) or says why not (it is not a project dependency: CI has no venv for
     it)."""
     sides = result["sides"]
-    for name in ("ours", "ours_single"):
-        assert 0 < sides[name]["median"] < math.inf and sides[name]["n"] == result["rounds"]
+    assert 0 < sides["ours"]["median"] < math.inf and sides["ours"]["n"] == result["rounds"]
+    # one-stream decode rates: a round whose run was no longer than its first token alone
+    # (a tiny model on a busy machine) has none
+    assert all(0 < side["median"] < math.inf for side in sides.values())
     if "skipped" in result["peer"]:
         assert "bench.cpu_peers --setup" in result["peer"]["skipped"] or \
             "openvino_genai" in result["peer"]["skipped"], result["peer"]
         assert result["ratios"] == {} and "openvino" not in sides
     else:
-        assert set(result["ratios"]) == {"ours/openvino", "ours_single/openvino_single"}
+        assert "ours/openvino" in result["ratios"]
         assert all(0 < r < math.inf for r in result["ratios"].values())
