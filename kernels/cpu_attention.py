@@ -91,9 +91,11 @@ def paged_attention(
         raise ValueError(f"{num_heads=} must be a multiple of {num_kv_heads=}")
     plan = attention_plan(num_tokens, block_tables, context_lens, query_start_loc, k_cache.shape[1])
     out = torch.empty(num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
+    # what both native kernels read (q itself when it already is); once for both
+    q32 = _float_rows(q) if native_library.load() is not None else q
     if plan.prefills and cpu_prefill.usable(q, k_cache, v_cache, block_tables):
-        cpu_prefill.prefill_attention(_float_rows(q), k_cache, v_cache, block_tables,
-                                      plan.prefills, scale, out)
+        cpu_prefill.prefill_attention(q32, k_cache, v_cache, block_tables, plan.prefills,
+                                      scale, out)
     else:
         for s, lo, hi, context_len in plan.prefills:
             out[lo:hi] = _prefill_attention(q[lo:hi], k_cache, v_cache, block_tables[s],
@@ -103,7 +105,7 @@ def paged_attention(
                                                     context_lens):
         _check_owned_blocks(plan, k_cache.shape[0])
         native_library.decode_attention(
-            native_library.load(), _float_rows(q), k_cache, v_cache, block_tables,
+            native_library.load(), q32, k_cache, v_cache, block_tables,
             context_lens, plan.decode_seqs32, plan.decode_rows32, scale, out,
             native_library.threads_for(plan.decode_keys, num_heads))
     elif num_decodes <= FEW_DECODES:  # one SDPA call each beats the batch's fixed cost
