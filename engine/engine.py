@@ -37,7 +37,7 @@ from engine.records import (
     StepRun,
 )
 from engine.reports import engine_gauges, step_output, step_record
-from engine.request import Request, RequestStatus, SamplingParams
+from engine.request import Request, RequestStatus, SamplingParams, TraceLink
 from engine.scheduling.goodput import predicted_ttft_s, slo_lane
 from engine.scheduling.scheduler import Scheduler
 from engine.scheduling.state import GROWABLE_BUDGETS
@@ -114,7 +114,7 @@ class Engine:
                     lane: str | None = None, priority: int = 0, deadline: float | None = None,
                     arrival_time: float | None = None, tokenize_s: float = 0.0,
                     cache_salt: str | None = None, wait_for: str | None = None,
-                    ) -> AdmissionDecision:
+                    trace: TraceLink | None = None) -> AdmissionDecision:
         """Admit or reject at once. `deadline` is absolute, on the engine clock;
         `cache_salt` puts the request's prefix-cache blocks in the salt's domain instead of
         its tenant's (engine/kv/prefix_hash.py). `arrival_time` (engine clock; default now):
@@ -122,7 +122,8 @@ class Engine:
         queue timeout count; `tokenize_s`: the part of the time since then the server
         spent tokenizing it (recorded in the decision, for the trace's wait reasons).
         `wait_for`: the id of a request with the same prompt (n > 1's first choice); this
-        one starts once that one's prompt is computed, from its prefix-cache blocks."""
+        one starts once that one's prompt is computed, from its prefix-cache blocks.
+        `trace`: the caller's distributed trace, carried into the request's records."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         now = self.clock()
@@ -130,7 +131,7 @@ class Engine:
                       arrival_time if arrival_time is not None else now, tenant=tenant,
                       lane=lane or self.route(len(prompt_token_ids), tenant), priority=priority,
                       deadline=deadline, eos_token_id=self.eos_token_id,
-                      cache_salt=cache_salt,
+                      cache_salt=cache_salt, trace=trace,
                       wait_for=self.requests.get(wait_for) if wait_for else None)
         ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
                                self.block_manager.usage, self.throughput.tokens_per_s, now,
@@ -150,14 +151,16 @@ class Engine:
     def refuse(self, request_id: str, prompt_token_ids: list[int], reason: str, message: str,
                retry_after_s: float | None = None, *, tenant: str = "default",
                lane: str | None = None, priority: int = 0,
-               arrival_time: float | None = None) -> AdmissionDecision:
+               arrival_time: float | None = None,
+               trace: TraceLink | None = None) -> AdmissionDecision:
         """Record a request turned away before admission (e.g. the server is draining):
         it is reported like any rejection, with a RequestRecord in the next step, its
         latency counted from `arrival_time` (engine clock; default now) like an admitted one."""
         now = self.clock()
         arrived = arrival_time if arrival_time is not None else now
         req = Request(request_id, list(prompt_token_ids), SamplingParams(), arrived, tenant=tenant,
-                      lane=lane or self.route(len(prompt_token_ids), tenant), priority=priority)
+                      lane=lane or self.route(len(prompt_token_ids), tenant), priority=priority,
+                      trace=trace)
         decision = AdmissionDecision(False, request_id, reason, message, retry_after_s,
                                      req.lane, None, tenant, priority, req.num_prompt_tokens, now,
                                      arrival_time=arrived)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from engine.calibration.drift import StepCostDrift
 from engine.config import LiveConfig
-from engine.request import Request
+from engine.request import Request, TraceLink
 
 STEP_FAILED = "step failed"  # the start of a failed request's finish detail (its reason)
 
@@ -185,6 +185,7 @@ class RequestRecord:
     prefill_time_s: float | None
     decode_time_s: float | None
     token_times: tuple[float, ...] = ()  # when each output token was sampled
+    trace: TraceLink | None = None  # the caller's distributed trace (engine/request.py)
 
     @property
     def outcome(self) -> str:
@@ -207,6 +208,7 @@ class RequestRecord:
             deadline=req.deadline, queue_delay_s=req.queue_delay_s, ttft_s=req.ttft_s,
             tpot_s=req.tpot_s, e2e_s=req.e2e_s, prefill_time_s=req.prefill_time_s,
             decode_time_s=req.decode_time_s, token_times=tuple(req.token_times),
+            trace=req.trace,
         )
 
 

@@ -154,6 +154,21 @@ class SamplingParams:
                              f" [0, max_tokens={self.max_tokens}]")
 
 
+@dataclass(frozen=True, slots=True)
+class TraceLink:
+    """A request's place in the caller's distributed trace (W3C trace context), carried
+    through the engine untouched so every record of the request names it. Plain hex
+    strings: the engine imports no tracing library (control/otel/ reads them)."""
+
+    trace_id: str  # 32 lowercase hex digits, not all zero
+    span_id: str  # 16 hex digits: the server's span for this request
+    parent_span_id: str = ""  # the caller's span; "": the request started the trace
+    sampled: bool = False  # the caller's sampled flag (W3C trace-flags bit 0)
+    # span attributes only the front end knows (operation, max_tokens, server address):
+    # (name, str | int | float | bool) pairs, read by control/otel/spans.py
+    attributes: tuple[tuple[str, object], ...] = ()
+
+
 @dataclass(eq=False, slots=True)
 class Request:
     request_id: str
@@ -166,6 +181,7 @@ class Request:
     priority: int = 0  # smaller runs first (as in vLLM)
     deadline: float | None = None  # absolute engine-clock time by which it must finish
     eos_token_id: int | tuple[int, ...] | None = None  # a model may have several
+    trace: TraceLink | None = None  # the caller's trace (control/otel), None: not traced
 
     token_ids: list[int] = field(default_factory=list)  # prompt + outputs
     num_prompt_tokens: int = 0

@@ -110,3 +110,17 @@ def pytest_itemcollected(item):
     if "bench" in path.parts or path.stem.endswith("_ray") \
             or "fleet" in getattr(item, "fixturenames", ()):
         item.add_marker(ONE_PROCESS)
+
+
+def pytest_collection_modifyitems(config, items):
+    """make test runs the quiet phase over the files whose module-level pytestmark says
+    quiet (tests/run_suites.py reads them): a test marked quiet another way would be run
+    by no phase at all."""
+    from run_suites import quiet_files
+
+    files = set(quiet_files())
+    stray = [i.nodeid for i in items
+             if i.get_closest_marker(QUIET) and i.nodeid.split("::")[0] not in files]
+    if stray:
+        raise pytest.UsageError(f"marked {QUIET} outside a module-level pytestmark (make test"
+                                f" would skip them): {stray[:5]}")

@@ -14,6 +14,7 @@ as each ends and the logs after (CI shows them in full).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
@@ -26,28 +27,38 @@ SUITES = {"one_process (bench smokes, Ray fleet)": ["-m", "one_process and not q
 # then alone: verdicts judged on the p99 of a live server's requests (the scripted incident
 # of tests/fixtures/incident.py, the fleet's canaries), which a neighbour's load moved
 ALONE = {"quiet (judged on p99 latency)": ["-m", "quiet"]}
+QUIET_MARK = re.compile(r"^pytestmark\s*=.*\bpytest\.mark\.quiet\b", re.M)
 NO_TESTS = 5  # pytest's exit status when a selection (-k, a path) leaves a suite empty
 
 
 def main(args: list[str]) -> int:
     started = time.monotonic()
-    codes = run_side_by_side(SUITES, args, started)
-    codes.update(run_side_by_side(ALONE, args, started))
+    codes = run_side_by_side(SUITES, args, started, ["tests"])
+    # only the files that mark themselves quiet: collecting all of tests/ for them costs
+    # a process ~13 s of the phase that runs alone
+    codes.update(run_side_by_side(ALONE, args, started, quiet_files()))
     failed = [name for name, code in codes.items() if code not in (0, NO_TESTS)]
     print(f"\n{len(codes) - len(failed)} of {len(codes)} suites passed in"
           f" {time.monotonic() - started:.0f} s" + (f"; failed: {failed}" if failed else ""))
     return 1 if failed else 0
 
 
-def run_side_by_side(suites: dict[str, list[str]], args: list[str],
-                     started: float) -> dict[str, int]:
-    """Each suite a pytest process, all at once; each one's log printed once all ended."""
+def quiet_files() -> list[str]:
+    """Test files whose module-level pytestmark includes pytest.mark.quiet."""
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
+                  if QUIET_MARK.search(p.read_text()))
+
+
+def run_side_by_side(suites: dict[str, list[str]], args: list[str], started: float,
+                     paths: list[str]) -> dict[str, int]:
+    """Each suite a pytest process over `paths`, all at once; each one's log printed once
+    all ended."""
     with tempfile.TemporaryDirectory(prefix="batchpilot-suites-") as tmp:
         runs = {}
         for i, (name, marks) in enumerate(suites.items()):
             log = Path(tmp) / f"suite-{i}.log"
             with log.open("w") as out:
-                proc = subprocess.Popen([sys.executable, "-m", "pytest", *marks, *args, "tests"],
+                proc = subprocess.Popen([sys.executable, "-m", "pytest", *marks, *args, *paths],
                                         cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
             runs[name] = (proc, log)
         codes = {}

@@ -35,6 +35,7 @@ from control.api.errors import install_error_handlers
 from control.metrics.gateway import install_gateway_metrics
 from control.metrics.observer import Observer
 from control.metrics.registry import ServingMetrics
+from control.otel.settings import keep
 from control.serve.bootstrap import build_parts
 from control.serve.engine_loop import AsyncEngine
 from control.serve.settings import LOOPBACK_HOSTS, ServeSettings
@@ -86,11 +87,29 @@ def device_label(device: str | None) -> str:
     return f"{device} ({os.cpu_count()} cores)"
 
 
+def exemplar_rule(settings: ServeSettings) -> dict:
+    """With an OTLP export, a latency exemplar names a trace only when its spans are
+    exported (the feed's own sampling rule); without, ServingMetrics' default."""
+    if settings.otlp is None:
+        return {}
+    return {"exemplar_filter": functools.partial(keep, settings=settings.otlp)}
+
+
+def span_feed(settings: ServeSettings):
+    """The OpenTelemetry feed when the settings name a collector, else None."""
+    if settings.otlp is None:
+        return None
+    from control.otel.feed import OtelFeed  # the SDK: only for a server that exports
+
+    return OtelFeed(settings.otlp)
+
+
 def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> FastAPI:
     settings.validate()
-    metrics = ServingMetrics(settings.model_name, settings.metrics_tenants)
+    metrics = ServingMetrics(settings.model_name, settings.metrics_tenants,
+                             **exemplar_rule(settings))
     writer = open_trace(settings, new_run_id())
-    observer = Observer(metrics, writer, settings.kv_snapshot_every)
+    observer = Observer(metrics, writer, settings.kv_snapshot_every, spans=span_feed(settings))
     if engine is None:
         engine = AsyncEngine(functools.partial(build_parts, settings),
                              stall_after_s=settings.stall_after_s, observer=observer)

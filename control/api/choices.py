@@ -22,6 +22,7 @@ from fastapi import Request
 
 from control.api.arrival import seconds_since_arrival
 from control.api.generation import Generation, SharedReceive
+from control.otel.context import child_link
 from control.serve.engine_loop import AsyncEngine
 from control.serve.state import ServerState
 from control.serve.streams import RequestStream, Submission
@@ -47,7 +48,8 @@ async def admit_choices(engine: AsyncEngine, sub: Submission, n: int,
                              seed=None if seed is None else (seed + i) % SEED_MODULUS)
             refused, sibling = await engine.add(replace(
                 sub, request_id=f"{sub.request_id}-{i}", params=params,
-                wait_for=sub.request_id))
+                wait_for=sub.request_id,
+                trace=None if sub.trace is None else child_link(sub.trace)))
             if sibling is None:
                 _abort(engine, streams, "choice_rejected")
                 return refused, []

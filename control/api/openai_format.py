@@ -81,6 +81,7 @@ class ResponseFormat:
     top_logprobs: int | None = None
     prompt_logprobs: int | None = None  # vLLM's extension: N alternatives per prompt token
     echo: Echo | None = None  # completions only
+    trace_id: str = ""  # the request's distributed trace (control/otel/context.py)
     _legacy: dict[int, CompletionLogprobs] = field(default_factory=dict, init=False,
                                                    repr=False)  # by choice: text offsets
 
@@ -108,6 +109,8 @@ class ResponseFormat:
                    "X-Batchpilot-Lane": header_text(self.lane),
                    "X-Batchpilot-Tenant": header_text(self.meta.tenant),
                    "X-Batchpilot-Priority": str(self.meta.priority)}
+        if self.trace_id:
+            headers["X-Batchpilot-Trace-Id"] = self.trace_id
         if self.estimated_wait_s is not None:
             headers["X-Batchpilot-Estimated-Wait-S"] = f"{self.estimated_wait_s:.6f}"
         return headers

@@ -47,6 +47,8 @@ from control.api.response_schemas import (
 from control.api.responses import collect, sse_response
 from control.api.schemas import ChatCompletionRequest, CompletionRequest
 from control.api.structured import with_grammar
+from control.otel.context import link_from_headers
+from control.otel.spans import span_attributes
 from control.serve.state import ServerState, get_state
 from control.serve.streams import Submission
 from engine.request import SamplingParams
@@ -167,16 +169,19 @@ async def _generate(state: ServerState, request: Request,
     params = await with_grammar(state, body, params)  # response_format: compiled off-thread
     prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
     request_id = prefix + uuid.uuid4().hex
+    trace = link_from_headers(request.headers, span_attributes(
+        "chat" if kind == "chat" else "text_completion", state.settings, max_tokens))
     fmt = ResponseFormat(kind, request_id, state.settings.model_name, len(ids), meta,
                          include_usage=body.include_usage,
-                         continuous_usage=body.continuous_usage, lane=meta.lane or "")
+                         continuous_usage=body.continuous_usage, lane=meta.lane or "",
+                         trace_id=trace.trace_id)
     await with_logprobs(state, body, fmt, text, ids)  # a 400 when the engine has none
     submission = Submission(request_id, text, ids, params, tenant=meta.tenant,
                             lane=meta.lane, priority=meta.priority, deadline=meta.deadline,
                             cache_salt=body.cache_salt, arrival_time=meta.arrival_time,
                             tokenize_s=meta.tokenize_s,
                             timeout_at=None if meta.arrival_time is None
-                            else meta.arrival_time + meta.timeout_s)
+                            else meta.arrival_time + meta.timeout_s, trace=trace)
     decision, streams = await admit_choices(state.engine, submission, body.n)  # choices.py
     from_decision(fmt, decision, state.engine.live_config)
     if not streams:

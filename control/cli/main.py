@@ -21,7 +21,8 @@ from control.cli.ctl import add_ctl_parser
 from control.cli.dashboard import add_dashboard_parser
 from control.fleet.cli import add_fleet_parser
 from control.loadtest.cli import add_loadtest_parser
-from control.serve.settings import DEFAULT_MODEL, EDGE_MODES, ServeSettings
+from control.otel.cli_args import add_otlp_args, otlp_settings
+from control.serve.settings import COMPAT_MODES, DEFAULT_MODEL, EDGE_MODES, ServeSettings
 from control.trace.cli import add_trace_parser
 from control.whatif.cli import add_whatif_parser
 
@@ -60,11 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-tenants", metavar="A,B,...", type=_names, default=(),
                        help="tenants that get their own metrics label; the rest count as"
                        " 'other' (default: only 'default')")
-    serve.add_argument("--metrics-compat", choices=["vllm"], default=None,
-                       help="also export the gateway gauges and the main histograms and"
-                       " counters under vLLM's names (vllm:*, label model_name), for routers"
-                       " that read only those (docs/gateways.md); off by default, so"
-                       " dashboards do not count twice")
+    serve.add_argument("--metrics-compat", choices=list(COMPAT_MODES), default=None,
+                       help="vllm: also export the gateway gauges and the main histograms"
+                       " and counters under vLLM's names (vllm:*, label model_name), for"
+                       " routers that read only those (docs/gateways.md); otel: also the"
+                       " OpenTelemetry GenAI server histograms (gen_ai_server_*,"
+                       " docs/opentelemetry.md); off by default, so dashboards do not count"
+                       " twice")
+    add_otlp_args(serve)
     serve.add_argument("--control-tokens", metavar="FILE",
                        help="tokens for the control API, trace, what-if and load-test"
                        " routes: lines 'name scope secret [tenant,...]' (scope read or"
@@ -126,7 +130,7 @@ def _serve(args: argparse.Namespace) -> int:
         control_tokens_path=args.control_tokens, watch_config=not args.no_watch_config,
         device=args.device, dtype=args.dtype, shutdown_grace_s=args.shutdown_grace_s,
         max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level,
-        edge=args.edge)
+        edge=args.edge, **otlp_settings(args))
     try:  # fail before binding a port or loading anything
         settings = settings.replace(limits=RequestLimits().with_values(
             parse_limit_args(args.limit)))

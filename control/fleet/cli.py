@@ -14,6 +14,7 @@ from pathlib import Path
 
 from control.fleet.restart_cli import add_restart_parser
 from control.fleet.router import MODES, RoutingPolicy
+from control.otel.cli_args import add_otlp_args, otlp_settings
 from control.serve.settings import DEFAULT_MODEL, ServeSettings
 
 
@@ -45,6 +46,7 @@ def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
                        " before a request goes elsewhere (default %(default)s)")
     fleet.add_argument("--trace-dir", metavar="DIR",
                        help="each replica writes DIR/replica-<id>.duckdb (default: no trace)")
+    add_otlp_args(fleet)
     fleet.add_argument("--control-tokens", metavar="FILE",
                        help="control API tokens, as for `batchpilot serve`")
     fleet.add_argument("--no-control-api", action="store_true",
@@ -69,7 +71,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     serve = ServeSettings(model=args.model, config_path=args.config_path, host=args.host,
                           port=args.port, control_tokens_path=args.control_tokens,
                           control_api=not args.no_control_api,
-                          shutdown_grace_s=args.shutdown_grace_s, log_level=args.log_level)
+                          shutdown_grace_s=args.shutdown_grace_s, log_level=args.log_level,
+                          **otlp_settings(args))
     try:
         import ray  # noqa: F401  (the optional extra)
     except ImportError:

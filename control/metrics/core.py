@@ -20,6 +20,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Exemplar
 
 from engine.calibration.drift import StepCostDrift
 
@@ -34,16 +35,24 @@ TOKEN_COUNT_BUCKETS = tuple(float(2 ** i) for i in range(15))  # 1 .. 16384
 
 
 class HistogramChild:
-    __slots__ = ("bounds", "counts", "sum")
+    __slots__ = ("bounds", "counts", "sum", "exemplars")
 
     def __init__(self, bounds: tuple[float, ...]):
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound
         self.sum = 0.0
+        # per bucket, the last traced observation in it: (trace id, value, time); None
+        # until one is (OpenMetrics exemplars: a panel's point links to a trace)
+        self.exemplars: list[tuple[str, float, float] | None] | None = None
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
+    def observe(self, value: float, trace_id: str | None = None, at: float = 0.0) -> None:
+        i = bisect_left(self.bounds, value)
+        self.counts[i] += 1
         self.sum += value
+        if trace_id:
+            if self.exemplars is None:
+                self.exemplars = [None] * len(self.counts)
+            self.exemplars[i] = (trace_id, value, at)
 
     def observe_gaps(self, times: tuple[float, ...]) -> None:
         """Observe every gap between consecutive times (a request's inter-token latencies),
@@ -90,11 +99,12 @@ class Histogram(_Family):
         fam = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
         for labels, child in list(self.children.items()):
             counts, total = list(child.counts), child.sum
+            marks = list(child.exemplars or ())
             cumulative, acc = [], 0
-            for bound, n in zip(self.buckets, counts, strict=False):
+            for i, (bound, n) in enumerate(zip(self.buckets, counts, strict=False)):
                 acc += n
-                cumulative.append((_le(bound), acc))
-            cumulative.append(("+Inf", acc + counts[-1]))
+                cumulative.append(_bucket(_le(bound), acc, marks[i] if marks else None))
+            cumulative.append(_bucket("+Inf", acc + counts[-1], marks[-1] if marks else None))
             fam.add_metric(list(labels), cumulative, total)
         return fam
 
@@ -126,6 +136,15 @@ class FamiliesCollector(Collector):
             yield family.family()
         for source in self.extra:
             yield from source()
+
+
+def _bucket(le: str, count: int, mark: tuple[str, float, float] | None) -> tuple:
+    """A cumulative bucket, with its exemplar when it has one (prometheus-client writes
+    exemplars only in the OpenMetrics format a scraper asks for)."""
+    if mark is None:
+        return (le, count)
+    trace_id, value, at = mark
+    return (le, count, Exemplar({"trace_id": trace_id}, value, at or None))
 
 
 def _le(bound: float) -> str:

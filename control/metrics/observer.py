@@ -19,6 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -34,6 +35,15 @@ log = logging.getLogger("batchpilot.observer")
 GAUGES_EVERY_S = 0.05  # gauges refresh at most this often while busy (scrapes: seconds)
 APPLY_EVERY_S = 0.1  # the metrics thread applies queued steps this often (a scrape syncs)
 MAX_BACKLOG = 100_000  # steps the metrics thread may fall behind before it drops
+
+
+class SpanFeed(Protocol):
+    """What the observer needs of the OpenTelemetry feed (control/otel/feed.py, which
+    imports the SDK: loaded only by a server that exports)."""
+
+    def submit(self, item: StepItem) -> None: ...
+    def stop(self) -> None: ...
+    def families(self, model: str) -> Iterator[object]: ...
 
 
 def watermark_band(usage: float, live: LiveConfig) -> int:
@@ -119,12 +129,14 @@ class MetricsFeed:
 
 class Observer:
     def __init__(self, metrics: ServingMetrics | None = None,
-                 writer: TraceWriter | None = None, kv_snapshot_every: int = 50):
+                 writer: TraceWriter | None = None, kv_snapshot_every: int = 50,
+                 spans: SpanFeed | None = None):
         if kv_snapshot_every < 1:
             raise ValueError(f"kv_snapshot_every={kv_snapshot_every!r} must be >= 1")
         self.metrics = metrics
         self.feed = MetricsFeed(metrics) if metrics is not None else None
         self.writer = writer
+        self.spans = spans  # OpenTelemetry (control/otel/feed.py); None: no export
         self.kv_snapshot_every = kv_snapshot_every
         self.errors = 0  # failures on the engine thread (each logged once)
         self._band = 0
@@ -133,6 +145,8 @@ class Observer:
             metrics.add_source(self._own_families)
             if writer is not None:
                 metrics.add_source(lambda: writer_families(writer, metrics.model))
+            if spans is not None:
+                metrics.add_source(lambda: spans.families(metrics.model))
 
     def prime(self, live: LiveConfig, static: StaticConfig) -> None:
         """Gauges of an idle engine under this config, for an engine loaded before this
@@ -162,6 +176,8 @@ class Observer:
     def stop(self) -> None:
         if self.feed is not None:
             self.feed.stop()
+        if self.spans is not None:
+            self.spans.stop()
 
     def _on_step(self, engine: Engine, out: StepOutput) -> None:
         record = out.record
@@ -186,6 +202,8 @@ class Observer:
             self.feed.submit(item, gauges)
         if self.writer is not None:
             self.writer.submit(item)
+        if self.spans is not None:
+            self.spans.submit(item)
 
     def _error(self, what: str) -> None:
         if not self.errors:  # once: a broken observer must not flood the log every step

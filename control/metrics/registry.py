@@ -25,6 +25,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from control.metrics.core import (
     LATENCY_BUCKETS,
@@ -80,9 +81,19 @@ def reason_label(text: str) -> str:
     return slug if slug in REASONS else OTHER
 
 
+def caller_traced(rec: RequestRecord) -> bool:
+    """Exemplar rule without an OTLP export: the caller's sampled trace, which its own
+    tracing holds (the server exports none of its own)."""
+    return rec.trace is not None and rec.trace.sampled
+
+
 class ServingMetrics:
-    def __init__(self, model: str, tenants: Iterable[str] = ()):
+    def __init__(self, model: str, tenants: Iterable[str] = (),
+                 exemplar_filter: Callable[[RequestRecord], bool] = caller_traced):
+        """`exemplar_filter(record)`: whether the request's trace id goes on the latency
+        histograms as an exemplar (a trace that exists: control/otel/feed.py's `keep`)."""
         self.model = model
+        self.exemplar_filter = exemplar_filter
         self.tenants = frozenset(tenants) | {DEFAULT_TENANT}
         self.registry = CollectorRegistry(auto_describe=False)
         lt = ("model", "lane", "tenant")
@@ -145,8 +156,12 @@ class ServingMetrics:
         """Families built at each scrape (e.g. the trace writer's counts)."""
         self._sources.append(source)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """(the exposition, its content type): OpenMetrics (with exemplars) when `accept`
+        (the scraper's Accept header) asks for it, else Prometheus text 0.0.4."""
+        if accept and "application/openmetrics-text" in accept:
+            return openmetrics.generate_latest(self.registry), openmetrics.CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE
 
     @property
     def gauges(self) -> EngineGauges | None:
@@ -178,10 +193,12 @@ class ServingMetrics:
         self.requests.labels(*key, outcome, reason).inc()
         self.prompt_tokens.labels(*key).inc(r.num_prompt_tokens)
         self.generation_tokens.labels(*key).inc(r.num_output_tokens)
+        trace_id = r.trace.trace_id if r.trace is not None and self.exemplar_filter(r) else None
+        at = r.finished_time or 0.0
         for attr, hist in self.latency.items():
             value = getattr(r, attr)
             if value is not None and not (attr == "e2e_s" and outcome == "rejected"):
-                hist.labels(*key).observe(value)
+                hist.labels(*key).observe(value, trace_id, at)
         if len(r.token_times) > 1:  # every gap between consecutive output tokens
             self.itl.labels(*key).observe_gaps(r.token_times)
 

@@ -251,14 +251,14 @@ class AsyncEngine:
                 sub.request_id, sub.prompt_token_ids, reason, f"{why} and admits no new"
                 " requests; retry on another replica", DRAINING_RETRY_AFTER_S,
                 tenant=sub.tenant, lane=sub.lane, priority=sub.priority,
-                arrival_time=sub.arrival_time)
+                arrival_time=sub.arrival_time, trace=sub.trace)
         else:
             try:
                 decision = engine.add_request(
                     sub.request_id, sub.prompt_token_ids, sub.params, tenant=sub.tenant,
                     lane=sub.lane, priority=sub.priority, deadline=sub.deadline,
                     cache_salt=sub.cache_salt, arrival_time=sub.arrival_time,
-                    tokenize_s=sub.tokenize_s, wait_for=sub.wait_for)
+                    tokenize_s=sub.tokenize_s, wait_for=sub.wait_for, trace=sub.trace)
             except Exception as exc:  # e.g. a duplicate request id
                 _call_soon(delivery.loop, resolve, decided, None, exc)
                 return

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from control.api.limits import RequestLimits
+from control.otel.settings import OtelSettings
 from control.trace.retention import Retention
 from engine.config.dtype_option import parse_dtype_choice
 
 DEFAULT_MODEL = "smollm2-135m"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 EDGE_MODES = ("auto", "on", "off")
+COMPAT_MODES = ("vllm", "otel")  # --metrics-compat (control/metrics/gateway.py)
 # NOTE (uvicorn's timeout_keep_alive, the server's and the edge's): an idle keep-alive
 # connection is closed only after clients' pools give up on it. uvicorn's default (5 s)
 # equals httpx's and the openai client's pool expiry, so a client reusing a connection as
@@ -55,6 +57,13 @@ class ServeSettings:
     # auto | on | off: parse and validate bodies in a process of their own (control/edge/);
     # auto: on when `host` is not loopback, i.e. when strangers can reach the server
     edge: str = "auto"
+    # OpenTelemetry: a trace per request to this OTLP collector; None: no export
+    # (control/otel/feed.py, docs/opentelemetry.md)
+    otlp_traces_endpoint: str | None = None
+    otlp_protocol: str = "http/protobuf"  # or grpc
+    otlp_sample_ratio: float = 1.0
+    otlp_slow_ttft_s: float | None = None  # slower first tokens: always exported
+    replica_name: str = ""  # set by a fleet replica: its name on spans
 
     def validate(self) -> ServeSettings:
         _require(0 <= self.port <= 65535, "port", self.port, "in 0..65535")
@@ -68,12 +77,22 @@ class ServeSettings:
         _require(len(self.metrics_tenants) <= 100, "metrics_tenants",
                  len(self.metrics_tenants), "at most 100 names (each is a label value)")
         parse_dtype_choice(self.dtype)  # ValueError naming the choices
-        _require(self.metrics_compat in (None, "vllm"), "metrics_compat", self.metrics_compat,
-                 "'vllm' or unset")
+        _require(self.metrics_compat in (None, *COMPAT_MODES), "metrics_compat",
+                 self.metrics_compat, f"one of {COMPAT_MODES} or unset")
         _require(self.edge in EDGE_MODES, "edge", self.edge, f"one of {', '.join(EDGE_MODES)}")
         self.trace_retention.validate()
         self.limits.validate()
+        if self.otlp is not None:
+            self.otlp.validate()
         return self
+
+    @property
+    def otlp(self) -> OtelSettings | None:
+        if self.otlp_traces_endpoint is None:
+            return None
+        return OtelSettings(self.otlp_traces_endpoint, self.otlp_protocol,
+                            self.otlp_sample_ratio, self.otlp_slow_ttft_s,
+                            replica=self.replica_name)
 
     @property
     def trace_retention(self) -> Retention:

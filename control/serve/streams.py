@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.output.processor import Logprob, RequestOutput
 from engine.records import RequestRecord
-from engine.request import SamplingParams
+from engine.request import SamplingParams, TraceLink
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class Submission:
     # arrival + X-Request-Timeout-Ms (engine clock): a request whose time ran out while it
     # waited for the engine thread is ended at admission, before any step can run it
     timeout_at: float | None = None
+    trace: TraceLink | None = None  # the caller's trace (control/otel/context.py)
 
 
 @dataclass(frozen=True)

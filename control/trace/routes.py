@@ -42,7 +42,6 @@ from fastapi.responses import Response
 
 from control.admin.auth import Caller, caller, require_unbound
 from control.api.errors import APIError
-from control.metrics.registry import CONTENT_TYPE
 from control.serve.state import get_state
 from control.trace import facts, queries, report_queries, series
 from control.trace.tenant_scope import UNBOUND_ONLY, scope
@@ -59,7 +58,8 @@ def metrics(request: Request) -> Response:
         raise APIError(404, "metrics are off for this server", code="metrics_off")
     if state.observer is not None:  # apply the steps already taken (normally none left)
         state.observer.sync(SYNC_TIMEOUT_S)
-    return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+    body, content_type = state.metrics.render(request.headers.get("accept"))
+    return Response(body, media_type=content_type)
 
 
 def trace_reader(request: Request) -> Caller:

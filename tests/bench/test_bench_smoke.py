@@ -46,6 +46,10 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "step_cost_drift": [],
     "cpu_peers": [],
 }
+# seconds a smoke may take (default 240): the fleet smokes start Ray and three or four
+# replica processes; beside the other half of make test on a loaded CI machine
+# fleet_scaling took 240 s where it takes 50 s alone
+SMOKE_TIMEOUT_S = {"fleet_scaling": 480, "fleet_control": 480}
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
 # imported by benchmarks, no main()
@@ -71,7 +75,8 @@ def smoke_run(name: str, folder: Path) -> tuple[dict, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "result.json"
     json_arg = ["--json", str(out)] if name in WRITES_JSON else []
-    return run_module(name, "--smoke", *SMOKE_RUNS[name], *json_arg), out
+    return run_module(name, "--smoke", *SMOKE_RUNS[name], *json_arg,
+                      timeout=SMOKE_TIMEOUT_S.get(name, 240)), out
 
 
 @pytest.mark.parametrize("name", sorted(SMOKE_RUNS))

@@ -20,7 +20,7 @@ NAMES = ("batchpilot_step_cost_drift_ratio", "batchpilot_step_law_scale")
 def scrape(step_cost: StepCostDrift | None) -> dict[str, float]:
     metrics = ServingMetrics("m")
     metrics.set_gauges(dataclasses.replace(idle_gauges(LiveConfig(), 64), step_cost=step_cost))
-    return {s.name: s.value for f in text_string_to_metric_families(metrics.render().decode())
+    return {s.name: s.value for f in text_string_to_metric_families(metrics.render()[0].decode())
             for s in f.samples if s.name in NAMES}
 
 

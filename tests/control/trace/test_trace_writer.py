@@ -49,7 +49,7 @@ def samples(metrics: ServingMetrics, obs: Observer | None = None,
     if obs is not None:
         assert obs.sync()
     out = {}
-    for family in text_string_to_metric_families(metrics.render().decode()):
+    for family in text_string_to_metric_families(metrics.render()[0].decode()):
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
