@@ -63,7 +63,7 @@ class FleetSettings:
     def replica_settings(self, replica_id: int) -> ServeSettings:
         # NOTE: no YAML watcher on a replica: a reload would change one replica's config
         # behind the fleet's versions; changes go through the ingress's /control
-        serve = self.serve.replace(watch_config=False)
+        serve = self.serve.replace(watch_config=False, replica_name=f"replica-{replica_id}")
         if self.trace_dir is None:
             return serve.replace(trace_db=None)  # one DuckDB file cannot take N writers
         return serve.replace(trace_db=f"{self.trace_dir}/replica-{replica_id}.duckdb")
@@ -121,7 +121,7 @@ def build_application(settings: FleetSettings) -> Any:
     return ingress.bind(handles, settings.policy, control_tokens=tokens,
                         max_body_bytes=settings.serve.limits.max_body_bytes,
                         loopback=settings.serve.host in LOOPBACK_HOSTS,
-                        control_api=settings.serve.control_api)
+                        control_api=settings.serve.control_api, otlp=settings.serve.otlp)
 
 
 def start(settings: FleetSettings) -> Any:

@@ -51,6 +51,8 @@ from control.fleet.router import (
     prompt_prefix,
 )
 from control.fleet.trace_fanout import guard_forwarded, install_trace_routes
+from control.otel.door import Hop, TraceDoor
+from control.otel.settings import OtelSettings
 
 log = logging.getLogger("batchpilot.fleet")
 DEFAULT_MAX_BODY_BYTES = RequestLimits().max_body_bytes
@@ -62,7 +64,7 @@ class FleetIngress:
     def __init__(self, handles: list[Any], policy: RoutingPolicy, poll_s: float = POLL_S,
                  seed: int | None = None, control_tokens: tuple[Token, ...] = (),
                  control_api: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 loopback: bool = False):
+                 loopback: bool = False, otlp: OtelSettings | None = None):
         self.handles = list(handles)
         self.policy = policy.validate()
         self.poll_s = poll_s
@@ -80,6 +82,8 @@ class FleetIngress:
         self.control = FleetControl(self)  # /control: fleet versions, canaries
         self.restart: Any = None  # the running or last RestartRun (restart.py)
         self.restarts = 0  # started so far: names the next one
+        # OpenTelemetry: a routing span per request (control/otel/door.py); None: no export
+        self.door = TraceDoor(otlp) if otlp is not None else None
 
     def start_polls(self) -> None:
         """On the event loop that serves the app: one poll loop per replica."""
@@ -110,13 +114,17 @@ class FleetIngress:
         return decision
 
     async def forward(self, request: Request, body: bytes, replica_id: int,
-                      retry: bool = True) -> Response:
+                      retry: bool = True, hop: Hop | None = None) -> Response:
         """Relay to `replica_id`; one that never accepts it is marked down and, when
-        `retry`, the request goes to another replica (nothing of it ran)."""
+        `retry`, the request goes to another replica (nothing of it ran). `hop`: the
+        request's routing span, when the fleet exports traces (its traceparent goes on)."""
         handle = self.handles[replica_id]
+        headers = upstream_headers(request.scope["headers"])
+        if hop is not None:
+            headers = hop.headers(headers, replica_id)
         gen = handle.options(stream=True).http.remote(
             request.method, request.url.path, request.scope.get("query_string", b""),
-            upstream_headers(request.scope["headers"]), body)
+            headers, body)
         self.table.started(replica_id)
         try:
             start = await open_call(gen, replica_id)
@@ -127,14 +135,21 @@ class FleetIngress:
                 raise APIError(503, f"replica {replica_id} is not available ({exc})",
                                code="replica_unavailable", headers={"Retry-After": "1"}) \
                     from None
-            return await self.forward(request, body, self.any_replica(), retry=False)
+            return await self.forward(request, body, self.any_replica(), retry=False, hop=hop)
         except BaseException as exc:
             self.table.done(replica_id)
             if isinstance(exc, APIError):
                 self.table.failed(replica_id, exc.message)
+                if hop is not None:
+                    hop.end(exc.status)
             raise
-        return relay(gen, start, replica_id, request.url.path,
-                     on_close=lambda: self.table.done(replica_id),
+
+        def closed() -> None:
+            self.table.done(replica_id)
+            if hop is not None:
+                hop.end(start["status"])
+
+        return relay(gen, start, replica_id, request.url.path, on_close=closed,
                      on_failure=lambda exc: self.table.failed(replica_id, repr(exc)))
 
     def any_replica(self) -> int:
@@ -199,6 +214,8 @@ class FleetIngress:
         for task in self._polls:
             task.cancel()
         await asyncio.gather(*self._polls, return_exceptions=True)
+        if self.door is not None:  # export the routing spans still queued
+            await asyncio.to_thread(self.door.export.stop)
 
 
 async def _await(ref: Any) -> Any:
@@ -233,8 +250,11 @@ def build_app(fleet: FleetIngress) -> FastAPI:
         except ValueError:
             parsed = {}  # the replica answers the 400 in the server's words
         parsed = parsed if isinstance(parsed, dict) else {}
+        hop = fleet.door.enter(request.headers, parsed) if fleet.door else None
         decision = fleet.route(parsed, request.headers)
-        return await fleet.forward(request, body, decision.replica_id)
+        if hop is not None:
+            hop.reason = decision.reason
+        return await fleet.forward(request, body, decision.replica_id, hop=hop)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -251,6 +271,8 @@ def build_app(fleet: FleetIngress) -> FastAPI:
         answers = await fleet.fan_out("GET", "/metrics")
         texts = [(i, body.decode()) for i, status, body in answers if status == 200]
         own = ingress_metrics(fleet.routed, fleet.table.views)
+        if fleet.door is not None:  # its routing spans' export counters
+            own += list(fleet.door.export.families("ingress"))
         return Response(merge_metrics(texts, own), media_type="text/plain; version=0.0.4")
 
     install_trace_routes(app, fleet)  # /v1/trace/*: every replica's, as one trace

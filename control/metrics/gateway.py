@@ -29,10 +29,11 @@ from prometheus_client.core import (
 )
 
 from control.metrics.core import Counter, Histogram
+from control.metrics.genai import GenAIServerMetrics
 from control.metrics.registry import ServingMetrics
+from control.serve.settings import COMPAT_MODES
 from engine.config import StaticConfig
 
-COMPAT_MODES = ("vllm",)
 VLLM_LABELS = ["model_name", "engine"]
 ENGINE = "0"  # vLLM's engine index; one engine per batchpilot server
 REQUEST_HISTOGRAMS = (  # (vLLM name, doc, ServingMetrics.latency key)
@@ -55,13 +56,18 @@ StaticSource = Callable[[], StaticConfig | None]
 
 def install_gateway_metrics(metrics: ServingMetrics, static: StaticSource,
                             compat: str | None) -> None:
-    """Add the cache-info family, and with compat "vllm" the vLLM-named ones, to /metrics.
+    """Add the cache-info family, and with compat "vllm" the vLLM-named ones (with "otel"
+    the OpenTelemetry GenAI histograms), to /metrics.
     `static`: the loaded engine's static config, None while the model loads."""
     if compat is not None and compat not in COMPAT_MODES:
         raise ValueError(f"metrics_compat={compat!r} must be one of {COMPAT_MODES} or None")
     metrics.add_source(lambda: cache_info_families(metrics.model, static()))
     if compat == "vllm":
         metrics.add_source(lambda: vllm_families(metrics, static()))
+    elif compat == "otel":
+        genai = GenAIServerMetrics(metrics.model)
+        metrics.request_observers.append(genai.observe)
+        metrics.add_source(genai.families)
 
 
 def cache_info_families(model: str, static: StaticConfig | None) -> Iterator[Any]:

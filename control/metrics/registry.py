@@ -144,6 +144,9 @@ class ServingMetrics:
         self._zeroed_lanes: set[str] = set()
         self._zero_model_series()
         self._sources: list[Callable[[], Iterator[Any]]] = [self._gauge_families]
+        # more views of each ended request, e.g. --metrics-compat otel's GenAI histograms:
+        # observe(record, its exemplar trace id or None), on the metrics thread
+        self.request_observers: list[Callable[[RequestRecord, str | None], None]] = []
         self.registry.register(FamiliesCollector(families, self._sources))
 
     def tenant(self, tenant: str) -> str:
@@ -201,6 +204,8 @@ class ServingMetrics:
                 hist.labels(*key).observe(value, trace_id, at)
         if len(r.token_times) > 1:  # every gap between consecutive output tokens
             self.itl.labels(*key).observe_gaps(r.token_times)
+        for observe in self.request_observers:
+            observe(r, trace_id)
 
     def observe_admission(self, d: AdmissionDecision) -> None:
         decision = "admitted" if d.accepted else "rejected"

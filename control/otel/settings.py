@@ -35,6 +35,16 @@ class OtelSettings:
         return self
 
 
+def sampled_at_the_door(trace_id: str, parent_span_id: str, caller_sampled: bool,
+                        settings: OtelSettings) -> bool:
+    """The head decision of a hop that cannot see how the request ends (a fleet ingress):
+    the caller's flag when it sent one, else the ratio by trace id (the rule `keep` applies
+    to ordinary requests, so the replica keeps the same ones)."""
+    if parent_span_id:
+        return caller_sampled
+    return int(trace_id[16:], 16) < settings.sample_ratio * _RATIO_BITS
+
+
 def keep(rec: RequestRecord, settings: OtelSettings) -> bool:
     """Whether a finished request's spans are exported. Sampling happens when a request
     ends, so the rule can see how it went: always kept are errors, timeouts and requests
@@ -49,6 +59,4 @@ def keep(rec: RequestRecord, settings: OtelSettings) -> bool:
     slow = settings.slow_ttft_s
     if slow is not None and rec.ttft_s is not None and rec.ttft_s > slow:
         return True
-    if link.parent_span_id:
-        return link.sampled
-    return int(link.trace_id[16:], 16) < settings.sample_ratio * _RATIO_BITS
+    return sampled_at_the_door(link.trace_id, link.parent_span_id, link.sampled, settings)

@@ -37,7 +37,7 @@ def span_attributes(operation: str, settings: Any, max_tokens: int,
                     ) -> tuple[tuple[str, object], ...]:
     """What the front end knows of a request for its span: `operation` is the GenAI
     operation name (chat | text_completion); `settings`: the ServeSettings."""
-    return (("gen_ai.operation.name", operation),
+    return (("gen_ai.operation.name", operation), ("gen_ai.provider.name", "batchpilot"),
             ("gen_ai.request.model", settings.model_name),
             ("gen_ai.request.max_tokens", int(max_tokens)),
             ("server.address", settings.host), ("server.port", int(settings.port)))
@@ -177,3 +177,23 @@ def _events(phases: RequestPhases | None) -> list[Event]:
     return [Event("batchpilot.preempted", {"batchpilot.step_id": run.preempted_at_step},
                   ns(run.end)) for run in phases.runs
             if run.preempted_at_step is not None and run.end is not None]
+
+
+def routing_span(resource: Resource, link: TraceLink, start: float, end: float,
+                 replica: int, reason: str, status: int) -> ReadableSpan:
+    """A fleet ingress's span for one request: the routing decision (which replica, why),
+    from arrival at the ingress to the end of the relayed response. The replica's request
+    span is its child (the ingress forwards a traceparent naming this span)."""
+    trace_id = int(link.trace_id, 16)
+    attrs: dict[str, Any] = dict(link.attributes)
+    attrs.update({"batchpilot.replica": f"replica-{replica}",
+                  "batchpilot.routing_reason": reason, "http.response.status_code": status})
+    error = status >= 500
+    if error:
+        attrs["error.type"] = str(status)
+    return ReadableSpan("route", context=_context(trace_id, link.span_id),
+                        parent=_parent(trace_id, link), resource=resource, attributes=attrs,
+                        kind=SpanKind.SERVER, status=Status(StatusCode.ERROR if error
+                                                            else StatusCode.UNSET),
+                        start_time=ns(start), end_time=ns(max(start, end)),
+                        instrumentation_scope=SCOPE)

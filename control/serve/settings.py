@@ -42,7 +42,9 @@ class ServeSettings:
     trace_queue: int = 20_000  # steps the trace writer may fall behind before dropping
     kv_snapshot_every: int = 50  # steps between KV snapshots (plus watermark crossings)
     metrics_tenants: tuple[str, ...] = ()  # tenants with their own label; others: "other"
-    metrics_compat: str | None = None  # "vllm": /metrics also under vLLM's names (gateways)
+    # "vllm": /metrics also under vLLM's names (gateways); "otel": also the GenAI server
+    # histograms of the OpenTelemetry conventions (control/metrics/genai.py)
+    metrics_compat: str | None = None
     control_api: bool = True  # the /control API (steer budgets, lanes, profiles live)
     control_tokens_path: str | None = None  # "name scope secret" lines; see control/admin/auth.py
     watch_config: bool = True  # reload the --config YAML when it changes (and on SIGHUP)

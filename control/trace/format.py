@@ -247,8 +247,14 @@ def _request_header(tl: dict[str, Any]) -> list[str]:
                 " was dropped)", f"  lane {first['lane']}, tenant {first['tenant']},"
                 f" priority {first['priority']}"]
     why = [w for w in (rec["finish_reason"], rec["finish_detail"]) if w and w != rec["outcome"]]
+    trace = []
+    if rec.get("trace_id"):
+        others = [r for r in tl.get("trace_requests") or () if r != rec["request_id"]]
+        trace = [f"  trace {rec['trace_id']}" + (f" (also: {', '.join(others)})"
+                                                  if others else "")]
     return [
         f"request {rec['request_id']}  (run {rec['run_id']}, model {rec['model']})",
+        *trace,
         f"  lane {rec['lane']}, tenant {rec['tenant']}, priority {rec['priority']}",
         f"  outcome {rec['outcome']}" + (f" ({', '.join(why)})" if why else ""),
         f"  tokens: prompt {rec['num_prompt_tokens']}, output {rec['num_output_tokens']},"

@@ -8,9 +8,12 @@ means unbounded.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MAX_ROWS = 5000
+TRACE_ID = re.compile(r"[0-9a-f]{32}")  # a W3C trace id (control/otel/context.py)
+TRACE_REQUESTS = 20  # requests of one trace a lookup names
 
 STEP_COLUMNS = (
     "run_id, step_id, start_time, end_time, duration_s, schedule_s, execute_s, update_s, "
@@ -97,9 +100,17 @@ def steps_around(con, at: float, before: int = 5, after: int = 5) -> list[dict[s
 
 
 def request_timeline(con, request_id: str) -> dict[str, Any] | None:
-    """Everything recorded about one request, in time order; None if it is unknown."""
+    """Everything recorded about one request, in time order; None if it is unknown.
+    `request_id` may be a trace id (32 hex digits, control/otel): its newest request, with
+    `trace_requests` naming every request of the trace (at most TRACE_REQUESTS)."""
     req = _rows(con, "SELECT * FROM requests WHERE request_id = ? ORDER BY finished_time"
                 " DESC LIMIT 1", [request_id])
+    in_trace: list[str] = []
+    if not req and TRACE_ID.fullmatch(request_id):
+        req = _rows(con, "SELECT * FROM requests WHERE trace_id = ? ORDER BY finished_time"
+                    f" DESC LIMIT {TRACE_REQUESTS}", [request_id])
+        in_trace = [r["request_id"] for r in req]
+        req, request_id = req[:1], req[0]["request_id"] if req else request_id
     admissions = _rows(con, "SELECT time, kind, reason, message, lane, tenant, priority,"
                        " retry_after_s, estimated_wait_s, wait_s, wait_reasons, run_id"
                        " FROM admissions WHERE request_id = ? ORDER BY time", [request_id])
@@ -129,7 +140,7 @@ def request_timeline(con, request_id: str) -> dict[str, Any] | None:
                     + [seq[0], seq[0], request_id])
     return {"request_id": request_id, "request": record, "admissions": admissions,
             "steps": ran, "events": _events(record, admissions, ran),
-            "breakdown": _breakdown(record)}
+            "breakdown": _breakdown(record), "trace_requests": in_trace}
 
 
 def _events(record: dict | None, admissions: list[dict], ran: list[dict]) -> list[dict]:

@@ -37,6 +37,7 @@ def request_row(run_id: str, model: str, r: RequestRecord, preempted_s: float,
         r.num_preemptions, r.arrival_time, r.admitted_time, r.first_scheduled_time,
         r.first_token_time, r.finished_time, r.deadline, r.queue_delay_s, r.ttft_s, r.tpot_s,
         r.e2e_s, r.prefill_time_s, r.decode_time_s, preempted_s, wait_reasons,
+        r.trace.trace_id if r.trace is not None else None,
     )
 
 

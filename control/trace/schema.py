@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3  # 2: steps.fleet_version, steps.predicted_step_s; 3: target_step_s, step_reason
+# 2: steps.fleet_version, steps.predicted_step_s; 3: target_step_s, step_reason;
+# 4: requests.trace_id
+SCHEMA_VERSION = 4
 
 # type name -> (DuckDB type, Arrow type)
 TYPES: dict[str, tuple[str, pa.DataType]] = {
@@ -88,6 +90,7 @@ REQUESTS = Table("requests", (
     ("prefill_time_s", "float"), ("decode_time_s", "float"),
     ("preempted_s", "float"),  # re-queued after preemption (inside prefill/decode time)
     ("wait_reasons", "map<str,float>"),  # seconds queued, by why it was not started
+    ("trace_id", "str"),  # its distributed trace (W3C, 32 hex; control/otel); schema 4
 ), "finished_time")
 
 KV_SNAPSHOTS = Table("kv_snapshots", (

@@ -54,7 +54,8 @@ WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JS
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
 # imported by benchmarks, no main()
 HELPERS = {"step_cost", "paged_inputs", "random_models", "roofline_steps", "hf_baselines",
-           "quantized_models", "poison_requests", "poison_phase", "raw_http", "openvino_peer"}
+           "quantized_models", "poison_requests", "poison_phase", "raw_http", "openvino_peer",
+           "otlp_sink"}
 
 
 def run_module(name: str, *args: str, timeout: float = 240) -> dict:
@@ -96,6 +97,19 @@ def test_benchmark_runs_in_smoke_mode(name, smokes):
         check_cpu_peers(result)
     if name == "whatif_accuracy":
         check_whatif_accuracy(result)
+    if name == "trace_overhead":
+        check_trace_overhead(result)
+
+
+def check_trace_overhead(result: dict) -> None:
+    """Every mode ran; the OTLP ones exported spans (to the sink process) and lost none;
+    the ratio 0.1 exported fewer than every request."""
+    for side in ("gpu_like", "cpu_bound"):
+        run = result[side]
+        assert set(run["steps_per_s"]) == {"off", "metrics", "trace", "otlp", "otlp_0.1"}
+        assert all(v > 0 for v in run["steps_per_s"].values()), run
+        assert run["spans_exported"] > 0 and run["spans_dropped"] == 0, run
+        assert run["rows_dropped"] == 0, run
 
 
 def check_whatif_accuracy(result: dict) -> None:

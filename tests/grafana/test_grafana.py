@@ -121,6 +121,30 @@ def test_provisioning_and_compose_point_at_real_files(tmp_path):
     assert targets == ["host.docker.internal:8000"]
 
 
+def test_latency_panels_show_exemplars_that_link_to_the_trace():
+    """Each latency panel's p99 query asks for exemplars; Prometheus stores them; the data
+    source links an exemplar's trace_id to the compose file's Jaeger (its OTLP ports are
+    the ones docs/opentelemetry.md tells `batchpilot serve` to export to)."""
+    board = json.loads((GRAFANA / "dashboards" / "overview.json").read_text())
+    latency = {"Time to first token (TTFT)", "Time per output token (TPOT)",
+               "End-to-end latency", "Queue delay"}
+    panels = [p for p in board["panels"] if p["title"] in latency]
+    assert len(panels) == len(latency)
+    for panel in panels:
+        marked = [t for t in panel["targets"] if t.get("exemplar")]
+        assert [t["refId"] for t in marked] == ["C"] and "0.99" in marked[0]["expr"], panel
+    services = _compose()["services"]
+    assert "--enable-feature=exemplar-storage" in services["prometheus"]["command"]
+    (source,) = yaml.safe_load((GRAFANA / "provisioning" / "datasources" /
+                                "prometheus.yml").read_text())["datasources"]
+    (link,) = source["jsonData"]["exemplarTraceIdDestinations"]
+    assert link["name"] == "trace_id"  # the exemplar label batchpilot writes
+    ui = link["url"].split("/trace/")[0].rsplit(":", 1)[1]
+    jaeger = services["jaeger"]
+    assert f"{ui}:{ui}" in jaeger["ports"] and "4318:4318" in jaeger["ports"]
+    assert jaeger["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+
+
 def test_every_rule_has_severity_for_and_a_runbook():
     groups = yaml.safe_load((GRAFANA / "alerts.yml").read_text())["groups"]
     rules = [r for g in groups for r in g["rules"]]

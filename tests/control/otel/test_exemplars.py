@@ -91,3 +91,40 @@ def test_a_real_prometheus_stores_the_exemplars(tiny_loaded, tmp_path):
 
         prom.until(lambda: ids[-1] in stored(), "no exemplar stored")
         assert stored() <= set(ids)
+
+
+def test_the_otel_switch_adds_the_genai_server_histograms_with_their_buckets(tiny_loaded):
+    from control.metrics.genai import DURATION_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
+
+    def scrape(compat):
+        settings = ServeSettings(model="tiny", metrics_compat=compat)
+        engine, _, settings = make_engine(tiny_loaded, settings=settings)
+
+        async def scenario():
+            async with asgi_client(engine, settings) as client:
+                for _ in range(2):
+                    await client.post("/v1/chat/completions", json={
+                        "model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 3, "ignore_eos": True})
+                await complete(client, f"00-{TRACE}-00f067aa0ba902b7-01")
+                await wait_until_idle(engine)
+                return (await client.get("/metrics", headers={"Accept": OPENMETRICS})).text
+
+        return {f.name: f for f in text_string_to_metric_families(asyncio.run(scenario()))}
+
+    assert not any(name.startswith("gen_ai") for name in scrape(None))
+    fams = scrape("otel")
+    for name, bounds in (("gen_ai_server_time_to_first_token_seconds", TTFT_BUCKETS),
+                         ("gen_ai_server_time_per_output_token_seconds", TPOT_BUCKETS),
+                         ("gen_ai_server_request_duration_seconds", DURATION_BUCKETS)):
+        samples = fams[name].samples
+        counts = {s.labels["gen_ai_operation_name"]: s.value for s in samples
+                  if s.name == name + "_count"}
+        assert counts == {"chat": 2, "text_completion": 1}, (name, counts)
+        les = sorted({float(s.labels["le"]) for s in samples if s.name == name + "_bucket"})
+        assert les == [*bounds, float("inf")]
+        assert {s.labels["gen_ai_provider_name"] for s in samples} == {"batchpilot"}
+        assert TRACE in {s.exemplar.labels["trace_id"] for s in samples if s.exemplar}
+    # our own names still count every request once
+    ours = fams["batchpilot_time_to_first_token_seconds"].samples
+    assert sum(s.value for s in ours if s.name.endswith("_count")) == 3

@@ -10,7 +10,7 @@ import time
 
 import httpx
 import pytest
-from fixtures.otlp_receiver import OtlpReceiver, Span
+from fixtures.otlp_receiver import OtlpGrpcReceiver, OtlpReceiver, Span
 from fixtures.serving import asgi_client, make_engine, wait_until_idle
 
 from control.serve.settings import ServeSettings
@@ -93,6 +93,21 @@ def test_a_streamed_request_continues_the_callers_trace_with_its_phases(tiny_loa
     assert decode.attributes["batchpilot.decode_steps"] == 5  # 6 tokens: 1 from prefill
 
 
+def test_grpc_delivers_the_same_trace(tiny_loaded):
+    with OtlpGrpcReceiver() as rx:
+        async def scenario(client, engine):
+            return await stream(client, {"traceparent": f"00-{TRACE_ID}-{PARENT}-01"})
+
+        settings = serve_settings(rx.endpoint, otlp_protocol="grpc")
+        reply, state = run(tiny_loaded, settings, scenario)
+        assert reply.status_code == 200
+        spans = rx.wait_for(lambda s: any(x.kind == 2 for x in s))
+    root, children = tree(spans, TRACE_ID)
+    assert root.parent_span_id == PARENT and root.attributes["gen_ai.operation.name"] == "chat"
+    assert {s.name for s in children} >= {"queued", "prefill", "decode"}
+    assert state.observer.spans.counts["export_failed"] == 0
+
+
 def test_without_a_traceparent_the_request_starts_a_trace_and_bad_headers_are_ignored(
         tiny_loaded):
     bad = ["00-" + "0" * 32 + f"-{PARENT}-01", "zz-not-a-header", "00-" + "x" * 2000,
@@ -166,3 +181,37 @@ def test_bad_otlp_settings_are_refused_naming_the_option(option, value):
     with pytest.raises(ValueError, match=option):
         ServeSettings(model="tiny", otlp_traces_endpoint="http://127.0.0.1:1/v1/traces",
                       **{option: value}).validate()
+
+
+def test_the_trace_names_each_requests_trace_and_answers_a_lookup_by_trace_id(
+        tiny_loaded, tmp_path, capsys):
+    from control.cli.main import main
+
+    db = str(tmp_path / "t.duckdb")
+    traceparent = {"traceparent": f"00-{TRACE_ID}-{PARENT}-01"}
+
+    async def scenario(client, engine):
+        client.app.state.serving.trace.start()  # what the lifespan does
+        first = await stream(client, traceparent, max_tokens=2)
+        second = await stream(client, traceparent, max_tokens=2)
+        other = await stream(client, max_tokens=2)
+        await wait_until_idle(engine)
+        by_trace = await client.get(f"/v1/trace/requests/{TRACE_ID}")
+        unknown = await client.get(f"/v1/trace/requests/{'e' * 32}")
+        return first, second, other, by_trace, unknown
+
+    (first, second, other, by_trace, unknown), state = run(
+        tiny_loaded, ServeSettings(model="tiny", trace_db=db), scenario)
+    state.trace.stop()
+    ids = [r.headers["x-batchpilot-request-id"] for r in (first, second)]
+    assert by_trace.status_code == 200, by_trace.text
+    body = by_trace.json()
+    assert body["request"]["trace_id"] == TRACE_ID and body["request_id"] == ids[1]
+    assert sorted(body["trace_requests"]) == sorted(ids)
+    assert unknown.status_code == 404
+    assert main(["trace", "--db", db, "request", other.headers[
+        "x-batchpilot-request-id"]]) == 0
+    assert f"trace {other.headers['x-batchpilot-trace-id']}" in capsys.readouterr().out
+    assert main(["trace", "--db", db, "request", TRACE_ID]) == 0
+    out = capsys.readouterr().out
+    assert f"request {ids[1]}" in out and f"trace {TRACE_ID} (also: {ids[0]})" in out
