@@ -130,10 +130,10 @@ def _serve(args: argparse.Namespace) -> int:
         control_tokens_path=args.control_tokens, watch_config=not args.no_watch_config,
         device=args.device, dtype=args.dtype, shutdown_grace_s=args.shutdown_grace_s,
         max_request_timeout_s=args.max_request_timeout_s, log_level=args.log_level,
-        edge=args.edge, **otlp_settings(args))
+        edge=args.edge)
     try:  # fail before binding a port or loading anything
         settings = settings.replace(limits=RequestLimits().with_values(
-            parse_limit_args(args.limit)))
+            parse_limit_args(args.limit)), **otlp_settings(args, args.config_path))
         preflight(settings)
     except (ValueError, FileNotFoundError) as exc:
         print(f"batchpilot serve: error: {exc}", file=sys.stderr)

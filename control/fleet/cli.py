@@ -71,8 +71,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     serve = ServeSettings(model=args.model, config_path=args.config_path, host=args.host,
                           port=args.port, control_tokens_path=args.control_tokens,
                           control_api=not args.no_control_api,
-                          shutdown_grace_s=args.shutdown_grace_s, log_level=args.log_level,
-                          **otlp_settings(args))
+                          shutdown_grace_s=args.shutdown_grace_s, log_level=args.log_level)
     try:
         import ray  # noqa: F401  (the optional extra)
     except ImportError:
@@ -86,7 +85,8 @@ def run_fleet(args: argparse.Namespace) -> int:
                              trace_dir=args.trace_dir, policy=RoutingPolicy(
                                  mode=args.routing, max_imbalance=args.max_imbalance))
     try:  # fail before starting Ray or loading anything; every replica serves /control:
-        serve = serve.replace(limits=RequestLimits().with_values(parse_limit_args(args.limit)))
+        serve = serve.replace(limits=RequestLimits().with_values(parse_limit_args(args.limit)),
+                              **otlp_settings(args, args.config_path))
         settings = dataclasses.replace(settings, serve=serve)
         settings.validate()  # the same rule as `batchpilot serve` (tokens, or loopback)
         preflight(serve)

@@ -23,7 +23,13 @@ class OtelSettings:
     replica: str = ""  # a fleet replica's name (batchpilot.replica, service.instance.id)
 
     def validate(self) -> OtelSettings:
-        if not self.endpoint or len(self.endpoint) > 2048:
+        for name, value in (("otlp_sample_ratio", self.sample_ratio),
+                            ("otlp_slow_ttft_s", self.slow_ttft_s)):
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, int | float)):
+                raise ValueError(f"{name}={value!r} must be a number")
+        if not isinstance(self.endpoint, str) or not self.endpoint \
+                or len(self.endpoint) > 2048:
             raise ValueError(f"otlp_traces_endpoint={self.endpoint!r} must be a URL"
                              " (at most 2048 characters)")
         if self.protocol not in PROTOCOLS:

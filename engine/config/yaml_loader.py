@@ -12,6 +12,8 @@ The file's shape::
       batch: {weight: 1, preempt_first: true}
     profiles:           # optional named sets of live changes (applied by the control API)
       degrade: {max_num_seqs: 32, max_num_batched_tokens: 2048}
+    telemetry:          # optional: the server's OTLP export (control/otel, not the engine)
+      otlp_traces_endpoint: http://127.0.0.1:4318/v1/traces
 
 Both the seed's key names and ours are accepted. Unknown keys are errors that list the
 allowed keys, so a typo never silently falls back to a default.
@@ -42,7 +44,9 @@ KEY_ALIASES = {
 STATIC_KEYS = {f.name for f in dataclasses.fields(StaticConfig)}
 LIVE_KEYS = {f.name for f in dataclasses.fields(LiveConfig)} - {"lanes", "version"}
 LANE_KEYS = {f.name for f in dataclasses.fields(LaneConfig)} - {"name"}
-TOP_LEVEL_KEYS = {"serving", "lanes", "profiles"}
+# telemetry: the server's OpenTelemetry export, read by control/otel/cli_args.py (the
+# engine has no part in it and ignores the block)
+TOP_LEVEL_KEYS = {"serving", "lanes", "profiles", "telemetry"}
 
 
 @dataclasses.dataclass(frozen=True)

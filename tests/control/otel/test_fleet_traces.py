@@ -18,7 +18,8 @@ def test_the_ingress_routing_span_sits_between_the_caller_and_the_replica(
         with LocalFleet(tiny_llama_dir, tmp_path, otlp_endpoint=rx.endpoint) as fleet:
             reply = httpx.post(f"{fleet.url}/v1/chat/completions", timeout=60,
                                headers={"traceparent": f"00-{TRACE_ID}-{PARENT}-01"}, json={
-                                   "model": "tiny", "max_tokens": 3, "ignore_eos": True,
+                                   "model": tiny_llama_dir.name, "max_tokens": 3,
+                                   "ignore_eos": True,
                                    "messages": [{"role": "user", "content": "hi"}]})
             assert reply.status_code == 200, reply.text
             replica = reply.headers["x-batchpilot-replica"]

@@ -215,3 +215,26 @@ def test_the_trace_names_each_requests_trace_and_answers_a_lookup_by_trace_id(
     assert main(["trace", "--db", db, "request", TRACE_ID]) == 0
     out = capsys.readouterr().out
     assert f"request {ids[1]}" in out and f"trace {TRACE_ID} (also: {ids[0]})" in out
+
+
+def test_the_yaml_telemetry_block_sets_the_export_and_a_flag_wins(tmp_path, capsys):
+    import argparse
+
+    from control.cli.main import main
+    from control.otel.cli_args import add_otlp_args, otlp_settings
+
+    config = tmp_path / "serving.yaml"
+    config.write_text("telemetry:\n  otlp_traces_endpoint: http://127.0.0.1:4318/v1/traces\n"
+                      "  otlp_sample_ratio: 0.25\n")
+    parser = argparse.ArgumentParser()
+    add_otlp_args(parser)
+    settings = ServeSettings(model="tiny", config_path=str(config)).replace(
+        **otlp_settings(parser.parse_args(["--otlp-sample-ratio", "0.5"]), str(config)))
+    otlp = settings.validate().otlp
+    assert otlp.endpoint == "http://127.0.0.1:4318/v1/traces" and otlp.sample_ratio == 0.5
+    for block, named in (("  otlp_endpoint: x\n", "otlp_endpoint"),
+                         ("  otlp_traces_endpoint: http://h/v1/traces\n"
+                          "  otlp_sample_ratio: lots\n", "otlp_sample_ratio")):
+        config.write_text("telemetry:\n" + block)
+        assert main(["serve", "--model", str(tmp_path), "--config", str(config)]) == 2
+        assert named in capsys.readouterr().err
