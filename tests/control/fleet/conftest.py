@@ -6,17 +6,15 @@ skip without Ray Serve, except under CI (`make test` installs the `fleet` extra)
 
 from __future__ import annotations
 
-import socket
 import time
 
 import httpx
 import pytest
+from fixtures.ports import listen_port
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return listen_port()  # outside the ephemeral range (tests/fixtures/ports.py)
 
 
 def _healthy_replicas(url: str) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fixtures.ports import listen_port
 
 from control.fleet.app import READY_LINE
 
@@ -25,9 +25,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return listen_port()  # outside the ephemeral range (tests/fixtures/ports.py)
 
 
 def fleet_cli(*args: str) -> subprocess.Popen:
