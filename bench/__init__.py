@@ -61,8 +61,9 @@ roofline_steps (cpu_roofline's step and its profile), hf_baselines (offline_thro
 transformers sides and its --against driver), quantized_models (a model rounded to GGUF
 blocks and written as a GGUF, for the block path's smoke runs and tests), poison_requests
 (hostile_traffic's malformed requests, by kind), poison_phase (its A B poison phase),
-raw_http (one request over a raw socket, bytes as given) and openvino_peer (cpu_peers' peer:
-its venv, the export and its driver process).
+raw_http (one request over a raw socket, bytes as given), openvino_peer (cpu_peers' peer:
+its venv, the export and its driver process) and otlp_sink (trace_overhead's OTLP receiver,
+in a process of its own).
 
 Nothing here is imported by the engine; the GPU modules import only torch, triton,
 transformers (and what they bring) and this repository.
