@@ -105,10 +105,16 @@ def pytest_configure(config):
                             " alone (a report judged on p99 latency; tests/run_suites.py)")
 
 
+# Also the dashboard's and Grafana's tests (headless Chromium, Streamlit, Prometheus):
+# only to balance the two, which ran 465 s and 638 s without them (clean clone, 2 cores).
+BALANCE_FOLDERS = ("dashboard", "grafana")
+
+
 def pytest_itemcollected(item):
     path = Path(str(item.fspath))
     if "bench" in path.parts or path.stem.endswith("_ray") \
-            or "fleet" in getattr(item, "fixturenames", ()):
+            or "fleet" in getattr(item, "fixturenames", ()) \
+            or any(folder in path.parts for folder in BALANCE_FOLDERS):
         item.add_marker(ONE_PROCESS)
 
 
