@@ -11,9 +11,12 @@ at its finish. Within a run, prefill lasts until the end of its last prefill chu
 (the step that sampled the first token of the run) and decode is the rest. So the phases
 tile [arrival, finished]: their durations add up to the request's E2E.
 
-Runs on the OpenTelemetry feed's thread (control/otel/feed.py), fed in step order. Memory:
-O(prefill chunks) per live request, at most MAX_CHUNKS each; forgotten after STALE_AFTER_S
-without a finish (its record was dropped).
+Runs on the OpenTelemetry feed's thread (control/otel/feed.py), fed in step order. Cost per
+step: O(prefill chunks + preemptions + admissions), not O(running requests): decodes are
+counted at the finish from the record's token times. A run starts at a prefill chunk (a
+(re)started request computes at least its last prompt token). Memory: O(prefill chunks)
+per live request, at most MAX_CHUNKS each; forgotten after STALE_AFTER_S without a finish
+(its record was dropped).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ class Run:
     config_version: int
     chunks: list[Chunk] = field(default_factory=list)
     prefill_end: float | None = None  # end of its last prefill chunk's step
-    decode_steps: int = 0
+    decode_steps: int = 0  # tokens sampled after its prefill (set at the finish)
     end: float | None = None  # the preempting step's start, or the finish
     preempted_at_step: int | None = None
 
@@ -60,6 +63,16 @@ class RequestPhases:
     @property
     def current(self) -> Run | None:
         return self.runs[-1] if self.running else None
+
+
+def count_decodes(runs: list[Run], token_times: tuple[float, ...]) -> None:
+    """Each run's decode steps: its tokens sampled after its prefill's step. A token carries
+    its step's end time and the prefill's token its own step's, so none is counted twice;
+    counted at the finish from the record instead of a pass over every step's decodes."""
+    for run in runs:
+        after = run.prefill_end if run.prefill_end is not None else run.start
+        end = run.end if run.end is not None else float("inf")
+        run.decode_steps = sum(1 for t in token_times if after < t <= end)
 
 
 @dataclass
@@ -95,10 +108,6 @@ class PhaseTracker:
                                         tokens))
             else:
                 self.live[rid].chunks_dropped += 1
-        for rid in record.decode_ids:
-            run = self._run(rid, record)
-            if run is not None:
-                run.decode_steps += 1
 
     def on_finished(self, rec: RequestRecord) -> RequestPhases | None:
         """The request's phases, closed at its finish; None if its admission was never
@@ -112,6 +121,7 @@ class PhaseTracker:
         if phases.running:
             phases.runs[-1].end = rec.finished_time
             phases.running = False
+        count_decodes(phases.runs, rec.token_times)
         return phases
 
     def purge(self, now: float) -> int:
