@@ -114,6 +114,9 @@ def test_control_page_shows_each_lanes_slo(browser_page):
     url, page = browser_page
     open_page(page, f"{url}/control")
     caption = page.get_by_text("SLO targets, the table's", exact=False).first
+    # the page may still be rendering its lanes after the first run ends (seen beside the
+    # bench smokes in make test): wait for the caption, fail if it never shows
+    caption.wait_for(state="visible", timeout=30_000)
     assert caption.is_visible()
     text = caption.inner_text()
     for words in ("empty: the default SLO, no targets", "interactive: TTFT 5 s, TPOT 0.5 s",
