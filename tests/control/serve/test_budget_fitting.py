@@ -199,7 +199,13 @@ def test_control_config_returns_the_fit(tiny_loaded):
         assert body["static"]["target_step_ms"] == 250
         for name, value in fitted["fitted"].items():
             assert body["config"][name] == value
-        assert fitted["probes"] and fitted["law"]["token_ms"] > 0
+        # the law grows with the step's tokens: through token_ms or, when a noisy probe
+        # (a busy machine: 512 tokens at 10x the time of 256, seen in CI) puts all of it in
+        # the attention term, through prefill_pair_us; the non-negative fit allows either
+        law = fitted["law"]
+        assert min(law.values()) >= 0 and law["token_ms"] + law["prefill_pair_us"] > 0, law
+        ramp = [p for p in fitted["probes"] if p["step"].endswith(" @0")]  # 16, 32, ...
+        assert len(ramp) >= 3 and ramp[-1]["predicted_ms"] > ramp[0]["predicted_ms"], ramp
         assert fitted["summary"].startswith("budgets: ")
     finally:
         engine.stop()  # idempotent: asgi_client stops it too
