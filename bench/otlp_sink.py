@@ -26,7 +26,7 @@ class Sink(BaseHTTPRequestHandler):
         self.end_headers()
 
     def log_message(self, *args):
-        pass
+        '''No access-log line per export.'''
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
 print(server.server_port, flush=True)

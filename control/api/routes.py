@@ -47,8 +47,7 @@ from control.api.response_schemas import (
 from control.api.responses import collect, sse_response
 from control.api.schemas import ChatCompletionRequest, CompletionRequest
 from control.api.structured import with_grammar
-from control.otel.context import link_from_headers
-from control.otel.spans import span_attributes
+from control.otel.context import link_from_headers, span_attributes
 from control.serve.state import ServerState, get_state
 from control.serve.streams import Submission
 from engine.request import SamplingParams

@@ -16,6 +16,7 @@ import dataclasses
 import re
 import secrets
 from collections.abc import Mapping
+from typing import Any
 
 from engine.request import TraceLink
 
@@ -79,3 +80,13 @@ def traceparent(link: TraceLink, sampled: bool | None = None) -> str:
     to continue the trace below this request)."""
     flag = link.sampled if sampled is None else sampled
     return f"00-{link.trace_id}-{link.span_id}-{'01' if flag else '00'}"
+
+
+def span_attributes(operation: str, settings: Any, max_tokens: int,
+                    ) -> tuple[tuple[str, object], ...]:
+    """What the front end knows of a request for its span: `operation` is the GenAI
+    operation name (chat | text_completion); `settings`: the ServeSettings."""
+    return (("gen_ai.operation.name", operation), ("gen_ai.provider.name", "batchpilot"),
+            ("gen_ai.request.model", settings.model_name),
+            ("gen_ai.request.max_tokens", int(max_tokens)),
+            ("server.address", settings.host), ("server.port", int(settings.port)))

@@ -33,16 +33,6 @@ SCOPE = InstrumentationScope("batchpilot", "0.1.0")
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 
 
-def span_attributes(operation: str, settings: Any, max_tokens: int,
-                    ) -> tuple[tuple[str, object], ...]:
-    """What the front end knows of a request for its span: `operation` is the GenAI
-    operation name (chat | text_completion); `settings`: the ServeSettings."""
-    return (("gen_ai.operation.name", operation), ("gen_ai.provider.name", "batchpilot"),
-            ("gen_ai.request.model", settings.model_name),
-            ("gen_ai.request.max_tokens", int(max_tokens)),
-            ("server.address", settings.host), ("server.port", int(settings.port)))
-
-
 def ns(t: float) -> int:
     """Engine-clock seconds (time.time()) -> the nanoseconds OTLP carries."""
     return int(round(t * 1e9))
@@ -69,8 +59,8 @@ class SpanBuilder:
     # ---- the request ---------------------------------------------------------------------
     def _name(self, link: TraceLink) -> str:
         attrs = dict(link.attributes)
-        return f"{attrs.get('gen_ai.operation.name', 'generate')}" \
-               f" {attrs.get('gen_ai.request.model', '')}".strip()
+        operation = attrs.get("gen_ai.operation.name", "generate")
+        return f"{operation} {attrs.get('gen_ai.request.model', '')}".strip()
 
     def _request_attributes(self, rec: RequestRecord, phases: RequestPhases | None,
                             ) -> dict[str, Any]:

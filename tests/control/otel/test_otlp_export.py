@@ -238,3 +238,17 @@ def test_the_yaml_telemetry_block_sets_the_export_and_a_flag_wins(tmp_path, caps
         config.write_text("telemetry:\n" + block)
         assert main(["serve", "--model", str(tmp_path), "--config", str(config)]) == 2
         assert named in capsys.readouterr().err
+
+
+def test_a_server_without_an_export_never_imports_the_sdk():
+    """The SDK and its exporters load only where a collector is configured (app.py's
+    span_feed): the server's modules and the CLI import none of it."""
+    import subprocess
+    import sys
+
+    code = ("import sys, control.api.app, control.cli.main, control.fleet.ingress;"
+            " print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
