@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from control.metrics.core import Histogram
+from control.otel.context import PROVIDER
 from control.otel.settings import ERROR_OUTCOMES
 from engine.records import RequestRecord
 
-PROVIDER = "batchpilot"  # gen_ai.provider.name: no well-known value fits a self-hosted server
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                 5.0, 7.5, 10.0)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)

@@ -21,6 +21,7 @@ from typing import Any
 from engine.request import TraceLink
 
 HEADER = "traceparent"
+PROVIDER = "batchpilot"  # gen_ai.provider.name: no well-known value fits a self-hosted server
 MAX_HEADER_LEN = 512  # a valid one is 55 characters; more is junk or an attack
 _HEX = re.compile(r"[0-9a-f]+")
 _ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
@@ -86,7 +87,7 @@ def span_attributes(operation: str, settings: Any, max_tokens: int,
                     ) -> tuple[tuple[str, object], ...]:
     """What the front end knows of a request for its span: `operation` is the GenAI
     operation name (chat | text_completion); `settings`: the ServeSettings."""
-    return (("gen_ai.operation.name", operation), ("gen_ai.provider.name", "batchpilot"),
+    return (("gen_ai.operation.name", operation), ("gen_ai.provider.name", PROVIDER),
             ("gen_ai.request.model", settings.model_name),
             ("gen_ai.request.max_tokens", int(max_tokens)),
             ("server.address", settings.host), ("server.port", int(settings.port)))
