@@ -41,11 +41,21 @@ def test_float32_layers_match_the_torch_layers(model, rows):
 @pytest.mark.parametrize("rows", [1, 6])
 def test_a_bf16_cache_is_written_and_read_as_the_torch_layers_do(model, rows):
     """kv_cache_dtype bfloat16: the native layers round K and V into the cache as torch's
-    .to(bfloat16) does (the same bits) and attend over it in float32."""
+    .to(bfloat16) does and attend over it in float32.
+
+    K and V are float32 sums in another order before rounding, so a value within float32
+    noise of a rounding midpoint may round the other way: one bf16 step (2**-8 to 2**-7 of
+    the value), seen on 1 element of 5376 on an AVX2-only CPU. A different rounding rule
+    (truncation) would move about half of them; the rounding itself is checked bit for bit
+    in test_cpu_elementwise.py."""
     step = decode_step(model, rows, seed=20 + rows, cache_dtype=torch.bfloat16)
     native, torch_layers = run(model, step, native=True), run(model, step, native=False)
     assert native[1][0][0].dtype == torch.bfloat16
-    assert_same_step(native, torch_layers, 2e-5)
+    torch.testing.assert_close(native[0], torch_layers[0], atol=2e-5, rtol=2e-5)
+    for ours, theirs in zip(native[1], torch_layers[1], strict=True):
+        for a, b in zip(ours, theirs, strict=True):
+            torch.testing.assert_close(a.float(), b.float(), atol=1e-6, rtol=2.0 ** -7)
+            assert (a != b).float().mean().item() < 0.01
 
 
 @needs_native
