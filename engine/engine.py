@@ -233,6 +233,8 @@ class Engine:
         bm = self.block_manager
         prefix0 = bm.prefix_query_tokens, bm.prefix_hit_tokens
         run = self.run_step(start)
+        if bm.events is not None:  # this step's stored and evicted blocks, as one batch
+            bm.events.seal(run.out.step_id)
         record = step_record(run, self.scheduler, start, t0, prefix0)  # engine/reports.py
         self.scheduler.law_slowdown.observe(run.out.predicted_s, run.end - start)
         self.step_cost.observe(run.end, run.out.predicted_s, run.end - start)

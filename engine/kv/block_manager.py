@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
+from engine.kv.events import KVEventLog
 from engine.kv.prefix_hash import BlockHasher, digest_key, key_digest
 from engine.request import Request
 
@@ -58,6 +59,25 @@ class BlockManager:
         self.num_cached_free = 0  # blocks in the cached state
         self.prefix_query_tokens = 0  # cumulative, for hit rates
         self.prefix_hit_tokens = 0
+        self.events: KVEventLog | None = None  # set by publish_events(): a fleet router reads
+
+    def publish_events(self, log: KVEventLog, hash_key: bytes | None = None) -> None:
+        """From now on, every key that enters or leaves `_cached` goes to `log`. With
+        `hash_key` (shared with the router, which must compute the same keys from a
+        request's tokens) the hasher is rebuilt on it: only before any block is cached."""
+        if hash_key is not None:
+            if self._cached:
+                raise RuntimeError("the hash key can only change while nothing is cached")
+            self.hasher = BlockHasher(self.block_size, self.hasher.sharing, key=hash_key)
+        self.events = log
+
+    def holds(self, key: BlockKey) -> bool:
+        """Whether a block with this key is findable now (any thread may ask)."""
+        return key in self._cached
+
+    def cached_keys(self) -> list[BlockKey]:
+        """Every findable block's key (used or cached): a KV-event reader's snapshot."""
+        return list(self._cached)
 
     # ---- occupancy -------------------------------------------------------------
     @property
@@ -89,6 +109,8 @@ class BlockManager:
                 self._block_keys[block_id] = None
                 if self._cached.get(key) == block_id:
                     del self._cached[key]
+                    if self.events is not None:
+                        self.events.removed(key)
                 self.num_cached_free -= 1
             self._ref_counts[block_id] = 1
             blocks.append(block_id)
@@ -154,6 +176,8 @@ class BlockManager:
             if self._block_keys[block_id] is None and key not in self._cached:
                 self._block_keys[block_id] = key
                 self._cached[key] = block_id
+                if self.events is not None:
+                    self.events.stored(key)
             hashes.append(key)
 
     def free(self, request: Request) -> None:

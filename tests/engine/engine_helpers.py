@@ -99,6 +99,11 @@ class Driver:
         self.record_counts: Counter[str] = Counter()
         self.outputs: list[StepOutput] = []
         self.allow_step_failures = False  # else a failed (contained) step fails the test
+        # KV events (when the engine publishes them): a reader's mirror of the findable
+        # blocks, which must equal the pool's after every step
+        self.kv_seq, self.kv_mirror = 0, set(engine.block_manager.cached_keys())
+        self.kv_snapshots = 0
+        self.kv_read_every = 1  # steps between two reads (a slow reader: > 1)
 
     # ---- actions ---------------------------------------------------------------------
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams | None = None,
@@ -124,6 +129,7 @@ class Driver:
         out = self.engine.step()
         assert out.failure is None or self.allow_step_failures, out.failure
         self.engine.check_integrity()
+        self._check_kv_events()
         self._check_record(out)
         self._check_deltas(out)
         self.outputs.append(out)
@@ -141,6 +147,23 @@ class Driver:
                              f"{sorted(self.engine.requests)}")
 
     # ---- checks ----------------------------------------------------------------------
+    def _check_kv_events(self) -> None:
+        """Follow the KV events as a router would (a gap: take a snapshot), and hold that
+        the mirror is exactly the pool's findable blocks."""
+        manager = self.engine.block_manager
+        if manager.events is None or len(self.outputs) % self.kv_read_every:
+            return
+        batches = manager.events.since(self.kv_seq)
+        if batches is None:
+            self.kv_mirror, self.kv_seq = set(manager.cached_keys()), manager.events.seq
+            self.kv_snapshots += 1
+        for batch in batches or ():
+            assert batch.seq == self.kv_seq + 1, (batch.seq, self.kv_seq)
+            self.kv_mirror.difference_update(batch.removed)
+            self.kv_mirror.update(batch.stored)
+            self.kv_seq = batch.seq
+        assert self.kv_mirror == set(manager.cached_keys()), "KV events lost a block"
+
     def _check_record(self, out: StepOutput) -> None:
         rec = out.record
         if rec is None:

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, event, given, settings
 from engine.config import LaneConfig, LiveConfig
 from engine.config.schema import LANE_POLICIES
 from engine.engine import Engine
+from engine.kv.events import KVEventLog
 from engine.records import StepOutput
 from engine.request import SamplingParams
 
@@ -216,7 +217,12 @@ def test_random_workloads_keep_every_contract(data):
         num_kv_blocks=data.draw(st.integers(max(4, full // 2), 3 * full), label="num_kv_blocks"),
         eos_every=data.draw(st.sampled_from([None, 7, 23]), label="eos_every"),
         step_cost_s=1e-3, prefill_token_cost_s=1e-5, decode_token_cost_s=1e-5)
+    # KV events on a ring small enough that a reader reading every step still keeps up,
+    # and one read every few steps falls behind (gap -> snapshot): engine/kv/events.py
+    engine.block_manager.publish_events(KVEventLog(capacity=data.draw(
+        st.sampled_from([1, 4, 64]), label="kv_event_ring")))
     d = Driver(engine)
+    d.kv_read_every = data.draw(st.sampled_from([1, 3]), label="kv_read_every")
     d.update_config(data.draw(live_configs(engine), label="initial_config"))
     watch = FairShareWatch()
     n = 0
