@@ -1,20 +1,31 @@
-"""Fleet routing: prefix/tenant affinity vs random routing over two replicas, side by side.
+"""Fleet routing: precise (KV events), an oracle, affinity and random, side by side.
 
-    python -m bench.fleet_routing            # tiny model, 12 system prompts, 4 pairs of rounds
-    python -m bench.fleet_routing --smoke    # seconds: 1 pair, 12 requests a round
+    python -m bench.fleet_routing            # tiny model, cache pressure, 4 groups of rounds
+    python -m bench.fleet_routing --smoke    # seconds: 1 group, 16 requests a round
+    python -m bench.fleet_routing --model smollm2-135m --workload system-prompts
 
 The replicas run in this process (control/fleet/local.py: the same EngineReplica and
 FleetIngress as `batchpilot fleet`, without Ray, whose start-up alone would take longer than
 a smoke run), the ingress behind uvicorn on a loopback port, clients streaming over HTTP.
 
-Workload: `--prompts` system prompts of ~`--system-tokens` tokens, each owned by one tenant
-(X-Tenant), requests pick a prompt uniformly and add a unique question; `--concurrency`
-clients in a closed loop, `max_tokens` 8. Each replica's KV pool (`--kv-blocks`) holds about
-half the system prompts, so where a prompt's requests go decides whether its prefix is still
-cached. Rounds alternate affinity / random (A B A B), each with fresh system prompts, so no
-round starts with another's cache. Reported per mode: prefix hit rate (prompt tokens found
-in the cache / looked up, summed over replicas), client TTFT p50 and p99, medians over rounds;
-each round's line also counts the router's decisions (affinity, balance, random).
+Routers: `precise` (the ingress's KV index, fed by the replicas' KV events a poll late:
+control/fleet/kv_index.py), `oracle` (the same router asking every replica's block manager
+directly, at no cost: the ceiling precise aims for), `affinity` (rendezvous hash of tenant +
+the first 256 characters) and `random`. Rounds rotate through them (A B C D A B C D), each
+on fresh prompts, so no round starts with another's cache.
+
+Workloads (`--concurrency` clients in a closed loop, `max_tokens` 8, a unique question
+each):
+- `cache-pressure` (default): `--tenants` tenants with `--docs` documents each; a
+  document's prompt opens with its tenant's preamble, longer than the 256 characters
+  affinity hashes, so affinity sends all of a tenant's documents to one replica, whose pool
+  (`--kv-blocks`) holds only some of them. Halfway through every round the last replica is
+  restarted with an empty cache (`--no-restart`: not).
+- `system-prompts`: `--prompts` system prompts of `--system-words` words, each its own
+  tenant's (where affinity does well).
+Reported per router: prefix hit rate (prompt tokens found in the cache / looked up, summed
+over replicas), client TTFT p50 and p99, medians over rounds with their ranges, the
+routers' decisions, and ratios (precise over oracle, affinity, random).
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ import uvicorn
 
 from control.fleet.ingress import FleetIngress, build_app
 from control.fleet.local import LocalHandle, wait_healthy
+from control.fleet.prefix_keys import PrefixSpec
 from control.fleet.replica import EngineReplica
 from control.fleet.router import RoutingPolicy
 from control.serve.settings import ServeSettings
@@ -65,89 +77,191 @@ async def one_request(client: httpx.AsyncClient, url: str, prompt: str, tenant: 
     return ttft if ttft is not None else float("nan")
 
 
-def prefix_counts(replicas: list[EngineReplica]) -> tuple[float, float]:
-    hits = queries = 0.0
+def prefix_counts(replicas: list[EngineReplica]) -> dict[int, tuple[float, float]]:
+    """id(replica) -> (prefix-cache hit tokens, looked-up tokens) so far; a restarted
+    replica is a new object whose counts start at 0."""
+    counts = {}
     for replica in replicas:
-        metrics = replica.state.metrics
-        labels = {"model": replica.state.settings.model_name}
-        reg = metrics.registry
-        hits += reg.get_sample_value("batchpilot_prefix_cache_hits_total", labels) or 0.0
-        queries += reg.get_sample_value("batchpilot_prefix_cache_queries_total", labels) or 0.0
-    return hits, queries
+        reg, labels = replica.state.metrics.registry, {"model": replica.state.settings.model_name}
+        counts[id(replica)] = (
+            reg.get_sample_value("batchpilot_prefix_cache_hits_total", labels) or 0.0,
+            reg.get_sample_value("batchpilot_prefix_cache_queries_total", labels) or 0.0)
+    return counts
 
 
-async def run_round(args: argparse.Namespace, fleet: FleetIngress, replicas: list[EngineReplica],
-                    url: str, mode: str, round_id: int) -> dict[str, Any]:
-    fleet.policy = RoutingPolicy(mode=mode, max_imbalance=args.max_imbalance).validate()
+def hit_rate(before: dict[int, tuple[float, float]], after: dict[int, tuple[float, float]],
+             ) -> float:
+    hits = sum(h - before.get(k, (0.0, 0.0))[0] for k, (h, _) in after.items())
+    queries = sum(q - before.get(k, (0.0, 0.0))[1] for k, (_, q) in after.items())
+    return hits / max(1.0, queries)
+
+
+async def run_round(args: argparse.Namespace, bed: Bed, mode: str, round_id: int,
+                    ) -> dict[str, Any]:
+    """One round of `mode` on fresh prompts; cache-pressure restarts the last replica
+    halfway (between the halves: no request is in flight)."""
+    fleet = bed.fleet
+    fleet.policy = RoutingPolicy(mode="precise" if mode == "oracle" else mode,
+                                 max_imbalance=args.max_imbalance).validate()
+    fleet.kv_index = bed.oracle if mode == "oracle" else bed.index
     rng = random.Random(round_id)
-    prompts = [system_prompt(round_id, i, args.system_words, rng) for i in range(args.prompts)]
-    work = [(i, rng.randrange(args.prompts)) for i in range(args.requests)]
-    hits0, queries0 = prefix_counts(replicas)
+    work = workload(args, round_id, rng)
+    counts0 = [prefix_counts(bed.replicas)]
     decided0 = dict(fleet.decisions)
     ttfts: list[float] = []
 
-    async def client_loop(client: httpx.AsyncClient) -> None:
-        while work:
-            i, p = work.pop()
-            question = f"Question {round_id}-{i}: what about {rng.choice(WORDS)}?"
-            ttfts.append(await one_request(client, url, prompts[p] + question, f"tenant-{p}"))
+    async def client_loop(client: httpx.AsyncClient, queue: list[tuple[str, str]]) -> None:
+        while queue:
+            prompt, tenant = queue.pop()
+            ttfts.append(await one_request(client, bed.url, prompt, tenant))
 
+    halves = [work] if not args.restart else [work[: len(work) // 2], work[len(work) // 2:]]
     async with httpx.AsyncClient(timeout=120) as client:
-        await asyncio.gather(*(client_loop(client) for _ in range(args.concurrency)))
-    await asyncio.sleep(0.5)  # the metrics thread counts the last steps
-    hits1, queries1 = prefix_counts(replicas)
+        for half, queue in enumerate(halves):
+            if half:
+                await asyncio.sleep(0.5)  # the metrics thread counts the last steps
+                counts0.append(prefix_counts(bed.replicas))
+                await bed.restart(len(bed.replicas) - 1)
+            await asyncio.gather(*(client_loop(client, queue)
+                                   for _ in range(args.concurrency)))
+    await asyncio.sleep(0.5)
+    counts1 = prefix_counts(bed.replicas)
+    # hits over both halves: the restarted replica's counters restart from 0
+    before = {k: v for counts in counts0 for k, v in counts.items()}
     ttfts.sort()
     decided = {k: v - decided0.get(k, 0) for k, v in fleet.decisions.items()}
     return {"mode": mode, "round": round_id, "decisions": decided,
-            "prefix_hit_rate": (hits1 - hits0) / max(1.0, queries1 - queries0),
+            "prefix_hit_rate": hit_rate(before, {**before, **counts1}),
             "ttft_p50_s": ttfts[len(ttfts) // 2],
             "ttft_p99_s": ttfts[min(len(ttfts) - 1, int(len(ttfts) * 0.99))]}
 
 
+def workload(args: argparse.Namespace, round_id: int, rng: random.Random,
+             ) -> list[tuple[str, str]]:
+    """[(prompt, tenant)] of one round, in the order clients pop them (from the end)."""
+    if args.workload == "system-prompts":
+        prompts = [system_prompt(round_id, i, args.system_words, rng)
+                   for i in range(args.prompts)]
+        picks = [rng.randrange(args.prompts) for _ in range(args.requests)]
+        return [(prompts[p] + f"Question {round_id}-{i}: what about {rng.choice(WORDS)}?",
+                 f"tenant-{p}") for i, p in enumerate(picks)]
+    # cache-pressure: each tenant's documents open with the tenant's own preamble, longer
+    # than the 256 characters affinity hashes, so affinity sends all of a tenant's
+    # documents to one replica, whose pool cannot hold them all
+    preambles = [system_prompt(round_id, t, args.preamble_words, rng)
+                 for t in range(args.tenants)]
+    docs = [[preambles[t] + system_prompt(round_id, 100 * t + d, args.system_words, rng)
+             for d in range(args.docs)] for t in range(args.tenants)]
+    work = []
+    for i in range(args.requests):
+        t, d = rng.randrange(args.tenants), rng.randrange(args.docs)
+        work.append((docs[t][d] + f"Question {round_id}-{i}: {rng.choice(WORDS)}?",
+                     f"tenant-{t}"))
+    return work
+
+
+class OracleIndex:
+    """A KV index that knows every replica's blocks at no cost: it asks their block
+    managers directly (in this process), where the real index follows events a poll late."""
+
+    def __init__(self, bed: Bed):
+        self.bed, self.enabled, self.sharing = bed, True, "tenant"
+
+    @property
+    def block_size(self) -> int:
+        return self.bed.index.block_size or 16
+
+    def matches(self, keys: list[int]) -> dict[int, int]:
+        out = {}
+        for i, replica in enumerate(self.bed.replicas):
+            manager = replica.state.engine.parts.engine.block_manager
+            out[i] = next((n for n, key in enumerate(keys) if not manager.holds(key)),
+                          len(keys))
+        return out
+
+
+class Bed:
+    """The replicas, the ingress (precise-capable: KV events on, one hash key) and its
+    server; `restart(i)` replaces replica i with a fresh process-like replica."""
+
+    def __init__(self, args: argparse.Namespace, model: str):
+        self.spec = PrefixSpec(model)
+        self.settings = ServeSettings(
+            model=model, control_api=False, watch_config=False, kv_events=True,
+            prefix_hash_key=self.spec.hash_key,
+            engine_overrides={"num_kv_blocks": args.kv_blocks, "max_num_seqs": 8})
+        self.replicas: list[EngineReplica] = []
+        self.url = ""
+
+    async def start(self, n: int) -> None:
+        self.replicas = [await EngineReplica(self.settings, i).start() for i in range(n)]
+        self.handles = [LocalHandle(r) for r in self.replicas]
+        self.fleet = FleetIngress(self.handles, RoutingPolicy(mode="precise"), seed=0,
+                                  prefix=self.spec)
+        self.index, self.oracle = self.fleet.kv_index, OracleIndex(self)
+        self.fleet.start_polls()
+        self.server = uvicorn.Server(uvicorn.Config(build_app(self.fleet), host="127.0.0.1",
+                                                    port=0, log_level="warning",
+                                                    lifespan="off"))
+        self.serving = asyncio.ensure_future(self.server.serve())
+        while not self.server.started:
+            await asyncio.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+        await wait_healthy(lambda: all(r.healthy for r in self.fleet.table.snapshot()))
+
+    async def restart(self, i: int) -> None:
+        await self.replicas[i].shutdown()
+        self.replicas[i] = await EngineReplica(self.settings, i).start()
+        self.handles[i].replica = self.replicas[i]  # the ingress's handle, as Serve's would
+        await wait_healthy(lambda: all(r.healthy for r in self.fleet.table.snapshot()))
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        await self.serving
+        await self.fleet.stop_polls()
+        for replica in self.replicas:
+            await replica.shutdown()
+
+
 async def main_async(args: argparse.Namespace, model: str) -> dict[str, Any]:
-    settings = ServeSettings(model=model, control_api=False, watch_config=False,
-                             engine_overrides={"num_kv_blocks": args.kv_blocks,
-                                               "max_num_seqs": 8})
-    replicas = [await EngineReplica(settings, i).start() for i in range(args.replicas)]
-    fleet = FleetIngress([LocalHandle(r) for r in replicas], RoutingPolicy(), seed=0)
-    fleet.start_polls()
-    server = uvicorn.Server(uvicorn.Config(build_app(fleet), host="127.0.0.1", port=0,
-                                           log_level="warning", lifespan="off"))
-    serving = asyncio.ensure_future(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    await wait_healthy(lambda: all(r.healthy for r in fleet.table.snapshot()))
+    bed = Bed(args, model)
+    await bed.start(args.replicas)
     rounds = []
     try:
         for pair in range(args.pairs):
-            for mode in ("affinity", "random"):
-                rounds.append(await run_round(args, fleet, replicas, url, mode,
-                                              2 * pair + (mode == "random")))
+            for k, mode in enumerate(args.modes):
+                rounds.append(await run_round(args, bed, mode,
+                                              len(args.modes) * pair + k))
                 print(json.dumps(rounds[-1]), flush=True)
     finally:
-        server.should_exit = True
-        await serving
-        await fleet.stop_polls()
-        for replica in replicas:
-            await replica.shutdown()
+        await bed.stop()
     return summarize(args, rounds)
 
 
 def summarize(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"bench": "fleet_routing", "smoke": args.smoke,
-                           "replicas": args.replicas,
-                           "prompts": args.prompts, "requests_per_round": args.requests,
-                           "pairs": args.pairs}
-    for mode in ("affinity", "random"):
+                           "workload": args.workload, "restart": args.restart,
+                           "replicas": args.replicas, "requests_per_round": args.requests,
+                           "pairs": args.pairs, "modes": args.modes}
+    for mode in args.modes:
         mine = [r for r in rounds if r["mode"] == mode]
+        decisions: dict[str, int] = {}
+        for r in mine:
+            for reason, count in r["decisions"].items():
+                decisions[reason] = decisions.get(reason, 0) + count
+        out[f"{mode}_decisions"] = {k: v for k, v in decisions.items() if v}
         for key in ("prefix_hit_rate", "ttft_p50_s", "ttft_p99_s"):
             values = [r[key] for r in mine]
             out[f"{mode}_{key}"] = round(statistics.median(values), 4)
             out[f"{mode}_{key}_range"] = [round(min(values), 4), round(max(values), 4)]
-    out["ttft_p50_ratio_random_over_affinity"] = round(
-        out["random_ttft_p50_s"] / max(1e-9, out["affinity_ttft_p50_s"]), 3)
+    ratios = out["ratios"] = {}
+    for a, b, key in (("precise", "oracle", "prefix_hit_rate"),
+                      ("precise", "affinity", "prefix_hit_rate"),
+                      ("precise", "random", "prefix_hit_rate"),
+                      ("precise", "affinity", "ttft_p99_s"),
+                      ("random", "affinity", "ttft_p50_s")):
+        if a in args.modes and b in args.modes:
+            ratios[f"{key}:{a}/{b}"] = round(out[f"{a}_{key}"] / max(1e-9, out[f"{b}_{key}"]), 3)
     return out
 
 
@@ -155,17 +269,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, seconds")
     parser.add_argument("--model", help="default: the tests' tiny random-weight Llama")
+    parser.add_argument("--workload", choices=("cache-pressure", "system-prompts"),
+                        default="cache-pressure")
+    parser.add_argument("--modes", default="precise,oracle,affinity,random",
+                        help="routers, in the order each group of rounds runs them")
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--prompts", type=int, default=12)
+    parser.add_argument("--prompts", type=int, default=12, help="system-prompts: how many")
+    parser.add_argument("--tenants", type=int, default=3, help="cache-pressure")
+    parser.add_argument("--docs", type=int, default=4, help="cache-pressure: per tenant")
+    parser.add_argument("--preamble-words", type=int, default=50,
+                        help="cache-pressure: each tenant's preamble (> 256 characters)")
     parser.add_argument("--system-words", type=int, default=120)
     parser.add_argument("--requests", type=int, default=96)
     parser.add_argument("--concurrency", type=int, default=6)
-    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=4, help="groups of rounds")
     parser.add_argument("--kv-blocks", type=int, default=160)
+    parser.add_argument("--no-restart", dest="restart", action="store_false",
+                        help="cache-pressure restarts the last replica halfway by default")
     parser.add_argument("--max-imbalance", type=int, default=RoutingPolicy.max_imbalance)
     args = parser.parse_args()
+    args.modes = args.modes.split(",")
+    args.restart = args.restart and args.workload == "cache-pressure"
     if args.smoke:
-        args.prompts, args.requests, args.pairs, args.concurrency = 4, 12, 1, 3
+        args.prompts, args.requests, args.pairs, args.concurrency = 4, 16, 1, 3
+        args.tenants, args.docs = 2, 3
     import torch
 
     torch.set_num_threads(1)  # two engine threads and the event loop share the cores

@@ -38,8 +38,7 @@ def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None
               now: float, max_timeout_s: float) -> RequestMeta:
     """`now`: the request's arrival (engine clock). Raises APIError(400) naming the
     header that is malformed."""
-    tenant = (_name(_utf8(headers.get("x-tenant")), "X-Tenant") or _name(user, "user")
-              or "default")
+    tenant = tenant_of(headers, user)
     lane = _name(_utf8(headers.get("x-lane")), "X-Lane")
     if priority is None:
         priority = _int(headers.get("x-priority"), "X-Priority", -PRIORITY_LIMIT,
@@ -53,6 +52,13 @@ def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None
     timeout_s = max_timeout_s if timeout_ms is None else min(timeout_ms / 1000.0,
                                                               max_timeout_s)
     return RequestMeta(tenant, lane, priority or 0, deadline, timeout_s, arrival_time=now)
+
+
+def tenant_of(headers: Mapping[str, str], user: str | None) -> str:
+    """X-Tenant, else the body's `user`, else "default"; APIError(400) when malformed. (A
+    fleet's ingress asks it too: the tenant roots a request's prefix-cache domain.)"""
+    return (_name(_utf8(headers.get("x-tenant")), "X-Tenant") or _name(user, "user")
+            or "default")
 
 
 def _utf8(value: str | None) -> str | None:

@@ -27,6 +27,7 @@ from typing import Any
 from control.admin.auth import load_tokens
 from control.fleet.ingress import FleetIngress
 from control.fleet.placement import deploy_failure, fit_to_cluster
+from control.fleet.prefix_keys import PrefixSpec
 from control.fleet.replica import EngineReplica
 from control.fleet.router import RoutingPolicy
 from control.serve.settings import LOOPBACK_HOSTS, ServeSettings
@@ -60,10 +61,15 @@ class FleetSettings:
         self.serve.validate()
         return self
 
-    def replica_settings(self, replica_id: int) -> ServeSettings:
+    def replica_settings(self, replica_id: int, prefix: PrefixSpec | None = None,
+                         ) -> ServeSettings:
+        """`prefix` (precise routing): the replica publishes KV events, its prefix hashes
+        keyed with the fleet's secret, which the ingress shares."""
         # NOTE: no YAML watcher on a replica: a reload would change one replica's config
         # behind the fleet's versions; changes go through the ingress's /control
         serve = self.serve.replace(watch_config=False, replica_name=f"replica-{replica_id}")
+        if prefix is not None:
+            serve = serve.replace(kv_events=True, prefix_hash_key=prefix.hash_key)
         if self.trace_dir is None:
             return serve.replace(trace_db=None)  # one DuckDB file cannot take N writers
         return serve.replace(trace_db=f"{self.trace_dir}/replica-{replica_id}.duckdb")
@@ -103,6 +109,7 @@ def build_application(settings: FleetSettings) -> Any:
     from ray import serve
 
     replica_options = _actor_options(settings)
+    prefix = PrefixSpec(settings.serve.model) if settings.policy.mode == "precise" else None
     handles = []
     for i in range(settings.replicas):
         deployment = serve.deployment(
@@ -110,7 +117,7 @@ def build_application(settings: FleetSettings) -> Any:
             max_ongoing_requests=MAX_ONGOING, ray_actor_options=replica_options,
             health_check_period_s=2.0, health_check_timeout_s=30.0,
             graceful_shutdown_timeout_s=settings.serve.shutdown_grace_s + 5.0)
-        handles.append(deployment.bind(settings.replica_settings(i), i))
+        handles.append(deployment.bind(settings.replica_settings(i, prefix), i))
     ingress = serve.deployment(
         serve.ingress()(FleetIngress), name="ingress", num_replicas=1,
         max_ongoing_requests=MAX_ONGOING,
@@ -121,7 +128,8 @@ def build_application(settings: FleetSettings) -> Any:
     return ingress.bind(handles, settings.policy, control_tokens=tokens,
                         max_body_bytes=settings.serve.limits.max_body_bytes,
                         loopback=settings.serve.host in LOOPBACK_HOSTS,
-                        control_api=settings.serve.control_api, otlp=settings.serve.otlp)
+                        control_api=settings.serve.control_api, otlp=settings.serve.otlp,
+                        prefix=prefix)
 
 
 def start(settings: FleetSettings) -> Any:

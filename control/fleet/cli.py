@@ -40,7 +40,10 @@ def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
     fleet.add_argument("--host", default="127.0.0.1", help="default %(default)s")
     fleet.add_argument("--port", type=int, default=8000, help="default %(default)s")
     fleet.add_argument("--routing", choices=MODES, default="affinity",
-                       help="affinity (default), or the baselines pow2 and random")
+                       help="affinity (default: tenant + the prompt's first 256 characters),"
+                       " precise (where each replica's KV events say the prompt's blocks"
+                       " are; the ingress loads the tokenizer), or the baselines pow2 and"
+                       " random")
     fleet.add_argument("--max-imbalance", type=int, default=RoutingPolicy.max_imbalance,
                        help="requests the prefix's replica may carry over the least loaded"
                        " before a request goes elsewhere (default %(default)s)")

@@ -16,7 +16,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from starlette.responses import StreamingResponse
@@ -129,3 +129,27 @@ def upstream_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]
     X-Tenant, X-Lane, X-Priority, X-Deadline-Ms and Authorization pass through)."""
     return [(k, v) for k, v in raw if k.lower() not in HOP_HEADERS]
 
+
+
+async def fan_out(handles: Sequence[Any], method: str, path: str, body: bytes = b"",
+                  headers: list[tuple[bytes, bytes]] | None = None,
+                  ) -> list[tuple[int, int, bytes]]:
+    """Send one request to every replica -> [(replica id, status, body)]; a replica that
+    fails reads as status 0 (/metrics, a fleet config change)."""
+    async def one(i: int) -> tuple[int, int, bytes]:
+        try:
+            return (i, *await _collect(handles[i], method, path, body, headers))
+        except Exception as exc:  # down or restarting
+            return i, 0, repr(exc).encode()
+
+    return list(await asyncio.gather(*(one(i) for i in range(len(handles)))))
+
+
+async def _collect(handle: Any, method: str, path: str, body: bytes,
+                   headers: list[tuple[bytes, bytes]] | None) -> tuple[int, bytes]:
+    status, chunks = 0, []
+    async for message in handle.options(stream=True).http.remote(
+            method, path, b"", headers or [], body):
+        status = message.get("status", status)
+        chunks.append(message.get("body", b""))
+    return status, b"".join(chunks)

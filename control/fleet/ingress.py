@@ -38,9 +38,11 @@ from control.api.errors import APIError, install_error_handlers
 from control.api.limits import RequestLimits
 from control.fleet.control_plane import FleetControl
 from control.fleet.control_routes import fleet_control_router
-from control.fleet.forward import NotAccepted, open_call, relay, upstream_headers
+from control.fleet.forward import NotAccepted, fan_out, open_call, relay, upstream_headers
+from control.fleet.kv_index import KVIndex, follow_forever
 from control.fleet.loads import POLL_S, LoadTable, poll_forever
-from control.fleet.metrics_merge import ingress_metrics, merge_metrics
+from control.fleet.metrics_merge import ingress_metrics, kv_index_metrics, merge_metrics
+from control.fleet.prefix_keys import PrefixSpec
 from control.fleet.restart import restart_router
 from control.fleet.router import (
     Decision,
@@ -64,7 +66,10 @@ class FleetIngress:
     def __init__(self, handles: list[Any], policy: RoutingPolicy, poll_s: float = POLL_S,
                  seed: int | None = None, control_tokens: tuple[Token, ...] = (),
                  control_api: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 loopback: bool = False, otlp: OtelSettings | None = None):
+                 loopback: bool = False, otlp: OtelSettings | None = None,
+                 prefix: PrefixSpec | None = None):
+        """`prefix`: how to hash requests as the replicas do (control/fleet/prefix_keys.py),
+        needed by --routing precise; the tokenizer loads here."""
         self.handles = list(handles)
         self.policy = policy.validate()
         self.poll_s = poll_s
@@ -84,12 +89,21 @@ class FleetIngress:
         self.restarts = 0  # started so far: names the next one
         # OpenTelemetry: a routing span per request (control/otel/door.py); None: no export
         self.door = TraceDoor(otlp) if otlp is not None else None
+        if self.policy.mode == "precise" and prefix is None:
+            raise ValueError("routing 'precise' needs the request hashing (prefix=)")
+        self.prefix = prefix.build() if self.policy.mode == "precise" else None
+        self.kv_index = KVIndex(len(self.handles))  # followed under precise routing
+        self.matched: dict[int, int] = {}  # replica -> prompt blocks it held when routed
 
     def start_polls(self) -> None:
         """On the event loop that serves the app: one poll loop per replica."""
         self._polls = [asyncio.ensure_future(poll_forever(
             self.table, i, lambda h=h: _await(h.stats.remote()), self.poll_s))
             for i, h in enumerate(self.handles)]
+        if self.prefix is not None:  # each replica's KV events, into the KV index
+            self._polls += [asyncio.ensure_future(follow_forever(
+                self.kv_index, i, lambda epoch, seq, h=h: _await(h.kv_events.remote(epoch, seq))))
+                for i, h in enumerate(self.handles)]
         if self.control_api:  # pushes each replica its target fleet version until it has it
             self._polls.append(asyncio.ensure_future(self.control.reconcile_forever()))
 
@@ -98,19 +112,34 @@ class FleetIngress:
         return build_app(self)
 
     # ---- routing and forwarding -------------------------------------------------------
-    def route(self, body: dict[str, Any], headers: Any) -> Decision:
+    async def route_generation(self, path: str, body: dict[str, Any], headers: Any,
+                               ) -> Decision:
+        """`route`, with the KV index's view under precise routing: how many leading
+        blocks of this prompt each replica holds."""
+        index, matched = self.kv_index, None
+        if (self.prefix is not None and self.policy.mode == "precise" and index.enabled
+                and index.block_size):
+            keys = await self.prefix.of(path, body, headers, index.block_size, index.sharing)
+            matched = index.matches(keys) if keys else None
+        return self.route(body, headers, matched)
+
+    def route(self, body: dict[str, Any], headers: Any,
+              matched: dict[int, int] | None = None) -> Decision:
         tenant = headers.get("x-tenant") or body.get("user") or "default"
         salt = body.get("cache_salt")
         key = affinity_key(prompt_prefix(body, self.policy), str(tenant),
                            salt if isinstance(salt, str) else None, self.policy)
         try:
-            decision = choose(key, self.table.snapshot(), self.policy, self.rng)
+            decision = choose(key, self.table.snapshot(), self.policy, self.rng, matched)
         except NoReplicaAvailable as exc:
             raise APIError(503, str(exc), code="no_replica", headers={"Retry-After": "1"}) \
                 from None
         self.decisions[decision.reason] = self.decisions.get(decision.reason, 0) + 1
         key = (decision.replica_id, decision.reason)
         self.routed[key] = self.routed.get(key, 0) + 1
+        if matched is not None:
+            rid = decision.replica_id
+            self.matched[rid] = self.matched.get(rid, 0) + matched.get(rid, 0)
         return decision
 
     async def forward(self, request: Request, body: bytes, replica_id: int,
@@ -170,15 +199,8 @@ class FleetIngress:
     async def fan_out(self, method: str, path: str, body: bytes = b"",
                       headers: list[tuple[bytes, bytes]] | None = None,
                       ) -> list[tuple[int, int, bytes]]:
-        """Send one request to every replica -> [(replica id, status, body)]; a replica that
-        fails reads as status 0. (For /metrics now; a fleet config change later.)"""
-        async def one(i: int) -> tuple[int, int, bytes]:
-            try:
-                return (i, *await _collect(self.handles[i], method, path, body, headers))
-            except Exception as exc:  # down or restarting
-                return i, 0, repr(exc).encode()
-
-        return list(await asyncio.gather(*(one(i) for i in range(len(self.handles)))))
+        """One request to every replica -> [(replica id, status, body)] (forward.py)."""
+        return await fan_out(self.handles, method, path, body, headers)
 
     async def drain(self, grace_s: float) -> int:
         """Refuse new requests (503), drain every replica; -> requests that were aborted."""
@@ -201,6 +223,7 @@ class FleetIngress:
         views = self.table.views
         return {"status": "ready" if self.ready() else "not_ready",
                 "draining": self.draining, "routing": self.policy.mode,
+                **({"kv_index": self.kv_index.families_data()} if self.prefix else {}),
                 "decisions": dict(self.decisions),
                 "replicas": [{**v.polled, "replica_id": v.replica_id, "healthy": v.healthy,
                               "routable": v.routable, "ingress_inflight": v.inflight,
@@ -216,20 +239,12 @@ class FleetIngress:
         await asyncio.gather(*self._polls, return_exceptions=True)
         if self.door is not None:  # export the routing spans still queued
             await asyncio.to_thread(self.door.export.stop)
+        if self.prefix is not None:
+            self.prefix.close()
 
 
 async def _await(ref: Any) -> Any:
     return await ref
-
-
-async def _collect(handle: Any, method: str, path: str, body: bytes,
-                   headers: list[tuple[bytes, bytes]] | None) -> tuple[int, bytes]:
-    status, chunks = 0, []
-    async for message in handle.options(stream=True).http.remote(
-            method, path, b"", headers or [], body):
-        status = message.get("status", status)
-        chunks.append(message.get("body", b""))
-    return status, b"".join(chunks)
 
 
 def build_app(fleet: FleetIngress) -> FastAPI:
@@ -251,9 +266,11 @@ def build_app(fleet: FleetIngress) -> FastAPI:
             parsed = {}  # the replica answers the 400 in the server's words
         parsed = parsed if isinstance(parsed, dict) else {}
         hop = fleet.door.enter(request.headers, parsed) if fleet.door else None
-        decision = fleet.route(parsed, request.headers)
+        decision = await fleet.route_generation(request.url.path, parsed, request.headers)
         if hop is not None:
             hop.reason = decision.reason
+            if fleet.prefix is not None:
+                hop.matched_blocks = decision.matched_blocks
         return await fleet.forward(request, body, decision.replica_id, hop=hop)
 
     @app.get("/healthz")
@@ -271,6 +288,8 @@ def build_app(fleet: FleetIngress) -> FastAPI:
         answers = await fleet.fan_out("GET", "/metrics")
         texts = [(i, body.decode()) for i, status, body in answers if status == 200]
         own = ingress_metrics(fleet.routed, fleet.table.views)
+        if fleet.prefix is not None:
+            own += kv_index_metrics(fleet.matched, fleet.kv_index.families_data())
         if fleet.door is not None:  # its routing spans' export counters
             own += list(fleet.door.export.families("ingress"))
         return Response(merge_metrics(texts, own), media_type="text/plain; version=0.0.4")

@@ -81,6 +81,30 @@ class EngineReplica:
                 "inflight": self.state.inflight, "steps": stats.steps,
                 "started_at": self.started_at, "fleet_version": self.tee.fleet_version}
 
+    async def kv_events(self, epoch: str | None, seq: int) -> dict[str, Any]:
+        """What the ingress's KV index polls (control/fleet/kv_index.py): the prefix-cache
+        blocks stored and evicted since batch `seq` of this process's log (`epoch`: the
+        `incarnation` the reader's seq belongs to), or every findable block when the reader
+        is new, from another incarnation, or fell behind the log. {"enabled": False}: this
+        replica publishes none (the fleet does not route `precise`)."""
+        parts = self.state.engine.parts
+        manager = parts.engine.block_manager if parts is not None else None
+        log = manager.events if manager is not None else None
+        if log is None:
+            return {"enabled": False}
+        head = {"enabled": True, "epoch": self.incarnation, "block_size": manager.block_size,
+                "sharing": manager.hasher.sharing,
+                "prefix_caching": manager.enable_prefix_caching, **log.counters()}
+        if epoch == self.incarnation:
+            batches = log.since(seq)
+            if batches is not None:
+                return {**head, "seq": batches[-1].seq if batches else seq,
+                        "batches": [(b.stored, b.removed) for b in batches]}
+        # between two steps, so the keys and the seq they are current at agree
+        seq, keys = await self.state.engine.call(
+            lambda e: (e.block_manager.events.seq, e.block_manager.cached_keys()))
+        return {**head, "seq": seq, "snapshot": keys}
+
     # ---- the fleet's control plane (control/fleet/control_plane.py calls these) ---------
     async def install(self, config: dict[str, Any], fleet_version: int,
                       **kwargs: Any) -> dict[str, Any]:

@@ -8,6 +8,10 @@ decision is testable as a table.
     preferred.kv_usage - least.kv_usage <= max_kv_imbalance   -> preferred   ("affinity")
     otherwise two live replicas at random, the less loaded one            ("balance")
 
+`precise` routes on what each replica holds (control/fleet/kv_index.py, fed by its KV
+events): the replica holding the most leading blocks of the prompt, within the same load
+bounds ("precise"); a prompt nobody holds goes by affinity as above.
+
 Rendezvous hashing is consistent: a replica that leaves moves only the keys it was preferred
 for, and one that comes back gets the same keys again, so its prefix cache stays useful.
 Every ingress computes the same preference with no shared state (ray.serve.llm's prefix-aware
@@ -22,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MODES = ("affinity", "pow2", "random")
+MODES = ("affinity", "precise", "pow2", "random")
 
 
 class NoReplicaAvailable(Exception):
@@ -48,7 +52,9 @@ class ReplicaLoad:
 
 @dataclass(frozen=True)
 class RoutingPolicy:
-    mode: str = "affinity"  # affinity | pow2 | random (the last two: baselines)
+    # affinity | precise (the replica holding most of the prompt's blocks: kv_index.py) |
+    # pow2 | random (the last two: baselines)
+    mode: str = "affinity"
     max_imbalance: int = 4  # requests the preferred replica may carry over the least loaded
     max_kv_imbalance: float = 0.25  # KV usage it may carry over the least used
     prefix_chars: int = 256  # prompt text hashed for affinity (~ the first 4 blocks of 16)
@@ -71,7 +77,10 @@ class RoutingPolicy:
 @dataclass(frozen=True)
 class Decision:
     replica_id: int
-    reason: str  # affinity | balance (preferred too loaded, or no key) | random | only
+    # precise (holds the most of its blocks) | affinity | balance (the preferred one too
+    # loaded, or no key) | random | only
+    reason: str
+    matched_blocks: int = 0  # precise: leading prompt blocks the chosen replica holds
 
 
 def prompt_prefix(body: dict[str, Any], policy: RoutingPolicy) -> str | None:
@@ -116,8 +125,10 @@ def preferred(key: bytes, loads: Sequence[ReplicaLoad]) -> ReplicaLoad:
 
 
 def choose(key: bytes | None, loads: Sequence[ReplicaLoad], policy: RoutingPolicy,
-           rng: random.Random) -> Decision:
-    """The replica for one request. Raises NoReplicaAvailable when none is healthy."""
+           rng: random.Random, matched: dict[int, int] | None = None) -> Decision:
+    """The replica for one request. Raises NoReplicaAvailable when none is healthy.
+    `matched` (precise): replica id -> leading blocks of the prompt it holds. A prompt no
+    replica holds any of is placed by affinity, so a new prefix's requests gather."""
     live = [r for r in loads if r.healthy]
     if not live:
         raise NoReplicaAvailable("no replica is healthy (all down or restarting)")
@@ -125,13 +136,29 @@ def choose(key: bytes | None, loads: Sequence[ReplicaLoad], policy: RoutingPolic
         return Decision(live[0].replica_id, "only")
     if policy.mode == "random":
         return Decision(rng.choice(live).replica_id, "random")
-    if policy.mode == "affinity" and key is not None:
+    if policy.mode == "precise" and matched:
+        top = max(matched.get(r.replica_id, 0) for r in live)
+        if top > 0:
+            holders = [r for r in live if matched.get(r.replica_id, 0) == top]
+            best = min(holders, key=lambda r: (r.load, r.kv_usage))
+            if _within(best, live, policy):
+                return Decision(best.replica_id, "precise", top)
+            return _balance(live, rng)
+    if policy.mode in ("affinity", "precise") and key is not None:
         best = preferred(key, live)
-        least = min(r.load for r in live)
-        least_kv = min(r.kv_usage for r in live)
-        if (best.load - least <= policy.max_imbalance
-                and best.kv_usage - least_kv <= policy.max_kv_imbalance):
+        if _within(best, live, policy):
             return Decision(best.replica_id, "affinity")
+    return _balance(live, rng)
+
+
+def _within(best: ReplicaLoad, live: Sequence[ReplicaLoad], policy: RoutingPolicy) -> bool:
+    """`best` carries no more than the policy's imbalance over the least loaded."""
+    return (best.load - min(r.load for r in live) <= policy.max_imbalance
+            and best.kv_usage - min(r.kv_usage for r in live) <= policy.max_kv_imbalance)
+
+
+def _balance(live: Sequence[ReplicaLoad], rng: random.Random) -> Decision:
+    """Power of two choices: two live replicas at random, the less loaded."""
     first, second = rng.sample(live, 2)
     pick = min((first, second), key=lambda r: (r.load, r.kv_usage))
     return Decision(pick.replica_id, "balance")

@@ -52,6 +52,7 @@ class Hop:
     arrived: float
     reason: str = ""
     replica: int = -1
+    matched_blocks: int | None = None  # set under precise routing
     ended: bool = False
 
     def headers(self, headers: list[tuple[bytes, bytes]], replica: int,
@@ -71,4 +72,4 @@ class Hop:
 
             self.door.export.put(routing_span(
                 self.door.resource, self.link, self.arrived, time.time(), self.replica,
-                self.reason or "none", status))
+                self.reason or "none", status, self.matched_blocks))

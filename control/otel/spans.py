@@ -170,7 +170,8 @@ def _events(phases: RequestPhases | None) -> list[Event]:
 
 
 def routing_span(resource: Resource, link: TraceLink, start: float, end: float,
-                 replica: int, reason: str, status: int) -> ReadableSpan:
+                 replica: int, reason: str, status: int, matched_blocks: int | None = None,
+                 ) -> ReadableSpan:
     """A fleet ingress's span for one request: the routing decision (which replica, why),
     from arrival at the ingress to the end of the relayed response. The replica's request
     span is its child (the ingress forwards a traceparent naming this span)."""
@@ -178,6 +179,8 @@ def routing_span(resource: Resource, link: TraceLink, start: float, end: float,
     attrs: dict[str, Any] = dict(link.attributes)
     attrs.update({"batchpilot.replica": f"replica-{replica}",
                   "batchpilot.routing_reason": reason, "http.response.status_code": status})
+    if matched_blocks is not None:  # precise routing: prompt blocks the replica held
+        attrs["batchpilot.routing_matched_blocks"] = matched_blocks
     error = status >= 500
     if error:
         attrs["error.type"] = str(status)

@@ -25,6 +25,7 @@ from engine.calibration.budget_fit import StepFit
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.config.yaml_loader import KEY_ALIASES, check_profiles, load_config_file
 from engine.engine import Engine
+from engine.kv.events import KVEventLog
 from engine.output.processor import OutputProcessor
 
 
@@ -103,6 +104,8 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     fitted = fitted_static_fields(config.static, overrides)
     check_profiles(serving.profiles, config, fitted)  # a bad profile fails the start
     engine = build_engine(loaded, config, runner, step_fit)
+    if settings.kv_events:  # a fleet's precise router reads them (control/fleet/kv_index.py)
+        engine.block_manager.publish_events(KVEventLog(), settings.prefix_hash_key)
     try:
         frontend = copy.deepcopy(loaded.tokenizer)
     except Exception:  # fall back to sharing; encode and decode do not mutate it

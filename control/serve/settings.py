@@ -66,6 +66,10 @@ class ServeSettings:
     otlp_sample_ratio: float = 1.0
     otlp_slow_ttft_s: float | None = None  # slower first tokens: always exported
     replica_name: str = ""  # set by a fleet replica: its name on spans
+    # a fleet replica under `--routing precise`: publish KV events (engine/kv/events.py),
+    # prefix hashes keyed with the fleet's secret (shared with its ingress only)
+    kv_events: bool = False
+    prefix_hash_key: bytes | None = field(default=None, repr=False)
 
     def validate(self) -> ServeSettings:
         _require(0 <= self.port <= 65535, "port", self.port, "in 0..65535")

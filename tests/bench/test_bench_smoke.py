@@ -99,6 +99,26 @@ def test_benchmark_runs_in_smoke_mode(name, smokes):
         check_whatif_accuracy(result)
     if name == "trace_overhead":
         check_trace_overhead(result)
+    if name == "fleet_routing":
+        check_fleet_routing(result)
+
+
+def check_fleet_routing(result: dict) -> None:
+    """Every router ran its round; precise and the oracle routed on blocks they found
+    held (a broken KV index or hashing at the ingress would leave them 0), after the
+    mid-round restart too; the figures are rates and positive latencies."""
+    assert result["workload"] == "cache-pressure" and result["restart"] is True
+    for mode in ("precise", "oracle", "affinity", "random"):
+        assert 0.0 <= result[f"{mode}_prefix_hit_rate"] <= 1.0
+        assert 0.0 < result[f"{mode}_ttft_p50_s"] <= result[f"{mode}_ttft_p99_s"] < 60
+    assert set(result["ratios"]) >= {"prefix_hit_rate:precise/oracle",
+                                     "ttft_p99_s:precise/affinity"}
+    assert all(0 < r < math.inf for r in result["ratios"].values())
+    assert result["precise_decisions"].get("precise", 0) > 0, result["precise_decisions"]
+    assert result["oracle_decisions"].get("precise", 0) > 0, result["oracle_decisions"]
+    assert "precise" not in result["affinity_decisions"]
+    # each document is asked for several times a round: a cache in use at all
+    assert result["oracle_prefix_hit_rate"] > 0.2
 
 
 def check_trace_overhead(result: dict) -> None:

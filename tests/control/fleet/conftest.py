@@ -59,6 +59,7 @@ def fleet(tiny_llama_dir, fleet_trace_dir):
     ray = pytest.importorskip("ray")
     serve = pytest.importorskip("ray.serve")
     from control.fleet.app import FleetSettings, start
+    from control.fleet.router import RoutingPolicy
     from control.serve.settings import ServeSettings
 
     port = _free_port()
@@ -66,7 +67,10 @@ def fleet(tiny_llama_dir, fleet_trace_dir):
         ServeSettings(model=str(tiny_llama_dir), port=port, shutdown_grace_s=2.0,
                       engine_overrides={"num_kv_blocks": 256}),
         replicas=2, num_cpus=2, replica_cpus=0.5, ingress_cpus=0.25,
-        trace_dir=str(fleet_trace_dir))
+        trace_dir=str(fleet_trace_dir),
+        # precise: KV events and the ingress's index on Ray (a new prefix still goes by
+        # affinity's hash, so what the affinity tests hold holds here too)
+        policy=RoutingPolicy(mode="precise"))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     _STOPS.append(lambda: (serve.shutdown(), ray.shutdown()))
     try:

@@ -130,3 +130,33 @@ def test_load_table_marks_a_failed_replica_down_until_it_polls_ready():
     assert table.snapshot()[0].healthy and table.views[0].failures == 1
     table.polled(1, {"ready": False, "reason": "draining"})
     assert not table.snapshot()[1].healthy
+
+
+PRECISE = RoutingPolicy(mode="precise", max_imbalance=4, max_kv_imbalance=0.25)
+
+
+def test_precise_goes_where_most_of_the_prompt_is_held():
+    rng, key = random.Random(0), key_of(SYSTEM)
+    # replica 2 holds 7 leading blocks, replica 0 holds 3: 2 wins, whatever the hash says
+    decision = choose(key, idle(3), PRECISE, rng, {0: 3, 1: 0, 2: 7})
+    assert (decision.replica_id, decision.reason, decision.matched_blocks) == (2, "precise", 7)
+    # ties go to the less loaded holder
+    loads = [ReplicaLoad(0, running=3), ReplicaLoad(1), ReplicaLoad(2, running=1)]
+    assert choose(key, loads, PRECISE, rng, {0: 5, 1: 0, 2: 5}).replica_id == 2
+    # a down holder is not a candidate
+    loads = [ReplicaLoad(0), ReplicaLoad(1), ReplicaLoad(2, healthy=False)]
+    assert choose(key, loads, PRECISE, rng, {0: 3, 1: 0, 2: 7}).replica_id == 0
+
+
+def test_precise_balances_when_the_holder_is_too_loaded_and_places_new_prompts_by_affinity():
+    rng, key = random.Random(0), key_of(SYSTEM)
+    busy = [ReplicaLoad(0, waiting=9), ReplicaLoad(1), ReplicaLoad(2)]
+    decision = choose(key, busy, PRECISE, rng, {0: 7, 1: 0, 2: 0})
+    assert decision.reason == "balance" and decision.replica_id in (1, 2)
+    full = [ReplicaLoad(0, kv_usage=0.9), ReplicaLoad(1, kv_usage=0.1), ReplicaLoad(2)]
+    assert choose(key, full, PRECISE, rng, {0: 7}).reason == "balance"
+    # nobody holds any of it (or no keys): the rendezvous hash places it, as affinity would
+    for matched in ({0: 0, 1: 0, 2: 0}, None):
+        decision = choose(key, idle(3), PRECISE, rng, matched)
+        assert decision.reason == "affinity" and decision.matched_blocks == 0
+        assert decision.replica_id == preferred(key, idle(3)).replica_id
