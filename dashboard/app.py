@@ -18,6 +18,7 @@ PAGES = [("views/overview.py", "Overview", ":material/monitoring:"),
          ("views/requests.py", "Requests", ":material/search:"),
          ("views/control.py", "Control", ":material/tune:"),
          ("views/canary.py", "Canary", ":material/compare_arrows:"),
+         ("views/fleet.py", "Fleet", ":material/hub:"),
          ("views/whatif.py", "What-if", ":material/query_stats:"),
          ("views/checklist.py", "Go-live checklist", ":material/checklist:")]
 

@@ -1,16 +1,20 @@
-"""The dashboard over a fleet's trace files, as a person sees it (headless Chromium, as
+"""The dashboard over a fleet, as a person sees it (headless Chromium, as
 `make screenshots` drives it): `batchpilot dashboard --trace-db 'DIR/replica-*.duckdb'`
 reads both replicas as one, the sidebar offers All or one replica, and the Requests page's
-table leads with the replica column while rows come from both. Screenshots go to
+table leads with the replica column while rows come from both; the Fleet page reads a live
+fleet's ingress (replicas, KV index, routing decisions). Screenshots go to
 $FLEET_SHOTS (default /tmp/fleet-ui) for a person to look at."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 from fixtures.browser import CHROMIUM, NO_CHROMIUM, dashboard
+from fixtures.local_fleet import LocalFleet
 from fixtures.trace_data import fill_trace
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -72,5 +76,46 @@ def test_requests_of_both_replicas_then_one(fleet_glob, tmp_path):
             settle(page)
             assert page.locator("[data-testid=stException]").count() == 0
             page.screenshot(path=str(SHOTS / "overview_fleet.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+def test_the_fleet_page_shows_replicas_and_routing(tiny_llama_dir, fleet_glob, tmp_path):
+    """A live fleet (precise routing, no Ray: tests/fixtures/local_fleet.py) read through
+    its ingress: both replicas serving, the KV index's blocks, the decisions by reason;
+    over trace files the page says it needs a fleet's ingress."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shared = "You are the router's test agent; answer in one word. " * 5
+    with LocalFleet(tiny_llama_dir, tmp_path, routing="precise") as fleet, \
+            httpx.Client(base_url=fleet.url, timeout=60) as client:
+        for i in range(6):
+            assert client.post("/v1/completions", headers={"X-Tenant": "acme"}, json={
+                "prompt": shared + f"Q{i}?", "max_tokens": 2}).status_code == 200
+            time.sleep(0.15)  # the KV index reads events every 100 ms
+        with dashboard(tmp_path, url=fleet.url) as url, sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1500, "height": 1100})
+                page.goto(f"{url}/fleet")
+                settle(page)
+                assert page.locator("[data-testid=stException]").count() == 0
+                main = page.locator("[data-testid=stMainBlockContainer]")
+                text = main.inner_text()
+                assert "2 of 2" in text and "precise" in text, text
+                header = grid_header(page)
+                for column in ("replica", "state", "KV usage", "cached blocks (index)"):
+                    assert column in header, header
+                assert page.locator("[data-testid=stVegaLiteChart]").count() == 1
+                page.screenshot(path=str(SHOTS / "fleet_page.png"), full_page=True)
+            finally:
+                browser.close()
+    with dashboard(tmp_path, trace_db=fleet_glob) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 700})
+            page.goto(f"{url}/fleet")
+            settle(page)
+            assert "This is not a fleet" in page.locator(
+                "[data-testid=stMainBlockContainer]").inner_text()
         finally:
             browser.close()
