@@ -10,7 +10,8 @@ decision is testable as a table.
 
 `precise` routes on what each replica holds (control/fleet/kv_index.py, fed by its KV
 events): the replica holding the most leading blocks of the prompt, within the same load
-bounds ("precise"); a prompt nobody holds goes by affinity as above.
+bounds ("precise"); a prompt nobody holds, or whose holder is too loaded, goes by affinity
+as above.
 
 Rendezvous hashing is consistent: a replica that leaves moves only the keys it was preferred
 for, and one that comes back gets the same keys again, so its prefix cache stays useful.
@@ -143,7 +144,8 @@ def choose(key: bytes | None, loads: Sequence[ReplicaLoad], policy: RoutingPolic
             best = min(holders, key=lambda r: (r.load, r.kv_usage))
             if _within(best, live, policy):
                 return Decision(best.replica_id, "precise", top)
-            return _balance(live, rng)
+            # NOTE: the holder is too loaded: the prefix's hashed replica next, not a random
+            # one, so a spill-over (and a restarted replica's refill) gathers in one place
     if policy.mode in ("affinity", "precise") and key is not None:
         best = preferred(key, live)
         if _within(best, live, policy):

@@ -148,13 +148,22 @@ def test_precise_goes_where_most_of_the_prompt_is_held():
     assert choose(key, loads, PRECISE, rng, {0: 3, 1: 0, 2: 7}).replica_id == 0
 
 
-def test_precise_balances_when_the_holder_is_too_loaded_and_places_new_prompts_by_affinity():
+def test_a_too_loaded_holder_spills_to_the_hashed_replica_then_balances():
     rng, key = random.Random(0), key_of(SYSTEM)
-    busy = [ReplicaLoad(0, waiting=9), ReplicaLoad(1), ReplicaLoad(2)]
-    decision = choose(key, busy, PRECISE, rng, {0: 7, 1: 0, 2: 0})
-    assert decision.reason == "balance" and decision.replica_id in (1, 2)
-    full = [ReplicaLoad(0, kv_usage=0.9), ReplicaLoad(1, kv_usage=0.1), ReplicaLoad(2)]
-    assert choose(key, full, PRECISE, rng, {0: 7}).reason == "balance"
+    hashed = preferred(key, idle(3)).replica_id
+    holder = (hashed + 1) % 3
+    busy = [ReplicaLoad(i, waiting=9 if i == holder else 0) for i in range(3)]
+    decision = choose(key, busy, PRECISE, rng, {holder: 7})
+    assert (decision.replica_id, decision.reason) == (hashed, "affinity")
+    full = [ReplicaLoad(i, kv_usage=0.9 if i == holder else 0.1) for i in range(3)]
+    assert choose(key, full, PRECISE, rng, {holder: 7}).replica_id == hashed
+    # the hashed replica too loaded as well: two at random, the less loaded
+    both = [ReplicaLoad(i, waiting=9 if i in (holder, hashed) else 0) for i in range(3)]
+    assert choose(key, both, PRECISE, rng, {holder: 7}).reason == "balance"
+
+
+def test_precise_places_prompts_nobody_holds_by_affinity():
+    rng, key = random.Random(0), key_of(SYSTEM)
     # nobody holds any of it (or no keys): the rendezvous hash places it, as affinity would
     for matched in ({0: 0, 1: 0, 2: 0}, None):
         decision = choose(key, idle(3), PRECISE, rng, matched)
