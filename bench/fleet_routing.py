@@ -189,7 +189,10 @@ class Bed:
         self.settings = ServeSettings(
             model=model, control_api=False, watch_config=False, kv_events=True,
             prefix_hash_key=self.spec.hash_key,
-            engine_overrides={"num_kv_blocks": args.kv_blocks, "max_num_seqs": 8})
+            # NOTE: no SLO shedding: the bench compares where requests go, and a replica that
+            # refuses (429) a request a slow CPU would serve late would end the round
+            engine_overrides={"num_kv_blocks": args.kv_blocks, "max_num_seqs": 8,
+                              "slo_shedding": False})
         self.replicas: list[EngineReplica] = []
         self.url = ""
 

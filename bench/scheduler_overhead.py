@@ -17,6 +17,9 @@ becomes full, and on a first schedule's prefix lookup): the old builtin
 uses (engine/kv/prefix_hash.py), A B A B over rounds, each round hashing the same chained
 prompt of random token ids; the median over rounds [min-max].
 
+Part 4: KV events (engine/kv/events.py, a fleet's precise routing) off and on, the engine's
+time per step with arrivals, A B A B per size; median on/off ratio over rounds.
+
 Last line: one JSON object.
 
     python -m bench.scheduler_overhead [--sizes 1,16,64,256,512] [--steps 200]
@@ -54,7 +57,7 @@ from engine.sim.workload import TraceScale, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = {"sizes": "1,8", "steps": 10, "requests": 64, "max_num_seqs": 8, "rounds": 1,
-         "hash_rounds": 3, "hash_blocks": 512}
+         "hash_rounds": 3, "hash_blocks": 512, "event_rounds": 1}
 
 
 def steps_to_finish(outputs: list[int], batching: str, max_num_seqs: int) -> int:
@@ -116,6 +119,25 @@ def block_hash_cost(rounds: int, num_blocks: int, block_size: int = 16) -> dict:
         result[f"{name}_range"] = [round(min(values), 3), round(max(values), 3)]
     result["ratio"] = round(result["blake2b"] / result["builtin"], 2)
     return result
+
+
+def kv_events_cost(sizes: list[int], steps: int, rounds: int) -> dict:
+    """Engine µs per step with arrivals, KV events off (A) and on (B), A B A B per size:
+    per size the median over rounds of each side and B / A (a ratio per round, median)."""
+    out: dict = {"rounds": rounds}
+    for n in sizes:
+        off, on, ratios = [], [], []
+        for r in range(rounds):
+            a = us_per_step(n, arrivals=True, steps=steps, seed=r)
+            b = us_per_step(n, arrivals=True, steps=steps, seed=r, kv_events=True)
+            off.append(a)
+            on.append(b)
+            ratios.append(b / a)
+        out[str(n)] = {"off_us": round(statistics.median(off), 1),
+                       "on_us": round(statistics.median(on), 1),
+                       "on_over_off": round(statistics.median(ratios), 3),
+                       "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)]}
+    return out
 
 
 def git(*args: str) -> str:
@@ -189,6 +211,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="A B rounds for --against")
     ap.add_argument("--hash-rounds", type=int, default=15, help="A B rounds for part 3")
     ap.add_argument("--hash-blocks", type=int, default=8192, help="blocks hashed per round")
+    ap.add_argument("--event-rounds", type=int, default=5,
+                    help="A B rounds for part 4 (KV events off / on)")
     ap.add_argument("--smoke", action="store_true", help=f"tiny sizes: {SMOKE}")
     args = ap.parse_args()
     if args.smoke:
@@ -217,8 +241,16 @@ def main() -> None:
     print(f"block hashing, µs per full {bh['block_size']}-token block, median [min-max] of"
           f" {bh['rounds']} rounds of {bh['blocks_per_round']} blocks (A B A B): builtin hash"
           f" {cells['builtin']}, keyed blake2b {cells['blake2b']}; ratio {bh['ratio']:.2f}")
+    events = kv_events_cost(sizes, args.steps, args.event_rounds)
+    for n in sizes:
+        row = events[str(n)]
+        print(f"KV events, {n} running with arrivals: off {row['off_us']:.1f} µs/step, on"
+              f" {row['on_us']:.1f}; on/off {row['on_over_off']:.3f}"
+              f" [{row['ratio_range'][0]:.3f}-{row['ratio_range'][1]:.3f}]"
+              f" ({events['rounds']} rounds, A B A B)")
     print(json.dumps({
         "us_per_step": {str(n): round(v, 1) for n, v in decode.items()},
+        "kv_events": events,
         "us_per_step_with_arrivals": {str(n): round(v, 1) for n, v in mixed.items()},
         "cont_vs_static": round(cvs["ratio"], 3),
         "share_of_theory": round(cvs["share_of_theory"], 3),

@@ -73,13 +73,19 @@ def add_random(engine: Engine, rid: str, rng: random.Random, prompt: int, out: i
                        tenant=rng.choice("abcd"), priority=rng.randrange(3))
 
 
-def us_per_step(n: int, arrivals: bool, steps: int = 200, seed: int = 0) -> float:
+def us_per_step(n: int, arrivals: bool, steps: int = 200, seed: int = 0,
+                kv_events: bool = False) -> float:
     """Median engine time per step (µs) with n running sequences of 32-token prompts,
     executor time excluded. arrivals=False: all n decode for the whole run; True: outputs
-    of 1..63 tokens, so requests finish every step and are replaced (they prefill)."""
+    of 1..63 tokens, so requests finish every step and are replaced (they prefill).
+    `kv_events`: the block manager publishes KV events (a fleet's precise routing)."""
     rng = random.Random(seed)
     executor = TimedExecutor()
     engine = build_engine(max_num_seqs=max(n, 1), executor=executor)
+    if kv_events:  # imported here: --against runs this file on trees without it
+        from engine.kv.events import KVEventLog
+
+        engine.block_manager.publish_events(KVEventLog())
     life = 64 if arrivals else 30_000
     for i in range(n):
         add_random(engine, f"w{i}", rng, 32, rng.randrange(1, life) if arrivals else life)
