@@ -28,6 +28,7 @@ SUITES = {"one_process (bench smokes, Ray fleet)": ["-m", "one_process and not q
 # of tests/fixtures/incident.py, the fleet's canaries), which a neighbour's load moved
 ALONE = {"quiet (judged on p99 latency)": ["-m", "quiet"]}
 QUIET_MARK = re.compile(r"^pytestmark\s*=.*\bpytest\.mark\.quiet\b", re.M)
+DURATIONS = ["--durations=25", "--durations-min=5"]
 NO_TESTS = 5  # pytest's exit status when a selection (-k, a path) leaves a suite empty
 
 
@@ -58,7 +59,9 @@ def run_side_by_side(suites: dict[str, list[str]], args: list[str], started: flo
         for i, (name, marks) in enumerate(suites.items()):
             log = Path(tmp) / f"suite-{i}.log"
             with log.open("w") as out:
-                proc = subprocess.Popen([sys.executable, "-m", "pytest", *marks, *args, *paths],
+                # the slowest tests in the log: where the next cut to make test's time is
+                proc = subprocess.Popen([sys.executable, "-m", "pytest", *marks, *DURATIONS,
+                                         *args, *paths],
                                         cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
             runs[name] = (proc, log)
         codes = {}
