@@ -18,9 +18,9 @@ from dashboard.context import context
 ctx = context()
 st.title("Fleet")
 
-NOT_A_FLEET = ("This is not a fleet: the replicas and routing of `batchpilot fleet` show"
-               " here when the dashboard reads its ingress — `batchpilot dashboard --url"
-               " INGRESS`.")
+NOT_A_FLEET = (f"The {ctx.label} is not a fleet: the replicas and routing of `batchpilot"
+               " fleet` show here when the dashboard reads its ingress — `batchpilot"
+               " dashboard --url INGRESS`.")
 
 
 def readiness(url: str) -> dict[str, Any] | None:

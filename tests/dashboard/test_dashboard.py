@@ -35,8 +35,8 @@ def app_pages() -> list[str]:
 PAGES = app_pages()  # PAGES[0] is the page the app opens on
 OVERVIEW, SCHEDULER, REQUESTS, CONTROL = (f"views/{name}.py" for name in (
     "overview", "scheduler", "requests", "control"))
-CHECKLIST, CANARY = "views/checklist.py", "views/canary.py"
-NO_CHARTS = {CONTROL, CHECKLIST, "views/whatif.py", CANARY}  # over a trace file
+CHECKLIST, CANARY, FLEET = "views/checklist.py", "views/canary.py", "views/fleet.py"
+NO_CHARTS = {CONTROL, CHECKLIST, "views/whatif.py", CANARY, FLEET}  # over a trace file
 
 
 def open_page(page: str, **state) -> AppTest:
@@ -147,6 +147,8 @@ def test_every_page_renders_live(live_url, page):
     assert "server" in texts(at)
     if page == CANARY:  # a single server: says where canaries run, never a blank page
         assert "This server is not a fleet" in texts(at)
+    if page == FLEET:
+        assert "is not a fleet" in texts(at)
 
 
 def config(url: str) -> dict:
@@ -203,6 +205,14 @@ def fleet_url() -> Iterator[str]:
         port = probe.getsockname()[1]
     with fake_fleet_server(fakes, port):
         yield f"http://127.0.0.1:{port}"
+
+
+def test_the_fleet_page_renders_a_fleets_replicas(fleet_url):
+    at = open_page(FLEET, bp_url=fleet_url)
+    assert not problems(at), problems(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Replicas serving"] == "3 of 3" and metrics["Routing"] == "affinity"
+    assert list(at.dataframe[0].value.index) == [0, 1, 2]
 
 
 def test_the_canary_page_renders_a_fleet_before_and_during_a_canary(fleet_url):

@@ -115,7 +115,7 @@ def test_the_fleet_page_shows_replicas_and_routing(tiny_llama_dir, fleet_glob, t
             page = browser.new_page(viewport={"width": 1500, "height": 700})
             page.goto(f"{url}/fleet")
             settle(page)
-            assert "This is not a fleet" in page.locator(
+            assert "is not a fleet" in page.locator(
                 "[data-testid=stMainBlockContainer]").inner_text()
         finally:
             browser.close()
