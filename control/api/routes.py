@@ -45,6 +45,7 @@ from control.api.response_schemas import (
     ModelList,
 )
 from control.api.responses import collect, sse_response
+from control.api.routed import routed_attributes
 from control.api.schemas import ChatCompletionRequest, CompletionRequest
 from control.api.structured import with_grammar
 from control.otel.context import link_from_headers, span_attributes
@@ -169,7 +170,8 @@ async def _generate(state: ServerState, request: Request,
     prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
     request_id = prefix + uuid.uuid4().hex
     trace = link_from_headers(request.headers, span_attributes(
-        "chat" if kind == "chat" else "text_completion", state.settings, max_tokens))
+        "chat" if kind == "chat" else "text_completion", state.settings, max_tokens)
+        + routed_attributes(request.headers, fleet_replica=bool(state.settings.replica_name)))
     fmt = ResponseFormat(kind, request_id, state.settings.model_name, len(ids), meta,
                          include_usage=body.include_usage,
                          continuous_usage=body.continuous_usage, lane=meta.lane or "",

@@ -22,9 +22,12 @@ from typing import Any
 from starlette.responses import StreamingResponse
 
 from control.api.errors import APIError, retry_after
+from control.api.routed import ROUTED_HEADER
 
 ACCEPT_TIMEOUT_S = 3.0  # a replica that has not taken a request by then is treated as down
-HOP_HEADERS = {b"host", b"content-length", b"connection", b"transfer-encoding"}
+# the routing header is the ingress's to write (control/api/routed.py): a client's copy goes
+HOP_HEADERS = {b"host", b"content-length", b"connection", b"transfer-encoding",
+               ROUTED_HEADER.encode()}
 DROP_REPLY_HEADERS = {"content-length", "transfer-encoding", "connection"}
 
 

@@ -23,6 +23,7 @@ tests).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -36,6 +37,7 @@ from control.admin.origin_guard import OriginGuard
 from control.api.body_limit import BodyLimit
 from control.api.errors import APIError, install_error_handlers
 from control.api.limits import RequestLimits
+from control.api.routed import ROUTED_HEADER, routed_value
 from control.fleet.control_plane import FleetControl
 from control.fleet.control_routes import fleet_control_router
 from control.fleet.forward import NotAccepted, fan_out, open_call, relay, upstream_headers
@@ -137,20 +139,26 @@ class FleetIngress:
         self.decisions[decision.reason] = self.decisions.get(decision.reason, 0) + 1
         key = (decision.replica_id, decision.reason)
         self.routed[key] = self.routed.get(key, 0) + 1
-        if matched is not None:
+        if matched is not None:  # what the chosen one holds, whatever the reason
             rid = decision.replica_id
-            self.matched[rid] = self.matched.get(rid, 0) + matched.get(rid, 0)
+            decision = dataclasses.replace(decision, matched_blocks=matched.get(rid, 0))
+            self.matched[rid] = self.matched.get(rid, 0) + decision.matched_blocks
         return decision
 
     async def forward(self, request: Request, body: bytes, replica_id: int,
-                      retry: bool = True, hop: Hop | None = None) -> Response:
+                      retry: bool = True, hop: Hop | None = None,
+                      decision: Decision | None = None) -> Response:
         """Relay to `replica_id`; one that never accepts it is marked down and, when
-        `retry`, the request goes to another replica (nothing of it ran). `hop`: the
-        request's routing span, when the fleet exports traces (its traceparent goes on)."""
+        `retry`, the request goes to another replica (nothing of it ran; its trace says
+        `retry`). `hop`: the request's routing span, when the fleet exports traces (its
+        traceparent goes on). `decision`: why it goes there, for the replica's trace."""
         handle = self.handles[replica_id]
         headers = upstream_headers(request.scope["headers"])
         if hop is not None:
             headers = hop.headers(headers, replica_id)
+        if decision is not None:
+            blocks = decision.matched_blocks if self.prefix is not None else None
+            headers.append((ROUTED_HEADER.encode(), routed_value(decision.reason, blocks)))
         gen = handle.options(stream=True).http.remote(
             request.method, request.url.path, request.scope.get("query_string", b""),
             headers, body)
@@ -164,7 +172,10 @@ class FleetIngress:
                 raise APIError(503, f"replica {replica_id} is not available ({exc})",
                                code="replica_unavailable", headers={"Retry-After": "1"}) \
                     from None
-            return await self.forward(request, body, self.any_replica(), retry=False, hop=hop)
+            again = self.any_replica()
+            return await self.forward(request, body, again, retry=False, hop=hop,
+                                      decision=None if decision is None
+                                      else Decision(again, "retry"))
         except BaseException as exc:
             self.table.done(replica_id)
             if isinstance(exc, APIError):
@@ -271,7 +282,8 @@ def build_app(fleet: FleetIngress) -> FastAPI:
             hop.reason = decision.reason
             if fleet.prefix is not None:
                 hop.matched_blocks = decision.matched_blocks
-        return await fleet.forward(request, body, decision.replica_id, hop=hop)
+        return await fleet.forward(request, body, decision.replica_id, hop=hop,
+                                   decision=decision)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

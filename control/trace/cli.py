@@ -29,7 +29,7 @@ from typing import Any
 
 from control.cli.ctl import TOKEN_ENV
 from control.trace import format as fmt
-from control.trace import queries, report
+from control.trace import format_request, queries, report
 from control.trace.schema import TABLES
 from control.trace.sources import FileSource, TraceError, UrlSource, open_source
 from control.trace.timeparse import parse_time
@@ -51,7 +51,7 @@ def _slow(args: argparse.Namespace, source: Any) -> Any:
 
 
 def _request(args: argparse.Namespace, source: Any) -> Any:
-    return source.ask("request", request_id=args.request_id), fmt.request
+    return source.ask("request", request_id=args.request_id), format_request.request
 
 
 def _steps(args: argparse.Namespace, source: Any) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from control.api.routed import routing_of
 from control.trace.waits import WaitRow
 from engine.config import LiveConfig
 from engine.kv.block_manager import KVSnapshot
@@ -38,6 +39,7 @@ def request_row(run_id: str, model: str, r: RequestRecord, preempted_s: float,
         r.first_token_time, r.finished_time, r.deadline, r.queue_delay_s, r.ttft_s, r.tpot_s,
         r.e2e_s, r.prefill_time_s, r.decode_time_s, preempted_s, wait_reasons,
         r.trace.trace_id if r.trace is not None else None,
+        *(routing_of(r.trace.attributes) if r.trace is not None else (None, None)),
     )
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 # 2: steps.fleet_version, steps.predicted_step_s; 3: target_step_s, step_reason;
-# 4: requests.trace_id
-SCHEMA_VERSION = 4
+# 4: requests.trace_id; 5: requests.routing_reason, routing_matched_blocks
+SCHEMA_VERSION = 5
 
 # type name -> (DuckDB type, Arrow type)
 TYPES: dict[str, tuple[str, pa.DataType]] = {
@@ -91,6 +91,9 @@ REQUESTS = Table("requests", (
     ("preempted_s", "float"),  # re-queued after preemption (inside prefill/decode time)
     ("wait_reasons", "map<str,float>"),  # seconds queued, by why it was not started
     ("trace_id", "str"),  # its distributed trace (W3C, 32 hex; control/otel); schema 4
+    # a fleet replica's: why its ingress sent the request here (control/api/routed.py), and
+    # under precise routing the prompt's leading blocks its KV index said this one held
+    ("routing_reason", "str"), ("routing_matched_blocks", "int"),  # schema 5
 ), "finished_time")
 
 KV_SNAPSHOTS = Table("kv_snapshots", (

@@ -12,6 +12,7 @@ import pytest
 from fixtures.local_fleet import LocalFleet
 
 from control.fleet.router import affinity_key, preferred, prompt_prefix
+from control.trace import format_request
 
 TENANT = httpx.Headers({"X-Tenant": "acme"})  # case-insensitive, as the ingress sees them
 # 240 shared characters (several full blocks of 16 tokens), then a question
@@ -42,12 +43,19 @@ def readiness(client: httpx.Client, fleet: LocalFleet) -> dict:
     return client.get(f"{fleet.url}/readyz").json()
 
 
-def wait_indexed(client: httpx.Client, fleet: LocalFleet, replica: int, blocks: int) -> None:
-    """Until the ingress's index shows `replica` holding at least `blocks` blocks."""
+def wait_indexed(client: httpx.Client, fleet: LocalFleet, replica: int, keys: list[int],
+                 ) -> None:
+    """Until the ingress's index shows `replica` holding every one of `keys` (its events
+    arrive a poll after the request that stored them)."""
     deadline = time.monotonic() + 10
-    while readiness(client, fleet)["kv_index"][replica]["blocks"] < blocks:
+    while fleet.ingress.kv_index.matched(replica, keys) < len(keys):
         assert time.monotonic() < deadline, readiness(client, fleet)["kv_index"]
         time.sleep(0.05)
+
+
+def prompt_keys(fleet: LocalFleet, path: str, body: dict) -> list[int]:
+    index = fleet.ingress.kv_index
+    return fleet.ingress.prefix.keys(path, body, TENANT, index.block_size, index.sharing)
 
 
 def matched_total(client: httpx.Client, fleet: LocalFleet) -> dict[str, float]:
@@ -65,7 +73,7 @@ def test_requests_sharing_a_prefix_follow_its_blocks(fleet):
         keys = fleet.ingress.prefix.keys("/v1/completions", {"prompt": SHARED + "Q0: reset?"},
                                          TENANT, index.block_size, index.sharing)
         assert len(keys) >= 4
-        wait_indexed(client, fleet, home, len(keys))
+        wait_indexed(client, fleet, home, keys)
         replicas = set()
         for i in range(1, 9):
             reply = post(client, fleet, "/v1/completions",
@@ -93,7 +101,7 @@ def test_the_ingress_hashes_a_chat_request_exactly_as_its_replica(fleet):
         keys = fleet.ingress.prefix.keys("/v1/chat/completions", body, TENANT,
                                          index.block_size, index.sharing)
         assert len(keys) >= 4
-        wait_indexed(client, fleet, int(home), len(keys))
+        wait_indexed(client, fleet, int(home), keys)
         before = matched_total(client, fleet)
         again = post(client, fleet, "/v1/chat/completions", body)
         after = matched_total(client, fleet)
@@ -126,3 +134,38 @@ def test_bad_bodies_have_no_keys_and_get_the_replicas_own_400(fleet):
         assert huge.json()["error"]["code"] in ("prompt_too_long", "context_length_exceeded",
                                                 "invalid_value"), huge.text
         post(client, fleet, "/v1/completions", {"prompt": "still serving"})
+
+
+def timeline(client: httpx.Client, fleet: LocalFleet, request_id: str) -> dict:
+    """The request's timeline through the ingress's trace read API, once its record is in."""
+    deadline = time.monotonic() + 10
+    while True:
+        reply = client.get(f"{fleet.url}/v1/trace/requests/{request_id}")
+        if reply.status_code == 200 and reply.json()["request"] is not None:
+            return reply.json()
+        assert time.monotonic() < deadline, reply.text
+        time.sleep(0.1)
+
+
+def test_each_replicas_trace_says_why_the_ingress_sent_it_there(fleet):
+    shared = SHARED.replace("ACME", "Globex")  # blocks no other test has put anywhere
+    with httpx.Client(timeout=60) as client:
+        first = post(client, fleet, "/v1/completions", {"prompt": shared + "Q0: reset?"})
+        home = int(first.headers["x-batchpilot-replica"])
+        wait_indexed(client, fleet, home, prompt_keys(fleet, "/v1/completions",
+                                                      {"prompt": shared + "Q0: reset?"}))
+        # a client's own routing header is dropped at the ingress: it cannot write the
+        # trace's story of where its request went
+        follower = post(client, fleet, "/v1/completions", {"prompt": shared + "Q1: WPA3?"},
+                        headers={**TENANT, "X-Batchpilot-Routed": "reason=random; blocks=99"})
+        told = [timeline(client, fleet, reply.json()["id"]) for reply in (first, follower)]
+    rows = [tl["request"] for tl in told]
+    assert rows[0]["routing_reason"] == "affinity"  # nobody held the new prefix
+    assert rows[0]["routing_matched_blocks"] == 0
+    assert rows[1]["routing_reason"] == "precise"
+    assert 4 <= rows[1]["routing_matched_blocks"] < 99
+    assert told[1]["replica"] == str(home)
+    text = format_request.request(told[1])
+    assert (f"routed to replica {home} by the fleet ingress: its KV index said this replica"
+            f" held the most of the prompt (precise); it held"
+            f" {rows[1]['routing_matched_blocks']} leading blocks of the prompt") in text
