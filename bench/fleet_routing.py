@@ -11,8 +11,10 @@ a smoke run), the ingress behind uvicorn on a loopback port, clients streaming o
 Routers: `precise` (the ingress's KV index, fed by the replicas' KV events a poll late:
 control/fleet/kv_index.py), `oracle` (the same router asking every replica's block manager
 directly, at no cost: the ceiling precise aims for), `affinity` (rendezvous hash of tenant +
-the first 256 characters) and `random`. Rounds rotate through them (A B C D A B C D), each
-on fresh prompts, so no round starts with another's cache.
+the first 256 characters) and `random`; `--modes` may add `precise@W` (precise with
+`load_blocks` W; `precise@0`: blocks alone decide, as precise did before it weighed load).
+Rounds rotate through them (A B C D A B C D), each on fresh prompts, so no round starts
+with another's cache.
 
 Workloads (`--concurrency` clients in a closed loop, `max_tokens` 8, a unique question
 each):
@@ -101,8 +103,11 @@ async def run_round(args: argparse.Namespace, bed: Bed, mode: str, round_id: int
     """One round of `mode` on fresh prompts; cache-pressure restarts the last replica
     halfway (between the halves: no request is in flight)."""
     fleet = bed.fleet
-    fleet.policy = RoutingPolicy(mode="precise" if mode == "oracle" else mode,
-                                 max_imbalance=args.max_imbalance).validate()
+    base, _, weight = mode.partition("@")
+    fleet.policy = RoutingPolicy(
+        mode="precise" if base == "oracle" else base, max_imbalance=args.max_imbalance,
+        max_kv_imbalance=args.max_kv_imbalance,
+        **({"load_blocks": float(weight)} if weight else {})).validate()
     fleet.kv_index = bed.oracle if mode == "oracle" else bed.index
     rng = random.Random(round_id)
     work = workload(args, round_id, rng)
@@ -262,6 +267,8 @@ def summarize(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> dict[st
                       ("precise", "affinity", "prefix_hit_rate"),
                       ("precise", "random", "prefix_hit_rate"),
                       ("precise", "affinity", "ttft_p99_s"),
+                      ("precise", "precise@0", "prefix_hit_rate"),
+                      ("precise", "precise@0", "ttft_p99_s"),
                       ("random", "affinity", "ttft_p50_s")):
         if a in args.modes and b in args.modes:
             ratios[f"{key}:{a}/{b}"] = round(out[f"{a}_{key}"] / max(1e-9, out[f"{b}_{key}"]), 3)
@@ -290,6 +297,8 @@ def main() -> None:
     parser.add_argument("--no-restart", dest="restart", action="store_false",
                         help="cache-pressure restarts the last replica halfway by default")
     parser.add_argument("--max-imbalance", type=int, default=RoutingPolicy.max_imbalance)
+    parser.add_argument("--max-kv-imbalance", type=float,
+                        default=RoutingPolicy.max_kv_imbalance)
     args = parser.parse_args()
     args.modes = args.modes.split(",")
     args.restart = args.restart and args.workload == "cache-pressure"

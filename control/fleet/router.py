@@ -5,13 +5,18 @@ decision is testable as a table.
     key = tenant + the prompt's first `prefix_chars` characters (or `prefix_tokens` ids)
     preferred = the live replica with the highest hash(key, replica id)   (rendezvous hashing)
     preferred.load - least.load <= max_imbalance  and
-    preferred.kv_usage - least.kv_usage <= max_kv_imbalance   -> preferred   ("affinity")
+    (preferred.kv_usage < kv_busy  or
+     preferred.kv_usage - least.kv_usage <= max_kv_imbalance)  -> preferred   ("affinity")
     otherwise two live replicas at random, the less loaded one            ("balance")
 
 `precise` routes on what each replica holds (control/fleet/kv_index.py, fed by its KV
-events): the replica holding the most leading blocks of the prompt, within the same load
-bounds ("precise"); a prompt nobody holds, or whose holder is too loaded, goes by affinity
-as above.
+events), weighed against load: each live replica costs the prompt blocks it would have to
+compute plus `load_blocks` per request it carries, and the cheapest wins when it holds any
+of the prompt, within the same bounds ("precise"). So a prompt goes where its blocks are
+until that replica carries more than (blocks saved / load_blocks) requests over another,
+and then a second replica takes it and soon holds it too (a hot prefix replicates, as
+llm-d's scorer trades its prefix and load scores). A prompt nobody holds, or whose holders
+cost more than an idle replica, goes by affinity as above.
 
 Rendezvous hashing is consistent: a replica that leaves moves only the keys it was preferred
 for, and one that comes back gets the same keys again, so its prefix cache stays useful.
@@ -57,10 +62,14 @@ class RoutingPolicy:
     # pow2 | random (the last two: baselines)
     mode: str = "affinity"
     max_imbalance: int = 4  # requests the preferred replica may carry over the least loaded
-    max_kv_imbalance: float = 0.25  # KV usage it may carry over the least used
+    max_kv_imbalance: float = 0.25  # KV usage it may carry over the least used, once it
+    kv_busy: float = 0.5  # uses this share of its KV: below it a replica has room enough
     prefix_chars: int = 256  # prompt text hashed for affinity (~ the first 4 blocks of 16)
     prefix_tokens: int = 64  # prompt token ids hashed, for prompts sent as ids
     key_by_tenant: bool = True  # tenants with the same prefix may go to different replicas
+    # precise: what one more request on a replica is worth, in prompt blocks (of 16
+    # tokens) computed: the queue against the prefill a cached prefix saves
+    load_blocks: float = 2.0
 
     def validate(self) -> RoutingPolicy:
         if self.mode not in MODES:
@@ -69,6 +78,10 @@ class RoutingPolicy:
             raise ValueError(f"max_imbalance={self.max_imbalance} must be >= 0")
         if not 0.0 <= self.max_kv_imbalance <= 1.0:
             raise ValueError(f"max_kv_imbalance={self.max_kv_imbalance} must be in 0..1")
+        if not 0.0 <= self.kv_busy <= 1.0:
+            raise ValueError(f"kv_busy={self.kv_busy} must be in 0..1")
+        if not 0.0 <= self.load_blocks < float("inf"):
+            raise ValueError(f"load_blocks={self.load_blocks} must be a number >= 0")
         if self.prefix_chars < 1 or self.prefix_tokens < 1:
             raise ValueError(f"prefix_chars={self.prefix_chars} and prefix_tokens="
                              f"{self.prefix_tokens} must be >= 1")
@@ -78,8 +91,8 @@ class RoutingPolicy:
 @dataclass(frozen=True)
 class Decision:
     replica_id: int
-    # precise (holds the most of its blocks) | affinity | balance (the preferred one too
-    # loaded, or no key) | random | only
+    # precise (the holder cheapest in blocks to compute and load) | affinity | balance
+    # (the preferred one too loaded, or no key) | random | only
     reason: str
     matched_blocks: int = 0  # precise: leading prompt blocks the chosen replica holds
 
@@ -137,15 +150,8 @@ def choose(key: bytes | None, loads: Sequence[ReplicaLoad], policy: RoutingPolic
         return Decision(live[0].replica_id, "only")
     if policy.mode == "random":
         return Decision(rng.choice(live).replica_id, "random")
-    if policy.mode == "precise" and matched:
-        top = max(matched.get(r.replica_id, 0) for r in live)
-        if top > 0:
-            holders = [r for r in live if matched.get(r.replica_id, 0) == top]
-            best = min(holders, key=lambda r: (r.load, r.kv_usage))
-            if _within(best, live, policy):
-                return Decision(best.replica_id, "precise", top)
-            # NOTE: the holder is too loaded: the prefix's hashed replica next, not a random
-            # one, so a spill-over (and a restarted replica's refill) gathers in one place
+    if policy.mode == "precise" and matched and max(matched.values()) > 0:
+        return _cheapest(key, live, policy, matched, rng)
     if policy.mode in ("affinity", "precise") and key is not None:
         best = preferred(key, live)
         if _within(best, live, policy):
@@ -153,10 +159,36 @@ def choose(key: bytes | None, loads: Sequence[ReplicaLoad], policy: RoutingPolic
     return _balance(live, rng)
 
 
+def _cheapest(key: bytes | None, live: Sequence[ReplicaLoad], policy: RoutingPolicy,
+              matched: dict[int, int], rng: random.Random) -> Decision:
+    """Precise: the first replica within the bounds in order of cost (blocks to compute +
+    load_blocks per request carried; the prompt's length is the same everywhere, so minus
+    the blocks held stands for the blocks to compute), then load, then the prefix's
+    rendezvous hash, so spill-overs (and a restarted replica's refill) gather in one
+    place instead of scattering."""
+    def order(r: ReplicaLoad) -> tuple[float, int, float, int]:
+        rank = -rendezvous_score(key, r.replica_id) if key is not None else 0
+        cost = policy.load_blocks * r.load - matched.get(r.replica_id, 0)
+        return (cost, r.load, r.kv_usage, rank)
+
+    for best in sorted(live, key=order):
+        if _within(best, live, policy):
+            held = matched.get(best.replica_id, 0)
+            if held:
+                return Decision(best.replica_id, "precise", held)
+            hashed = key is not None and best is preferred(key, live)
+            return Decision(best.replica_id, "affinity" if hashed else "balance")
+    return _balance(live, rng)
+
+
 def _within(best: ReplicaLoad, live: Sequence[ReplicaLoad], policy: RoutingPolicy) -> bool:
-    """`best` carries no more than the policy's imbalance over the least loaded."""
-    return (best.load - min(r.load for r in live) <= policy.max_imbalance
-            and best.kv_usage - min(r.kv_usage for r in live) <= policy.max_kv_imbalance)
+    """`best` carries no more than the policy's imbalance over the least loaded. KV usage
+    counts only above `kv_busy`: a few long prompts gathered where their prefix is cached
+    raise one replica's usage well over another's with no block short, and turning them
+    away there would scatter the very requests whose blocks it holds."""
+    kv_ok = (best.kv_usage < policy.kv_busy
+             or best.kv_usage - min(r.kv_usage for r in live) <= policy.max_kv_imbalance)
+    return best.load - min(r.load for r in live) <= policy.max_imbalance and kv_ok
 
 
 def _balance(live: Sequence[ReplicaLoad], rng: random.Random) -> Decision:

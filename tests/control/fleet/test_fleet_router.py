@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
@@ -9,6 +10,7 @@ import pytest
 
 from control.fleet.loads import LoadTable
 from control.fleet.router import (
+    Decision,
     NoReplicaAvailable,
     ReplicaLoad,
     RoutingPolicy,
@@ -85,8 +87,11 @@ def test_affinity_holds_within_the_imbalance_and_yields_past_it():
     assert choose(key, loads(5), POLICY, rng).replica_id == home  # 5 - 1 <= 4
     over = choose(key, loads(6), POLICY, rng)  # 6 - 1 > 4: the other, by load
     assert (over.replica_id, over.reason) == (other, "balance")
-    kv = choose(key, loads(1, home_kv=0.3), POLICY, rng)  # KV 0.3 over 0.0 > 0.25
+    kv = choose(key, loads(1, home_kv=0.6), POLICY, rng)  # KV 0.6 over 0.0 > 0.25
     assert (kv.replica_id, kv.reason) == (other, "balance")
+    # below kv_busy (0.5) a replica has room: its KV lead alone does not turn a request away
+    roomy = choose(key, loads(1, home_kv=0.4), POLICY, rng)
+    assert (roomy.replica_id, roomy.reason) == (home, "affinity")
     # the ingress's own in-flight count counts before the poll catches up
     burst = [ReplicaLoad(home, inflight=9), ReplicaLoad(other)]
     assert choose(key, burst, POLICY, rng).replica_id == other
@@ -169,3 +174,25 @@ def test_precise_places_prompts_nobody_holds_by_affinity():
         decision = choose(key, idle(3), PRECISE, rng, matched)
         assert decision.reason == "affinity" and decision.matched_blocks == 0
         assert decision.replica_id == preferred(key, idle(3)).replica_id
+
+
+def test_precise_weighs_the_blocks_a_holder_saves_against_its_load():
+    rng, key = random.Random(0), key_of(SYSTEM)
+    policy = RoutingPolicy(mode="precise", max_imbalance=8, load_blocks=4.0)
+    # replica 0 holds 8 blocks: worth 2 requests of load at 4 blocks a request
+    at = [ReplicaLoad(0, running=2), ReplicaLoad(1)]
+    # 4 * 2 - 8 = 0 against 0: a tie in cost goes to the less loaded, which holds none
+    assert choose(key, at, policy, rng, {0: 8, 1: 0}).replica_id == 1
+    over = [ReplicaLoad(0, running=3), ReplicaLoad(1)]
+    assert choose(key, over, policy, rng, {0: 8, 1: 0}).replica_id == 1
+    under = [ReplicaLoad(0, running=1), ReplicaLoad(1)]  # 4 - 8 < 0: the holder
+    assert choose(key, under, policy, rng, {0: 8, 1: 0}) == Decision(0, "precise", 8)
+    # two holders: the one whose blocks and load cost least, not the one holding most
+    both = [ReplicaLoad(0, running=3), ReplicaLoad(1, running=0), ReplicaLoad(2)]
+    decision = choose(key, both, policy, rng, {0: 10, 1: 6, 2: 0})
+    assert decision == Decision(1, "precise", 6)  # 12 - 10 = 2 > 0 - 6
+    # load_blocks 0: blocks alone decide (any load within the bounds)
+    blocks_only = dataclasses.replace(policy, load_blocks=0.0)
+    assert choose(key, both, blocks_only, rng, {0: 10, 1: 6, 2: 0}).replica_id == 0
+    with pytest.raises(ValueError, match="load_blocks=-1"):
+        RoutingPolicy(load_blocks=-1).validate()
