@@ -121,11 +121,15 @@ async def run_round(args: argparse.Namespace, bed: Bed, mode: str, round_id: int
             ttfts.append(await one_request(client, bed.url, prompt, tenant))
 
     halves = [work] if not args.restart else [work[: len(work) // 2], work[len(work) // 2:]]
+    indexed = 0
     async with httpx.AsyncClient(timeout=120) as client:
         for half, queue in enumerate(halves):
             if half:
                 await asyncio.sleep(0.5)  # the metrics thread counts the last steps
                 counts0.append(prefix_counts(bed.replicas))
+                # what the KV index learnt from the events by now (5 polls after the last
+                # request): a round too short for any precise decision still shows it
+                indexed = sum(r["blocks"] for r in bed.index.families_data())
                 await bed.restart(len(bed.replicas) - 1)
             await asyncio.gather(*(client_loop(client, queue)
                                    for _ in range(args.concurrency)))
@@ -135,7 +139,7 @@ async def run_round(args: argparse.Namespace, bed: Bed, mode: str, round_id: int
     before = {k: v for counts in counts0 for k, v in counts.items()}
     ttfts.sort()
     decided = {k: v - decided0.get(k, 0) for k, v in fleet.decisions.items()}
-    return {"mode": mode, "round": round_id, "decisions": decided,
+    return {"mode": mode, "round": round_id, "decisions": decided, "indexed_blocks": indexed,
             "prefix_hit_rate": hit_rate(before, {**before, **counts1}),
             "ttft_p50_s": ttfts[len(ttfts) // 2],
             "ttft_p99_s": ttfts[min(len(ttfts) - 1, int(len(ttfts) * 0.99))]}
@@ -258,6 +262,7 @@ def summarize(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> dict[st
             for reason, count in r["decisions"].items():
                 decisions[reason] = decisions.get(reason, 0) + count
         out[f"{mode}_decisions"] = {k: v for k, v in decisions.items() if v}
+        out[f"{mode}_indexed_blocks"] = min(r["indexed_blocks"] for r in mine)
         for key in ("prefix_hit_rate", "ttft_p50_s", "ttft_p99_s"):
             values = [r[key] for r in mine]
             out[f"{mode}_{key}"] = round(statistics.median(values), 4)

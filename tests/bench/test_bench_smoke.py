@@ -104,9 +104,11 @@ def test_benchmark_runs_in_smoke_mode(name, smokes):
 
 
 def check_fleet_routing(result: dict) -> None:
-    """Every router ran its round; precise and the oracle routed on blocks they found
-    held (a broken KV index or hashing at the ingress would leave them 0), after the
-    mid-round restart too; the figures are rates and positive latencies."""
+    """Every router ran its round; the oracle routed on blocks it found held (the
+    ingress's keys matched the replicas' own: broken hashing would leave it 0); the KV
+    index learnt blocks from the events in every round (a broken feed: 0). Precise
+    decisions themselves are timing: on a fast CPU a smoke round's 16 requests can end
+    before the first events arrive. The figures are rates and positive latencies."""
     assert result["workload"] == "cache-pressure" and result["restart"] is True
     for mode in ("precise", "oracle", "affinity", "random"):
         assert 0.0 <= result[f"{mode}_prefix_hit_rate"] <= 1.0
@@ -114,8 +116,9 @@ def check_fleet_routing(result: dict) -> None:
     assert set(result["ratios"]) >= {"prefix_hit_rate:precise/oracle",
                                      "ttft_p99_s:precise/affinity"}
     assert all(0 < r < math.inf for r in result["ratios"].values())
-    assert result["precise_decisions"].get("precise", 0) > 0, result["precise_decisions"]
     assert result["oracle_decisions"].get("precise", 0) > 0, result["oracle_decisions"]
+    for mode in ("precise", "oracle", "affinity", "random"):
+        assert result[f"{mode}_indexed_blocks"] > 0, result
     assert "precise" not in result["affinity_decisions"]
     # each document is asked for several times a round: a cache in use at all
     assert result["oracle_prefix_hit_rate"] > 0.2
