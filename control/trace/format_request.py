@@ -64,17 +64,21 @@ def _request_header(tl: dict[str, Any]) -> list[str]:
 
 
 def _routed(rec: dict[str, Any], replica: str | None) -> list[str]:
-    """A fleet replica's row: why the ingress sent the request there (schema 5).
-    `replica`: the replica's name when the fleet's ingress answered the question."""
+    said = routing_sentence(rec, replica)
+    return [f"  {said}"] if said else []
+
+
+def routing_sentence(rec: dict[str, Any], replica: str | None) -> str | None:
+    """A fleet replica's row: why the ingress sent the request there (schema 5), None on
+    a single server's. `replica`: the replica's name when the fleet answered."""
     reason = rec.get("routing_reason")
     if not reason:
-        return []
+        return None
     where = f" to replica {replica}" if replica else ""
     blocks = rec.get("routing_matched_blocks")
     held = "" if blocks is None else (
         f"; it held {blocks} leading block{'s' * (blocks != 1)} of the prompt")
-    return [f"  routed{where} by the fleet ingress: {ROUTING_WORDS.get(reason, reason)}"
-            f"{held}"]
+    return f"routed{where} by the fleet ingress: {ROUTING_WORDS.get(reason, reason)}{held}"
 
 
 def _breakdown(b: dict[str, Any] | None) -> list[str]:

@@ -8,6 +8,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from control.trace.format_request import routing_sentence
 from dashboard import charts
 from dashboard.context import ask, columns, context, window
 
@@ -40,7 +41,10 @@ if not request_id:
     st.stop()
 timeline = ask(ctx, "request", request_id=request_id)
 record, breakdown = timeline.get("request"), timeline.get("breakdown")
-if timeline.get("replica") is not None:  # a fleet: the replica that ran it
+routed = routing_sentence(record, timeline.get("replica")) if record else None
+if routed:  # a fleet replica's record: where its ingress sent it, and why
+    st.caption(routed[0].upper() + routed[1:])
+elif timeline.get("replica") is not None:  # a fleet's trace files: the replica that ran it
     st.caption(f"Ran on replica {timeline['replica']}")
 if record:
     cols = st.columns(5)

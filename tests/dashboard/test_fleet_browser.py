@@ -2,7 +2,8 @@
 `make screenshots` drives it): `batchpilot dashboard --trace-db 'DIR/replica-*.duckdb'`
 reads both replicas as one, the sidebar offers All or one replica, and the Requests page's
 table leads with the replica column while rows come from both; the Fleet page reads a live
-fleet's ingress (replicas, KV index, routing decisions). Screenshots go to
+fleet's ingress (replicas, KV index, routing decisions), and one request's page there says
+where the ingress sent it and why. Screenshots go to
 $FLEET_SHOTS (default /tmp/fleet-ui) for a person to look at."""
 
 from __future__ import annotations
@@ -89,9 +90,11 @@ def test_the_fleet_page_shows_replicas_and_routing(tiny_llama_dir, fleet_glob, t
     with LocalFleet(tiny_llama_dir, tmp_path, routing="precise") as fleet, \
             httpx.Client(base_url=fleet.url, timeout=60) as client:
         for i in range(6):
-            assert client.post("/v1/completions", headers={"X-Tenant": "acme"}, json={
-                "prompt": shared + f"Q{i}?", "max_tokens": 2}).status_code == 200
+            reply = client.post("/v1/completions", headers={"X-Tenant": "acme"}, json={
+                "prompt": shared + f"Q{i}?", "max_tokens": 2})
+            assert reply.status_code == 200, reply.text
             time.sleep(0.15)  # the KV index reads events every 100 ms
+        last = reply.json()["id"]  # followed its prefix's blocks: a precise decision
         with dashboard(tmp_path, url=fleet.url) as url, sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             try:
@@ -107,6 +110,21 @@ def test_the_fleet_page_shows_replicas_and_routing(tiny_llama_dir, fleet_glob, t
                     assert column in header, header
                 assert page.locator("[data-testid=stVegaLiteChart]").count() == 1
                 page.screenshot(path=str(SHOTS / "fleet_page.png"), full_page=True)
+
+                # the Requests page, one request: where the ingress sent it and why
+                page.goto(f"{url}/requests")
+                settle(page)
+                box = page.get_by_label("Request id (or pick one of the slowest below)")
+                box.fill(last)
+                box.press("Enter")
+                page.wait_for_selector("text=routed to replica", timeout=60_000)
+                settle(page)
+                said = page.locator("[data-testid=stCaptionContainer]").filter(
+                    has_text="Routed to replica").inner_text()
+                assert "by the fleet ingress" in said and "(precise)" in said, said
+                assert "leading blocks of the prompt" in said, said
+                assert page.locator("[data-testid=stException]").count() == 0
+                page.screenshot(path=str(SHOTS / "request_routed.png"), full_page=True)
             finally:
                 browser.close()
     with dashboard(tmp_path, trace_db=fleet_glob) as url, sync_api.sync_playwright() as p:
