@@ -166,6 +166,6 @@ def test_each_replicas_trace_says_why_the_ingress_sent_it_there(fleet):
     assert 4 <= rows[1]["routing_matched_blocks"] < 99
     assert told[1]["replica"] == str(home)
     text = format_request.request(told[1])
-    assert (f"routed to replica {home} by the fleet ingress: its KV index said this replica"
-            f" held the most of the prompt (precise); it held"
+    assert (f"routed to replica {home} by the fleet ingress:"
+            f" {format_request.ROUTING_WORDS['precise']}; it held"
             f" {rows[1]['routing_matched_blocks']} leading blocks of the prompt") in text
