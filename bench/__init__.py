@@ -35,6 +35,8 @@ CPU, side by side in one run:
                          (fp32, bf16 copies, GGUF blocks)
     dtype_agreement      greedy tokens of dtype auto / bfloat16 against float32, parity prompts
     single_stream        one request at a time: GGUF blocks vs bf16 copies vs llama.cpp
+    serving_path         offline_throughput's workload through LLM offline vs `make run`'s
+                         server at saturation over HTTP: output tok/s, server / offline
     cpu_peers            offline_throughput's workload and one stream beside OpenVINO
                          GenAI's ContinuousBatchingPipeline / LLMPipeline (`--setup` once:
                          its own venv and the export; without it, ours alone)
@@ -44,8 +46,8 @@ CPU, side by side in one run:
                          fit, replays, each timed (goals: 60 s and 5 s)
     whatif_accuracy      what-if predictions vs live load-test runs on the bundled model:
                          self and cross-config error per metric, and the sign of each change
-    fleet_routing        prefix/tenant affinity vs random routing over two in-process
-                         replicas (no Ray): prefix hit rate, client TTFT p50/p99
+    fleet_routing        precise (KV events), an oracle, affinity and random routing over
+                         two in-process replicas (no Ray): prefix hit rate, TTFT p50/p99
     fleet_control        a fleet config change's time to reach every replica, idle vs
                          under load, and canaries of a bad and a good change (local Ray)
     fleet_scaling        1 vs 2 replicas on local Ray: burst capacity, and throughput, TTFT

@@ -45,6 +45,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "goodput_policy": [],
     "step_cost_drift": [],
     "cpu_peers": [],
+    "serving_path": [],
 }
 # seconds a smoke may take (default 240): the fleet smokes start Ray and three or four
 # replica processes; beside the other half of make test on a loaded CI machine
@@ -101,6 +102,8 @@ def test_benchmark_runs_in_smoke_mode(name, smokes):
         check_trace_overhead(result)
     if name == "fleet_routing":
         check_fleet_routing(result)
+    if name == "serving_path":
+        check_serving_path(result)
 
 
 def check_fleet_routing(result: dict) -> None:
@@ -122,6 +125,18 @@ def check_fleet_routing(result: dict) -> None:
     assert "precise" not in result["affinity_decisions"]
     # each document is asked for several times a round: a cache in use at all
     assert result["oracle_prefix_hit_rate"] > 0.2
+
+
+def check_serving_path(result: dict) -> None:
+    """Both sides generated every token of the workload (the server refused and failed
+    none: a smoke round is far from its SLOs), at positive rates; the ratio is theirs."""
+    assert result["refused"] == 0 and result["failed"] == 0, result
+    assert result["tokens"]["server"] == result["tokens"]["offline"], result
+    for side in ("offline", "server"):
+        low, high = result[side]["range"]
+        assert 0 < low <= result[side]["median_tok_s"] <= high < math.inf, result
+    assert 0 < result["server_over_offline"] < 10, result
+    assert len(result["per_round_ratio"]) == result["rounds"]
 
 
 def check_trace_overhead(result: dict) -> None:
