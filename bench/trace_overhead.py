@@ -110,7 +110,8 @@ def run(mode: str, requests, steps: int, spin: int, db_dir: str,
             path = os.path.join(db_dir, f"trace-{time.monotonic_ns()}.duckdb")
             writer = TraceWriter(TraceSettings(path), "bench", "sim").start()
         if mode in OTLP_RATIO:
-            spans = OtelFeed(OtelSettings(sink, sample_ratio=OTLP_RATIO[mode]))
+            # started before the clock, as a server starts it with its model load
+            spans = OtelFeed(OtelSettings(sink, sample_ratio=OTLP_RATIO[mode])).start(30)
         observer = Observer(metrics, writer, spans=spans)
     start = time.perf_counter()
     done = 0

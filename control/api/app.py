@@ -101,7 +101,7 @@ def span_feed(settings: ServeSettings):
         return None
     from control.otel.feed import OtelFeed  # the SDK: only for a server that exports
 
-    return OtelFeed(settings.otlp)
+    return OtelFeed(settings.otlp).start()  # the span process imports while the model loads
 
 
 def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> FastAPI:

@@ -86,13 +86,7 @@ class SpanExport:
         self.exporter.shutdown()
 
     def families(self, model: str) -> Iterator[object]:
-        c = self.counts
-        yield counter_family("batchpilot_otel_spans_exported_total", "Spans the OTLP"
-                             " collector accepted.", ["model"], {(model,): c["exported"]})
-        yield counter_family("batchpilot_otel_spans_dropped_total", "Spans not exported:"
-                             " the export queue was full or the collector failed.",
-                             ["model", "reason"], {(model, "queue_full"): c["queue_full"],
-                                                   (model, "export_failed"): c["export_failed"]})
+        yield from span_families(model, self.counts)
 
     def _loop(self) -> None:
         batch: list[ReadableSpan] = []
@@ -119,3 +113,13 @@ class SpanExport:
                         " batchpilot_otel_spans_dropped_total)", self.settings.endpoint,
                         self.counts["export_failed"])
             self._next_warning = now + WARN_EVERY_S
+
+
+def span_families(model: str, c: dict[str, int]) -> Iterator[object]:
+    """The export's counters for /metrics: `c` as SpanExport.counts."""
+    yield counter_family("batchpilot_otel_spans_exported_total", "Spans the OTLP collector"
+                         " accepted.", ["model"], {(model,): c["exported"]})
+    yield counter_family("batchpilot_otel_spans_dropped_total", "Spans not exported: the"
+                         " export queue was full or the collector failed.",
+                         ["model", "reason"], {(model, "queue_full"): c["queue_full"],
+                                               (model, "export_failed"): c["export_failed"]})

@@ -1,11 +1,11 @@
 """A server's OpenTelemetry spans, built off the engine thread and the event loop.
 
-    engine thread (per step, O(1))      "otel-spans" thread               "otel-export"
-    ------------------------------      -------------------               -------------
-    Observer.on_step -> submit(item) -> phases from the steps; each    -> SpanExport
-                        (bounded: a     finished request: sample, build    (export.py)
-                        full queue       its spans
-                        drops, counted)
+    engine thread (per step, O(1))      "otel-spans" thread            child process
+    ------------------------------      -------------------            -------------
+    Observer.on_step -> submit(item) -> phases from the steps; each -> build the spans,
+                        (bounded: a     finished request: sample;      export them (OTLP)
+                        full queue      a batch per 100 ms to the      (span_process.py,
+                        drops, counted) child                          export.py)
 
 Which requests are exported: control/otel/settings.py `keep`. Nothing here raises into its
 callers: an unreachable collector costs the server a counter
@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from control.metrics.registry import counter_family
-from control.otel.export import SpanExport, resource_of
+from control.otel.export import span_families
 from control.otel.phases import PhaseTracker
 from control.otel.settings import OtelSettings, keep
-from control.otel.spans import SpanBuilder
+from control.otel.span_process import InProcessSpans, SpanProcess
 from control.serve.bursts import drain
 from control.trace.writer import StepItem
 
@@ -40,8 +40,10 @@ class OtelFeed:
 
     def __init__(self, settings: OtelSettings, exporter: SpanExporter | None = None):
         self.settings = settings.validate()
-        self.builder = SpanBuilder(resource_of(settings), settings.replica)
-        self.export = SpanExport(settings, exporter)
+        # building and encoding spans in a child process (span_process.py); an exporter
+        # object from the caller cannot cross to it
+        self.sink = SpanProcess(settings) if exporter is None else \
+            InProcessSpans(settings, exporter)
         self.tracker = PhaseTracker()
         self.requests = {"kept": 0, "not_sampled": 0}
         self.steps_dropped = 0
@@ -50,13 +52,22 @@ class OtelFeed:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {**self.export.counts, **self.requests, "steps_dropped": self.steps_dropped}
+        return {**self.sink.counts, **self.requests, "steps_dropped": self.steps_dropped}
+
+    def start(self, wait_s: float = 0.0) -> OtelFeed:
+        """Start the span thread and the span process now (else at the first step); with
+        `wait_s`, until the process is ready (a benchmark's clock must not see it start)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="otel-spans", daemon=True)
+            self._thread.start()
+        if isinstance(self.sink, SpanProcess):
+            self.sink.start(wait_s)
+        return self
 
     # ---- the engine thread -----------------------------------------------------------------
     def submit(self, item: StepItem) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="otel-spans", daemon=True)
-            self._thread.start()
+            self.start()
         if self._steps.qsize() >= MAX_STEP_BACKLOG:
             self.steps_dropped += 1
             return
@@ -68,10 +79,10 @@ class OtelFeed:
             self._steps.put(None)
             self._thread.join(timeout_s)
             self._thread = None
-        self.export.stop(timeout_s)
+        self.sink.stop(timeout_s)
 
     def families(self, model: str) -> Iterator[object]:
-        yield from self.export.families(model)
+        yield from span_families(model, self.sink.counts)
         yield counter_family("batchpilot_otel_requests_total", "Ended requests by sampling"
                              " decision.", ["model", "decision"],
                              {(model, k): v for k, v in self.requests.items()})
@@ -84,27 +95,33 @@ class OtelFeed:
         next_purge = time.monotonic() + PURGE_EVERY_S
         while True:
             time.sleep(0.1)  # bursts: one GIL hand-over per 100 ms, not one per step
+            kept: list = []
             for item in drain(self._steps):
                 if item is None:
+                    self.sink.send(kept)
                     return
                 try:
-                    self._on_item(item)
+                    kept += self._on_item(item)
                 except Exception:  # a bug here must not stop the feed
                     log.exception("building spans failed; the server goes on")
+            self.sink.send(kept)  # one pickled batch a wake-up
             if time.monotonic() > next_purge:
                 self.tracker.purge(time.time())
                 next_purge = time.monotonic() + PURGE_EVERY_S
 
-    def _on_item(self, item: StepItem) -> None:
+    def _on_item(self, item: StepItem) -> list:
+        """The phases of one step; [(record, phases)] of the requests it ended that are
+        kept (sampled, or an error, a timeout, a slow first token)."""
         for decision in item.admissions:
             self.tracker.on_admission(decision)
         if item.record is not None:
             self.tracker.on_step(item.record)
+        kept = []
         for rec in item.finished:
             phases = self.tracker.on_finished(rec)
             if not keep(rec, self.settings):
                 self.requests["not_sampled"] += rec.trace is not None
                 continue
             self.requests["kept"] += 1
-            for span in self.builder.build(rec, phases):
-                self.export.put(span)
+            kept.append((rec, phases))
+        return kept

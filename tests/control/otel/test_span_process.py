@@ -1,0 +1,38 @@
+"""The span process (control/otel/span_process.py) as the server uses it: it starts and
+says it is ready; a child that died costs its batches as counted drops and never blocks
+the caller; a child whose server went away exits by itself. (Spans reaching a real OTLP
+receiver through it: test_otlp_export.py, whose servers all export this way.)"""
+
+from __future__ import annotations
+
+import time
+
+from control.otel.settings import OtelSettings
+from control.otel.span_process import SpanProcess
+
+NOBODY = OtelSettings("http://127.0.0.1:9/v1/traces")  # the discard port: nothing listens
+
+
+def test_a_dead_span_process_costs_counted_drops_and_never_blocks():
+    spans = SpanProcess(NOBODY)
+    spans.start(wait_s=30)
+    assert spans.counts == {"exported": 0, "queue_full": 0, "export_failed": 0}
+    spans._proc.kill()
+    spans._proc.wait(10)
+    started = time.monotonic()
+    spans.send([("record", None), ("record", None)])  # two requests' batch, never built
+    spans.send([("record", None)])
+    assert time.monotonic() - started < 1.0
+    assert spans.counts["export_failed"] == 3
+    spans.stop(1.0)  # returns at once: nothing to wait for
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_span_process_whose_server_went_away_exits():
+    spans = SpanProcess(NOBODY)
+    spans.start(wait_s=30)
+    child = spans._proc
+    spans._out.close()  # as when the server process dies: the pipe's write end closes
+    child.wait(15)  # its export stops within its own 5 s, then it exits
+    assert child.returncode == 0
+    spans._in.close()
