@@ -147,18 +147,18 @@ class FleetIngress:
 
     async def forward(self, request: Request, body: bytes, replica_id: int,
                       retry: bool = True, hop: Hop | None = None,
-                      decision: Decision | None = None) -> Response:
+                      routed: bytes | None = None) -> Response:
         """Relay to `replica_id`; one that never accepts it is marked down and, when
         `retry`, the request goes to another replica (nothing of it ran; its trace says
         `retry`). `hop`: the request's routing span, when the fleet exports traces (its
-        traceparent goes on). `decision`: why it goes there, for the replica's trace."""
+        traceparent goes on). `routed`: why it goes there (control/api/routed.py
+        routed_value), for the replica's trace."""
         handle = self.handles[replica_id]
         headers = upstream_headers(request.scope["headers"])
         if hop is not None:
             headers = hop.headers(headers, replica_id)
-        if decision is not None:
-            blocks = decision.matched_blocks if self.prefix is not None else None
-            headers.append((ROUTED_HEADER.encode(), routed_value(decision.reason, blocks)))
+        if routed is not None:
+            headers.append((ROUTED_HEADER.encode(), routed))
         gen = handle.options(stream=True).http.remote(
             request.method, request.url.path, request.scope.get("query_string", b""),
             headers, body)
@@ -172,10 +172,9 @@ class FleetIngress:
                 raise APIError(503, f"replica {replica_id} is not available ({exc})",
                                code="replica_unavailable", headers={"Retry-After": "1"}) \
                     from None
-            again = self.any_replica()
-            return await self.forward(request, body, again, retry=False, hop=hop,
-                                      decision=None if decision is None
-                                      else Decision(again, "retry"))
+            # the retry's replica is not chosen on blocks: what it holds is not known
+            return await self.forward(request, body, self.any_replica(), retry=False,
+                                      hop=hop, routed=routed and routed_value("retry", None))
         except BaseException as exc:
             self.table.done(replica_id)
             if isinstance(exc, APIError):
@@ -278,12 +277,12 @@ def build_app(fleet: FleetIngress) -> FastAPI:
         parsed = parsed if isinstance(parsed, dict) else {}
         hop = fleet.door.enter(request.headers, parsed) if fleet.door else None
         decision = await fleet.route_generation(request.url.path, parsed, request.headers)
+        # matched blocks are known only under precise routing (the ingress hashes prompts)
+        blocks = decision.matched_blocks if fleet.prefix is not None else None
         if hop is not None:
-            hop.reason = decision.reason
-            if fleet.prefix is not None:
-                hop.matched_blocks = decision.matched_blocks
+            hop.reason, hop.matched_blocks = decision.reason, blocks
         return await fleet.forward(request, body, decision.replica_id, hop=hop,
-                                   decision=decision)
+                                   routed=routed_value(decision.reason, blocks))
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
