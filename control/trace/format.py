@@ -13,6 +13,8 @@ from typing import Any
 LATENCY_ROWS = (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s"),
                 ("queue", "queue_delay_s"))
 PREEMPTED_NOTE = "preempted: seconds re-queued after a preemption, inside prefill/decode"
+
+
 def dur(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -214,7 +216,6 @@ def _batch_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-# ---- one request -----------------------------------------------------------------------
 def spans(ids: list[int], most: int = 8) -> str:
     """Step ids as ranges: [3, 4, 5, 9] -> '3-5, 9'; at most `most` ranges shown."""
     out: list[list[int]] = []
