@@ -37,22 +37,14 @@ import time
 import torch
 
 from bench import openvino_peer
-from bench.offline_throughput import make_prompts, run_ours
+from bench.offline_throughput import run_ours, workload
 from bench.random_models import measure_on_model
 from engine import LLM, SamplingParams
 from engine.models import load_model
-from engine.sim.workload import TraceScale, load_trace
 
 DEFAULT_MODEL = "smollm2-135m"
 SMOKE = {"requests": 4, "rounds": 1, "single_tokens": 48}
 MAX_NUM_SEQS, STEP_TOKENS = 64, 2048
-
-
-def workload(loaded, requests: int) -> tuple[list[list[int]], list[int]]:
-    trace = load_trace(limit=requests, scale=TraceScale(prompt_div=8, output_div=4,
-                                                        min_tokens=4))
-    prompts = make_prompts(loaded.tokenizer, [t.prompt_tokens for t in trace])
-    return prompts, [t.output_tokens for t in trace]
 
 
 def ours_single(loaded, prompt: list[int], tokens: int) -> dict:
@@ -80,7 +72,7 @@ def decode_rate(run: dict) -> float | None:
 
 def measure(model: str, args) -> dict:
     loaded = load_model(model, dtype="auto")
-    prompts, outputs = workload(loaded, args.requests)
+    _, prompts, outputs = workload(loaded.tokenizer, args.requests)
     make_llm = lambda: LLM(loaded, max_num_seqs=MAX_NUM_SEQS,  # noqa: E731
                            max_num_batched_tokens=STEP_TOKENS)
     print(f"{len(prompts)} requests, {sum(map(len, prompts))} prompt and {sum(outputs)}"

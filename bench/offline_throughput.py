@@ -87,6 +87,15 @@ def make_prompts(tokenizer, lengths: list[int]) -> list[list[int]]:
     return [ids[(7 * i) % 50:(7 * i) % 50 + n] for i, n in enumerate(lengths)]
 
 
+def workload(tokenizer, requests: int) -> tuple[TraceScale, list[list[int]], list[int]]:
+    """The first `requests` conversation requests, scaled: (the scale, prompt token ids,
+    forced output lengths)."""
+    scale = TraceScale(prompt_div=8, output_div=4, min_tokens=4)
+    trace = load_trace(limit=requests, scale=scale)
+    return (scale, make_prompts(tokenizer, [t.prompt_tokens for t in trace]),
+            [t.output_tokens for t in trace])
+
+
 def run_ours(make_llm, prompts: list[list[int]], outputs: list[int],
              sampled: bool = False) -> tuple[float, int]:
     """Greedy, or (`sampled`) with SAMPLED's settings and a seed per request, on a fresh
@@ -126,8 +135,6 @@ def worktree(stack: ExitStack, ref: str) -> Path:
 
 def build_sides(model: str, args, stack: ExitStack) -> tuple[dict, list[list[int]], list[int]]:
     """{side: () -> (seconds, tokens)} over the workload, each already warmed up."""
-    scale = TraceScale(prompt_div=8, output_div=4, min_tokens=4)
-    trace = load_trace(limit=args.requests, scale=scale)
     auto = load_model(model, dtype="auto", keep_reference=True)
     fp32 = load_model(model, dtype="float32")
     reference = auto.reference.eval()
@@ -135,14 +142,13 @@ def build_sides(model: str, args, stack: ExitStack) -> tuple[dict, list[list[int
                                           max_num_batched_tokens=2048, kv_cache_dtype=kv))
             for name, m, kv in (("auto", auto, "auto"), ("auto_kvf32", auto, "float32"),
                                 ("fp32", fp32, "auto"))}
-    prompts = make_prompts(auto.tokenizer, [t.prompt_tokens for t in trace])
-    outputs = [t.output_tokens for t in trace]
+    scale, prompts, outputs = workload(auto.tokenizer, args.requests)
     pad_id = auto.tokenizer.pad_token_id
     pad_id = pad_id if pad_id is not None else auto.eos_token_ids[0]
     label = ("SmolLM2-135M-Instruct (GGUF Q4_1 dequantised)" if model == DEFAULT_MODEL
              else f"{model} ({auto.architecture})")
     print(f"{label} on {platform.machine()}, {torch.get_num_threads()} torch threads;"
-          f" {len(trace)} trace requests, {scale.describe()}; {sum(outputs)} useful output"
+          f" {len(outputs)} trace requests, {scale.describe()}; {sum(outputs)} useful output"
           f" tokens per run\n  auto: {auto.dtype_plan.describe()}")
     runners = {
         "auto": lambda p, o: run_ours(llms["auto"], p, o),

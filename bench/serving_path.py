@@ -36,11 +36,10 @@ from pathlib import Path
 import httpx
 
 from bench.loadtest_goals import start_server
-from bench.offline_throughput import DEFAULT_MODEL, make_prompts, run_ours
+from bench.offline_throughput import DEFAULT_MODEL, run_ours, workload
 from bench.random_models import run_bench
 from engine import LLM
 from engine.models import load_model
-from engine.sim.workload import TraceScale, load_trace
 
 SMOKE = {"requests": 8, "rounds": 1}
 
@@ -79,12 +78,9 @@ async def serve_all(url: str, prompts: list[list[int]], outputs: list[int],
 
 
 def measure(model: str, args: argparse.Namespace) -> dict:
-    scale = TraceScale(prompt_div=8, output_div=4, min_tokens=4)
-    trace = load_trace(limit=args.requests, scale=scale)
     loaded = load_model(model, dtype="auto")
-    prompts = make_prompts(loaded.tokenizer, [t.prompt_tokens for t in trace])
-    outputs = [t.output_tokens for t in trace]
-    print(f"{model}: {len(trace)} requests, {scale.describe()}, {sum(outputs)} output"
+    scale, prompts, outputs = workload(loaded.tokenizer, args.requests)
+    print(f"{model}: {len(outputs)} requests, {scale.describe()}, {sum(outputs)} output"
           " tokens a run", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-serving-path-") as tmp:
         proc, url = start_server(Path(tmp) / "server.log", model,
