@@ -129,13 +129,19 @@ def check_fleet_routing(result: dict) -> None:
 
 def check_serving_path(result: dict) -> None:
     """Both sides generated every token of the workload (the server refused and failed
-    none: a smoke round is far from its SLOs), at positive rates; the ratio is theirs."""
+    none: a smoke round is far from its SLOs), at positive rates; the ratio is their
+    medians' quotient. No bound on its size: a smoke round is tens of milliseconds of a
+    tiny model, fixed costs and stalls, not a speed figure (CI once saw 25 when another
+    smoke starved the offline side)."""
     assert result["refused"] == 0 and result["failed"] == 0, result
     assert result["tokens"]["server"] == result["tokens"]["offline"], result
     for side in ("offline", "server"):
         low, high = result[side]["range"]
         assert 0 < low <= result[side]["median_tok_s"] <= high < math.inf, result
-    assert 0 < result["server_over_offline"] < 10, result
+    quotient = result["server"]["median_tok_s"] / result["offline"]["median_tok_s"]
+    assert result["server_over_offline"] == pytest.approx(quotient, rel=1e-2), result
+    assert min(result["per_round_ratio"]) <= result["server_over_offline"] * 1.01
+    assert max(result["per_round_ratio"]) >= result["server_over_offline"] * 0.99
     assert len(result["per_round_ratio"]) == result["rounds"]
 
 
