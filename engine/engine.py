@@ -309,5 +309,8 @@ class Engine:
 
     def stats(self) -> dict[str, Any]:
         lanes = self.scheduler.lanes
+        now, live = self.clock(), self.live_config
         return {"running": len(self.scheduler.running), "waiting": lanes.num_waiting,
-                "kv_usage": self.block_manager.usage, "config_version": self.live_config.version}
+                "kv_usage": self.block_manager.usage, "config_version": self.live_config.version,
+                "queue_slo_share": max((q.queue_slo_share(now, live.lane_slo(q.config).ttft_s)
+                                        for q in lanes), default=0.0)}

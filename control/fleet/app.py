@@ -4,6 +4,10 @@
                                               where CUDA is available, else `replica_cpus`)
                  ingress                      FleetIngress, the HTTP app (route_prefix "/")
 
+With autoscaling (`autoscale.min_replicas` < `max_replicas` = N), slots min.. run 0 or 1
+replica each, decided by Ray Serve's autoscaler with our policy (autoscale_board.py
+slot_policy, on the ingress's signals; autoscale.py says the rule).
+
 One deployment per replica, not one deployment of N: the router picks a replica by id
 (affinity needs a stable target) and each keeps its id across restarts, so its stats, logs
 and (later) metric labels and trace file stay its own. Serve restarts a replica whose actor
@@ -25,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from control.admin.auth import load_tokens
+from control.fleet.autoscale import AutoscaleConfig, SlotState
+from control.fleet.autoscale_board import RayBoard, publish_slot, slot_policy
 from control.fleet.ingress import FleetIngress
 from control.fleet.placement import deploy_failure, fit_to_cluster
 from control.fleet.prefix_keys import PrefixSpec
@@ -50,10 +56,21 @@ class FleetSettings:
     ingress_cpus: float = 0.5
     trace_dir: str | None = None  # each replica writes DIR/replica-<id>.duckdb
     policy: RoutingPolicy = RoutingPolicy()
+    # None: a fixed fleet of `replicas`; else `replicas` == its max_replicas slots
+    autoscale: AutoscaleConfig | None = None
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.autoscale is not None and self.autoscale.enabled
 
     def validate(self) -> FleetSettings:
         if self.replicas < 1:
             raise ValueError(f"replicas={self.replicas} must be >= 1")
+        if self.autoscale is not None:
+            self.autoscale.validate()
+            if self.autoscale.max_replicas != self.replicas:
+                raise ValueError(f"autoscale.max_replicas={self.autoscale.max_replicas} must"
+                                 f" equal replicas={self.replicas} (the slots deployed)")
         if (self.replica_cpus is not None and self.replica_cpus <= 0) or self.ingress_cpus <= 0:
             raise ValueError(f"replica_cpus={self.replica_cpus} and ingress_cpus="
                              f"{self.ingress_cpus} must be > 0")
@@ -113,7 +130,7 @@ def build_application(settings: FleetSettings) -> Any:
     handles = []
     for i in range(settings.replicas):
         deployment = serve.deployment(
-            _ServeReplica, name=f"replica-{i}", num_replicas=1,
+            _ServeReplica, name=f"replica-{i}", **_slot_size(settings, i),
             max_ongoing_requests=MAX_ONGOING, ray_actor_options=replica_options,
             health_check_period_s=2.0, health_check_timeout_s=30.0,
             graceful_shutdown_timeout_s=settings.serve.shutdown_grace_s + 5.0)
@@ -129,7 +146,21 @@ def build_application(settings: FleetSettings) -> Any:
                         max_body_bytes=settings.serve.limits.max_body_bytes,
                         loopback=settings.serve.host in LOOPBACK_HOSTS,
                         control_api=settings.serve.control_api, otlp=settings.serve.otlp,
-                        prefix=prefix)
+                        prefix=prefix, autoscale=settings.autoscale,
+                        board=RayBoard() if settings.autoscaled else None, app=APP_NAME)
+
+
+def _slot_size(settings: FleetSettings, slot: int) -> dict[str, Any]:
+    """One replica, or (an autoscaled slot) 0..1 as our policy says. Serve's own delays are
+    0: the policy keeps its own (autoscale.py), live-changeable, and drains before 0."""
+    from ray.serve.config import AutoscalingConfig, AutoscalingPolicy
+
+    scale = settings.autoscale
+    if scale is None or not scale.enabled or slot < scale.min_replicas:
+        return {"num_replicas": 1}
+    return {"autoscaling_config": AutoscalingConfig(
+        min_replicas=0, max_replicas=1, initial_replicas=0, upscale_delay_s=0.0,
+        downscale_delay_s=0.0, policy=AutoscalingPolicy(policy_function=slot_policy))}
 
 
 def start(settings: FleetSettings) -> Any:
@@ -144,6 +175,10 @@ def deploy(settings: FleetSettings) -> Any:
     from ray import serve
 
     serve.start(http_options={"host": settings.serve.host, "port": settings.serve.port})
+    if settings.autoscaled:  # a board a fleet before this one left on the cluster: clear
+        board, scale = RayBoard(), settings.autoscale
+        for slot in range(scale.min_replicas, scale.max_replicas):
+            publish_slot(board, APP_NAME, slot, SlotState("off", "deploy"))
     try:
         return serve.run(build_application(settings), name=APP_NAME, route_prefix="/")
     except RuntimeError as exc:
@@ -197,7 +232,10 @@ def run(settings: FleetSettings) -> int:
         return 2 if isinstance(exc, ValueError) else 1
     url = settings.serve.url
     cpus = "" if settings.replica_cpus is None else f" ({settings.replica_cpus:g} CPU each)"
-    print(f"{READY_LINE}: {settings.replicas} replicas{cpus} of {settings.serve.model_name}"
+    scale = settings.autoscale
+    count = (f"{scale.min_replicas}-{scale.max_replicas} replicas (autoscaled, {scale.min_replicas}"
+             " running)") if settings.autoscaled and scale else f"{settings.replicas} replicas"
+    print(f"{READY_LINE}: {count}{cpus} of {settings.serve.model_name}"
           f" at {url}\n  probes: {url}/healthz {url}/readyz   metrics: {url}/metrics\n"
           f"  stop: Ctrl+C or SIGTERM (drains first)", flush=True)
     stop_event = threading.Event()

@@ -132,7 +132,7 @@ class CanaryRun:
                 "thresholds": asdict(self.rule),
                 "checks": [c.to_dict() for c in verdict.checks]}
             log.warning("canary %s: %s (%s)", self.canary_id, status, verdict.why)
-            targets = range(len(control.fleet.handles)) if promote else self.canaries
+            targets = control.fleet.live_ids() if promote else self.canaries
             pushed = await control.push_all(targets, "canary")
             decision["converged"] = pushed["converged"]
             decision["converge_s"] = pushed["converge_s"]
@@ -154,8 +154,10 @@ async def start_canary(control: FleetControl, changes: dict[str, Any], *,
     async with control.change_lock:
         control.refuse_during_canary()
         control.fleet.refuse_during_restart()  # a restart takes replicas out one by one
+        control.fleet.refuse_during_scaling()  # a slot starting or draining under it
         versions.check_expected(expected)
-        n = len(control.fleet.handles)
+        live = control.fleet.live_ids()
+        n = len(live)
         if not 1 <= replicas < n:
             raise ChangeError(400, "invalid_value", f"canary={replicas} must be 1..{n - 1}:"
                               f" the fleet has {n} replica(s) and the rest are the baseline",
@@ -184,7 +186,7 @@ async def start_canary(control: FleetControl, changes: dict[str, Any], *,
             raise ChangeError(502, "canary_failed", "the canary replicas did not take the"
                               f" change: {pushed['replicas']}")
         run = CanaryRun(control, version=entry.version, base_version=versions.current,
-                        canaries=canaries, baseline=[i for i in range(n) if i not in canaries],
+                        canaries=canaries, baseline=[i for i in live if i not in canaries],
                         watch_s=watch_s, rule=rule, actor=actor, reason=reason, diff=diff,
                         poll_s=poll_s)
         versions.event("canary_start", canary_id=run.canary_id, version=entry.version,

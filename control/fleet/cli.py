@@ -2,6 +2,7 @@
 
     batchpilot fleet --replicas 2 --config serving.yaml                 # local Ray
     batchpilot fleet --replicas 8 --config serving.yaml --address auto  # join a cluster
+    batchpilot fleet --min-replicas 1 --max-replicas 2   # Serve's autoscaler, our signals
     batchpilot fleet restart --url http://INGRESS --grace 30  # rolling restart (restart_cli)
 """
 
@@ -12,6 +13,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from control.fleet.autoscale import AutoscaleConfig
 from control.fleet.restart_cli import add_restart_parser
 from control.fleet.router import MODES, RoutingPolicy
 from control.otel.cli_args import add_otlp_args, otlp_settings
@@ -26,7 +28,16 @@ def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
         " /metrics; requests go to the replica likely to hold their prompt prefix unless it"
         " is much busier than the others (docs/fleet.md). Needs the `fleet` extra:"
         " pip install 'batchpilot[fleet]'.")
-    fleet.add_argument("--replicas", type=int, default=2, help="default %(default)s")
+    fleet.add_argument("--replicas", type=int, default=None,
+                       help="a fixed fleet of this many (default 2; not with --max-replicas)")
+    fleet.add_argument("--min-replicas", type=int, default=None,
+                       help="autoscaled: at least this many (default 1)")
+    fleet.add_argument("--max-replicas", type=int, default=None,
+                       help="autoscaled: at most this many (docs/fleet.md, Autoscaling)")
+    fleet.add_argument("--autoscale", action="append", metavar="NAME=VALUE", default=[],
+                       help="an autoscaling setting (up_waiting, up_queue_share,"
+                       " up_kv_usage, down_running, down_kv_usage, upscale_delay_s,"
+                       " downscale_delay_s); live: PATCH /control/fleet/autoscale")
     fleet.add_argument("--model", default=DEFAULT_MODEL, help="default %(default)s")
     fleet.add_argument("--config", dest="config_path", metavar="YAML",
                        help="serving config every replica runs (default: embedded)")
@@ -83,7 +94,13 @@ def run_fleet(args: argparse.Namespace) -> int:
         return 2
     from control.fleet.app import FleetSettings, run
 
-    settings = FleetSettings(serve, replicas=args.replicas, address=args.address,
+    try:
+        replicas, autoscale = fleet_size(args)
+    except ValueError as exc:
+        print(f"batchpilot fleet: error: {exc}", file=sys.stderr)
+        return 2
+    settings = FleetSettings(serve, replicas=replicas, autoscale=autoscale,
+                             address=args.address,
                              num_cpus=args.num_cpus, replica_cpus=args.replica_cpus,
                              trace_dir=args.trace_dir, policy=RoutingPolicy(
                                  mode=args.routing, max_imbalance=args.max_imbalance))
@@ -100,6 +117,36 @@ def run_fleet(args: argparse.Namespace) -> int:
         return 2
     configure_logging(args.log_level)
     return run(settings)
+
+
+def fleet_size(args: argparse.Namespace) -> tuple[int, AutoscaleConfig | None]:
+    """(slots to deploy, the autoscaling config or None) from the size flags; ValueError
+    naming the flag when they disagree or a setting is wrong."""
+    scaled = args.max_replicas is not None or args.min_replicas is not None
+    if not scaled:
+        if args.autoscale:
+            raise ValueError("--autoscale needs --max-replicas (an autoscaled fleet)")
+        return (2 if args.replicas is None else args.replicas), None
+    if args.replicas is not None:
+        raise ValueError("--replicas is a fixed size: use --min-replicas and --max-replicas"
+                         " for an autoscaled fleet, not both")
+    if args.max_replicas is None:
+        raise ValueError("--min-replicas needs --max-replicas")
+    changes: dict[str, object] = {}
+    for item in args.autoscale:
+        name, sep, value = item.partition("=")
+        try:
+            changes[name.strip()] = float(value) if sep else None
+        except ValueError:
+            raise ValueError(f"--autoscale {item!r}: the value must be a number") from None
+        if not sep:
+            raise ValueError(f"--autoscale {item!r} must be NAME=VALUE")
+    base = AutoscaleConfig(1 if args.min_replicas is None else args.min_replicas,
+                           args.max_replicas)
+    if {"min_replicas", "max_replicas"} & set(changes):
+        raise ValueError("--autoscale sets thresholds and delays; the size is"
+                         " --min-replicas / --max-replicas")
+    return args.max_replicas, base.validate().replace(changes)
 
 
 def make_trace_dir(path: str) -> None:

@@ -127,7 +127,7 @@ class FleetControl:
                                     reason=reason, lane_moves=lane_moves)
             log.warning("fleet config version %d by %s (%s): %s%s", entry.version, actor,
                         source, changes, f"; reason: {reason}" if reason else "")
-            pushed = await self.push_all(range(len(self.fleet.handles)), actor)
+            pushed = await self.push_all(self.fleet.live_ids(), actor)
         return {"applied": True, "version": entry.version, "diff": changes, "config": config,
                 **pushed}
 
@@ -215,7 +215,7 @@ class FleetControl:
             except Exception as exc:  # a replica that is down misses it: say so
                 log.warning("could not record %s on a replica: %r", source, exc)
 
-        await asyncio.gather(*(one(h) for h in self.fleet.handles))
+        await asyncio.gather(*(one(self.fleet.handles[i]) for i in self.fleet.live_ids()))
 
 
 async def _down(replica_id: int) -> dict[str, Any]:

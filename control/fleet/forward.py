@@ -136,16 +136,17 @@ def upstream_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]
 
 async def fan_out(handles: Sequence[Any], method: str, path: str, body: bytes = b"",
                   headers: list[tuple[bytes, bytes]] | None = None,
-                  ) -> list[tuple[int, int, bytes]]:
-    """Send one request to every replica -> [(replica id, status, body)]; a replica that
-    fails reads as status 0 (/metrics, a fleet config change)."""
+                  ids: Sequence[int] | None = None) -> list[tuple[int, int, bytes]]:
+    """Send one request to every replica (or those in `ids`) -> [(replica id, status,
+    body)]; a replica that fails reads as status 0 (/metrics, a fleet config change)."""
     async def one(i: int) -> tuple[int, int, bytes]:
         try:
             return (i, *await _collect(handles[i], method, path, body, headers))
         except Exception as exc:  # down or restarting
             return i, 0, repr(exc).encode()
 
-    return list(await asyncio.gather(*(one(i) for i in range(len(handles)))))
+    return list(await asyncio.gather(*(one(i) for i in (
+        range(len(handles)) if ids is None else ids))))
 
 
 async def _collect(handle: Any, method: str, path: str, body: bytes,

@@ -38,6 +38,8 @@ from control.api.body_limit import BodyLimit
 from control.api.errors import APIError, install_error_handlers
 from control.api.limits import RequestLimits
 from control.api.routed import ROUTED_HEADER, routed_value
+from control.fleet.autoscale import AutoscaleConfig
+from control.fleet.autoscale_board import Board
 from control.fleet.control_plane import FleetControl
 from control.fleet.control_routes import fleet_control_router
 from control.fleet.forward import NotAccepted, fan_out, open_call, relay, upstream_headers
@@ -54,6 +56,8 @@ from control.fleet.router import (
     choose,
     prompt_prefix,
 )
+from control.fleet.scaling import FleetScaling
+from control.fleet.scaling_routes import scaling_router
 from control.fleet.trace_fanout import guard_forwarded, install_trace_routes
 from control.otel.door import Hop, TraceDoor
 from control.otel.settings import OtelSettings
@@ -69,9 +73,12 @@ class FleetIngress:
                  seed: int | None = None, control_tokens: tuple[Token, ...] = (),
                  control_api: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  loopback: bool = False, otlp: OtelSettings | None = None,
-                 prefix: PrefixSpec | None = None):
+                 prefix: PrefixSpec | None = None, autoscale: AutoscaleConfig | None = None,
+                 board: Board | None = None, app: str = "batchpilot-fleet"):
         """`prefix`: how to hash requests as the replicas do (control/fleet/prefix_keys.py),
-        needed by --routing precise; the tokenizer loads here."""
+        needed by --routing precise; the tokenizer loads here. `autoscale` and `board`:
+        slots min_replicas.. are scaled by Serve's autoscaler (scaling.py); without them
+        every replica always runs."""
         self.handles = list(handles)
         self.policy = policy.validate()
         self.poll_s = poll_s
@@ -96,16 +103,26 @@ class FleetIngress:
         self.prefix = prefix.build() if self.policy.mode == "precise" else None
         self.kv_index = KVIndex(len(self.handles))  # followed under precise routing
         self.matched: dict[int, int] = {}  # replica -> prompt blocks it held when routed
+        if autoscale is None or board is None or not autoscale.enabled:
+            autoscale, board = AutoscaleConfig(len(self.handles), len(self.handles)), None
+        self.scaling = FleetScaling(self, autoscale, board, app)
+        for view in self.table.views:
+            view.in_service = self.scaling.routed(view.replica_id)
 
     def start_polls(self) -> None:
         """On the event loop that serves the app: one poll loop per replica."""
+        callable_ = self.scaling.callable
         self._polls = [asyncio.ensure_future(poll_forever(
-            self.table, i, lambda h=h: _await(h.stats.remote()), self.poll_s))
+            self.table, i, lambda h=h: _await(h.stats.remote()), self.poll_s,
+            active=lambda i=i: callable_(i)))
             for i, h in enumerate(self.handles)]
         if self.prefix is not None:  # each replica's KV events, into the KV index
             self._polls += [asyncio.ensure_future(follow_forever(
-                self.kv_index, i, lambda epoch, seq, h=h: _await(h.kv_events.remote(epoch, seq))))
+                self.kv_index, i, lambda epoch, seq, h=h: _await(h.kv_events.remote(epoch, seq)),
+                active=lambda i=i: callable_(i)))
                 for i, h in enumerate(self.handles)]
+        if self.scaling.enabled:  # the signals out to Serve's autoscaler, the phases back
+            self._polls.append(asyncio.ensure_future(self.scaling.run_forever()))
         if self.control_api:  # pushes each replica its target fleet version until it has it
             self._polls.append(asyncio.ensure_future(self.control.reconcile_forever()))
 
@@ -204,19 +221,27 @@ class FleetIngress:
             raise APIError(400, f"X-Batchpilot-Replica={named!r} must be a replica id in"
                            f" 0..{len(self.handles) - 1}", code="invalid_value",
                            param="X-Batchpilot-Replica")
+        if not self.scaling.callable(int(named)):  # a call would make Serve start it
+            raise APIError(503, f"replica {named} is scaled in (autoscaling has no replica"
+                           f" in its slot now; live: {self.live_ids()})", code="scaled_in",
+                           headers={"Retry-After": "5"})
         return int(named)
+
+    def live_ids(self) -> list[int]:
+        """Replicas that may be called now (every one, unless autoscaling has slots off)."""
+        return self.scaling.live_ids()
 
     async def fan_out(self, method: str, path: str, body: bytes = b"",
                       headers: list[tuple[bytes, bytes]] | None = None,
                       ) -> list[tuple[int, int, bytes]]:
         """One request to every replica -> [(replica id, status, body)] (forward.py)."""
-        return await fan_out(self.handles, method, path, body, headers)
+        return await fan_out(self.handles, method, path, body, headers, self.live_ids())
 
     async def drain(self, grace_s: float) -> int:
         """Refuse new requests (503), drain every replica; -> requests that were aborted."""
         self.draining = True
-        results = await asyncio.gather(*(_await(h.drain.remote(grace_s))
-                                         for h in self.handles), return_exceptions=True)
+        results = await asyncio.gather(*(_await(self.handles[i].drain.remote(grace_s))
+                                         for i in self.live_ids()), return_exceptions=True)
         return sum(r for r in results if isinstance(r, int))
 
     def refuse_during_restart(self) -> None:
@@ -229,12 +254,21 @@ class FleetIngress:
                            "): wait for it to end (GET /control/fleet/restart)",
                            code="restart_running", extra={"restart_id": run.restart_id})
 
+    def refuse_during_scaling(self) -> None:
+        """409 while a scale event is under way (a replica starting or draining): a canary
+        or restart would count or take a replica that is coming or going."""
+        busy = self.scaling.in_flight()
+        if busy is not None:
+            raise APIError(409, f"a scale event is under way ({busy}): wait for it to"
+                           " settle (GET /control/fleet/autoscale)", code="scale_running")
+
     def readiness(self) -> dict[str, Any]:
         views = self.table.views
         return {"status": "ready" if self.ready() else "not_ready",
                 "draining": self.draining, "routing": self.policy.mode,
                 **({"kv_index": self.kv_index.families_data()} if self.prefix else {}),
                 "decisions": dict(self.decisions),
+                **({"autoscale": self.scaling.view()} if self.scaling.enabled else {}),
                 "replicas": [{**v.polled, "replica_id": v.replica_id, "healthy": v.healthy,
                               "routable": v.routable, "ingress_inflight": v.inflight,
                               "failures": v.failures}
@@ -301,6 +335,8 @@ def build_app(fleet: FleetIngress) -> FastAPI:
         own = ingress_metrics(fleet.routed, fleet.table.views)
         if fleet.prefix is not None:
             own += kv_index_metrics(fleet.matched, fleet.kv_index.families_data())
+        if fleet.scaling.enabled:
+            own += fleet.scaling.families()
         if fleet.door is not None:  # its routing spans' export counters
             own += list(fleet.door.export.families("ingress"))
         return Response(merge_metrics(texts, own), media_type="text/plain; version=0.0.4")
@@ -309,6 +345,7 @@ def build_app(fleet: FleetIngress) -> FastAPI:
 
     app.include_router(fleet_control_router(fleet))
     app.include_router(restart_router(fleet))  # before the catch-all below
+    app.include_router(scaling_router(fleet))
 
     @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     async def other(path: str, request: Request) -> Response:

@@ -92,11 +92,16 @@ class KVIndex:
 
 async def follow_forever(index: KVIndex, replica_id: int,
                          fetch: Callable[[str | None, int], Awaitable[dict[str, Any]]],
-                         poll_s: float = POLL_S, timeout_s: float = POLL_TIMEOUT_S) -> None:
+                         poll_s: float = POLL_S, timeout_s: float = POLL_TIMEOUT_S,
+                         active: Callable[[], bool] | None = None) -> None:
     """Keep replica `replica_id`'s entry current until cancelled. A replica that does not
-    answer keeps its last keys: the load table marks it down, so nothing is routed to it,
-    and when it comes back its new epoch brings a snapshot."""
+    answer, or whose slot autoscaling has off (`active()` false: not called), keeps its
+    last keys: nothing is routed to it, and when it comes back its new epoch brings a
+    snapshot."""
     while True:
+        if active is not None and not active():
+            await asyncio.sleep(poll_s)
+            continue
         try:
             reply = await asyncio.wait_for(fetch(*index.cursor(replica_id)), timeout_s)
         except asyncio.CancelledError:

@@ -34,12 +34,13 @@ class ReplicaView:
     polled_at: float | None = None  # time.monotonic() of the last answer
     failures: int = 0  # calls that failed (replica died under them), ever
     routable: bool = True  # False while a rolling restart has taken it out (restart.py)
+    in_service: bool = True  # False while autoscaling has its slot off or draining
 
     def load(self) -> ReplicaLoad:
         p = self.polled
         # the router sees an excluded replica as down; the control plane (which reads
         # `healthy`) still pushes it config, so it converges before it is routed to again
-        return ReplicaLoad(self.replica_id, self.healthy and self.routable,
+        return ReplicaLoad(self.replica_id, self.healthy and self.routable and self.in_service,
                            int(p.get("waiting", 0)), int(p.get("running", 0)), self.inflight,
                            float(p.get("kv_usage", 0.0)))
 
@@ -84,9 +85,16 @@ class LoadTable:
 
 async def poll_forever(table: LoadTable, replica_id: int,
                        fetch: Callable[[], Awaitable[dict[str, Any]]],
-                       poll_s: float = POLL_S, timeout_s: float = POLL_TIMEOUT_S) -> None:
-    """One replica's poll loop, until cancelled; `fetch()` returns its stats dict."""
+                       poll_s: float = POLL_S, timeout_s: float = POLL_TIMEOUT_S,
+                       active: Callable[[], bool] | None = None) -> None:
+    """One replica's poll loop, until cancelled; `fetch()` returns its stats dict. While
+    `active()` is false (autoscaling has no replica in its slot) it is not called: it reads
+    as down, without counting a failure."""
     while True:
+        if active is not None and not active():
+            table.polled(replica_id, None)
+            await asyncio.sleep(poll_s)
+            continue
         try:
             stats = await asyncio.wait_for(fetch(), timeout_s)
         except asyncio.CancelledError:

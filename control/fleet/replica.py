@@ -78,6 +78,7 @@ class EngineReplica:
                 "incarnation": self.incarnation, "ready": problem is None, "reason": problem,
                 "waiting": stats.waiting, "running": stats.running,
                 "kv_usage": stats.kv_usage, "kv_blocks_used": stats.kv_blocks_used,
+                "queue_slo_share": round(stats.queue_slo_share, 4),
                 "inflight": self.state.inflight, "steps": stats.steps,
                 "started_at": self.started_at, "fleet_version": self.tee.fleet_version}
 

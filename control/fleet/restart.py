@@ -181,15 +181,19 @@ def _incarnation(polled: dict[str, Any]) -> dict[str, Any]:
 
 async def start_restart(fleet: Any, body: RestartBody, actor: str) -> RestartRun:
     """Check and start a rolling restart; APIError with the status to answer."""
-    n = len(fleet.handles)
-    replicas = list(range(n)) if body.replicas is None else body.replicas
-    if n < 2:
+    n, live = len(fleet.handles), fleet.live_ids()
+    replicas = live if body.replicas is None else body.replicas
+    if len(live) < 2:
         raise APIError(409, "a rolling restart needs 2 or more replicas: with one, its"
                        " requests would have nowhere to go", code="single_replica")
     if not replicas or len(set(replicas)) != len(replicas) or \
             not all(0 <= i < n for i in replicas):
         raise APIError(400, f"replicas={replicas} must be distinct replica ids in 0..{n - 1}",
                        code="invalid_value", param="replicas")
+    off = [i for i in replicas if i not in live]
+    if off:
+        raise APIError(409, f"replica(s) {off} are scaled in (autoscaling has no replica in"
+                       f" their slots); live: {live}", code="scaled_in", param="replicas")
     if fleet.draining:
         raise APIError(503, "the fleet is draining (shutting down)", code="draining")
     control = fleet.control
@@ -197,6 +201,7 @@ async def start_restart(fleet: Any, body: RestartBody, actor: str) -> RestartRun
         await control.ready()  # the versions a restarted replica must converge to
     async with control.change_lock:  # a canary starting now has set control.canary
         fleet.refuse_during_restart()
+        fleet.refuse_during_scaling()
         run_ = control.canary
         if run_ is not None and run_.running:
             raise APIError(409, f"canary {run_.canary_id} is running: a restart would take"

@@ -70,7 +70,7 @@ def _handler(fleet: Any, question: str, fn: Callable[..., Any]) -> Callable[...,
         if who.bound:  # never a replica's rows as they come: see the module docstring
             named = request.headers.get(REPLICA_HEADER) is not None
             replicas = [fleet.named_replica(request)] if named else \
-                list(range(len(fleet.handles)))
+                fleet.live_ids()
             return await _aggregate(fleet, fn, typed_params(fn, request), auth, replicas,
                                     who)
         if request.headers.get(REPLICA_HEADER) is not None:
@@ -79,7 +79,7 @@ def _handler(fleet: Any, question: str, fn: Callable[..., Any]) -> Callable[...,
         params = typed_params(fn, request)
         if question in fleet_merge.ROW_QUESTIONS:
             return await _rows(fleet, question, params, request, auth)
-        return await _aggregate(fleet, fn, params, auth, list(range(len(fleet.handles))))
+        return await _aggregate(fleet, fn, params, auth, fleet.live_ids())
 
     return handler
 
@@ -183,7 +183,7 @@ async def _rows(fleet: Any, question: str, params: dict[str, Any],
     query = request.scope.get("query_string", b"")
     path = request.url.path
     answers = await asyncio.gather(*(_tagged(fleet, i, path, query, auth)
-                                     for i in range(len(fleet.handles))))
+                                     for i in fleet.live_ids()))
     _check(answers, path, found_ok=question == "request")
     replies = [(str(i), json.loads(body) if status == 200 else None)
                for i, status, body in answers]

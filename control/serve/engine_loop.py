@@ -67,6 +67,8 @@ class LoopStats:
     streams: int = 0  # requests with a client attached
     kv_blocks_used: int = 0  # held by requests (cached free blocks excluded)
     kv_usage: float = 0.0
+    # the longest queue wait as a share of its lane's TTFT target (engine/lanes/queues.py)
+    queue_slo_share: float = 0.0
 
 
 class AsyncEngine:
@@ -323,7 +325,8 @@ class AsyncEngine:
         self.stats = LoopStats(
             steps=self.stats.steps + 1, last_step_at=time.time(), last_step_s=step_s,
             running=stats["running"], waiting=stats["waiting"], streams=len(self._streams),
-            kv_blocks_used=engine.block_manager.num_used, kv_usage=stats["kv_usage"])
+            kv_blocks_used=engine.block_manager.num_used, kv_usage=stats["kv_usage"],
+            queue_slo_share=stats["queue_slo_share"])
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> bool:

@@ -55,6 +55,14 @@ class QueueTimeouts:
         """Entries held, dead ones included (bounded: see the module docstring)."""
         return len(self._by_arrival) + len(self._by_deadline)
 
+    def oldest_arrival(self) -> float | None:
+        """Arrival time (engine clock) of the longest-waiting never-scheduled request; the
+        dead entries ahead of it are dropped on the way."""
+        arrivals = self._by_arrival
+        while arrivals and _gone(arrivals[0][2]):
+            heapq.heappop(arrivals)
+        return arrivals[0][0] if arrivals else None
+
     def expired(self, now: float, timeout_s: float, num_queued: int) -> list[Request]:
         """Requests never scheduled that waited more than `timeout_s` or whose deadline
         passed, each once; `num_queued` (the lane's queued count) bounds the dead entries."""

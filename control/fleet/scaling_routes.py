@@ -1,0 +1,71 @@
+"""The autoscaler over HTTP, at the ingress:
+
+    GET   /control/fleet/autoscale   (read)   config, each slot's phase, the wanted count
+                                              and why, the last scale events
+    PATCH /control/fleet/autoscale   (admin)  {"changes": {NAME: number}, "reason": "..."}:
+                                              thresholds and delays, live (the policy reads
+                                              them with the next signals, within a second)
+
+The size (min_replicas, max_replicas) is fixed when the fleet deploys: it is how many Serve
+deployments exist and which of them Serve may scale. A change is recorded as a fleet audit
+event (GET /control/history) with its actor and reason.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from control.admin.auth import authorize
+from control.api.errors import APIError
+
+MAX_REASON = 500
+
+
+class AutoscaleChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is a 400, never ignored
+    changes: dict[str, float | int] = Field(max_length=16)
+    reason: str = Field(default="", max_length=MAX_REASON)
+
+
+def scaling_router(fleet: Any) -> APIRouter:
+    """`fleet`: the FleetIngress (its `scaling`, `control`, `control_tokens`)."""
+    router = APIRouter(prefix="/control/fleet")
+
+    def caller(request: Request, scope: str) -> str:
+        if not fleet.control_api:
+            raise APIError(404, "the control API is off on this fleet", code="control_off")
+        return authorize(request, fleet.control_tokens, scope)
+
+    @router.get("/autoscale")
+    async def autoscale_state(request: Request) -> dict[str, Any]:
+        caller(request, "read")
+        return fleet.scaling.view()
+
+    @router.patch("/autoscale")
+    async def autoscale_change(request: Request, body: AutoscaleChange) -> dict[str, Any]:
+        actor = caller(request, "admin")
+        scaling = fleet.scaling
+        if not scaling.enabled:
+            raise APIError(409, "this fleet is not autoscaled (start it with --min-replicas"
+                           " and --max-replicas)", code="not_autoscaled")
+        if {"min_replicas", "max_replicas"} & set(body.changes):
+            raise APIError(400, "min_replicas and max_replicas are fixed when the fleet"
+                           " deploys (they are its Serve deployments); restart it to change"
+                           " them", code="invalid_value", param="changes")
+        try:
+            new = scaling.config.replace(body.changes)
+        except ValueError as exc:
+            raise APIError(400, str(exc), code="invalid_value", param="changes") from None
+        old, scaling.config = scaling.config.to_dict(), new
+        diff = {k: [old[k], v] for k, v in new.to_dict().items() if old[k] != v}
+        event = {"time": time.time(), "actor": actor, "reason": body.reason, "diff": diff}
+        if fleet.control.versions is not None:
+            fleet.control.versions.event("autoscale_config", **event)
+        scaling.config_changes.append(event)
+        return {"applied": bool(diff), "diff": diff, "config": new.to_dict()}
+
+    return router
