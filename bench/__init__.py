@@ -52,6 +52,8 @@ CPU, side by side in one run:
                          under load, and canaries of a bad and a good change (local Ray)
     fleet_scaling        1 vs 2 replicas on local Ray: burst capacity, and throughput, TTFT
                          and TPOT at one replica's capacity (A B A B, one fleet per side)
+    fleet_autoscale      a burst scales an autoscaled fleet 1 -> 2, idle scales it back;
+                         requests failed or missing, by the client and the traces
 GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the CPU check):
     kernel_check         Triton kernels against the torch reference at real sizes
     kernel_speed         decode bandwidth and prefill TFLOP/s, against torch SDPA

@@ -186,7 +186,7 @@ def slot_step(slot: int, replicas: int, state: SlotState | None,
             return 1, _phase(state, "on", why, now)
         # signals published before the ingress read `retiring` may predate requests it
         # routed there meanwhile: judge idleness only on signals from after it knew
-        settled = signals.at >= (state.changed_at or now) + RETIRE_SETTLE_S
+        settled = signals.at >= _changed(state, now) + RETIRE_SETTLE_S
         idle = settled and (me is None or (me.inflight == 0 and me.running == 0
                                            and me.waiting == 0))
         return (0, _phase(state, "off", state.reason, now)) if idle else (1, state)
@@ -199,7 +199,7 @@ def slot_step(slot: int, replicas: int, state: SlotState | None,
     if state.phase == "starting":
         if me is not None and me.ready:
             state = _phase(state, "on", state.reason, now)
-        elif now - (state.changed_at or now) > START_TIMEOUT_S:
+        elif now - _changed(state, now) > START_TIMEOUT_S:
             return 0, _phase(state, "off", "start_timeout", now)
     if wants or state.phase == "starting":
         return 1, dataclasses.replace(state, since=None)
@@ -220,3 +220,7 @@ def _phase(state: SlotState, phase: str, reason: str, now: float) -> SlotState:
     if state.phase == phase:
         return dataclasses.replace(state, since=None)
     return SlotState(phase, reason, None, now)
+
+
+def _changed(state: SlotState, now: float) -> float:
+    return now if state.changed_at is None else state.changed_at

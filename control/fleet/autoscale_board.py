@@ -92,21 +92,28 @@ _signals_cache: dict[str, tuple[float, FleetSignals | None]] = {}
 
 def slot_policy(ctx: Any) -> tuple[int, dict[str, Any]]:
     """Ray Serve's custom autoscaling policy for deployment `replica-<slot>` (called by the
-    Serve controller every tick with an AutoscalingContext): -> (replicas, policy_state).
-    The rule is autoscale.slot_step; this only reads and writes the board."""
+    Serve controller every tick with an AutoscalingContext): -> (replicas, policy_state)."""
     slot = int(ctx.deployment_name.rsplit("-", 1)[1])
-    app, board, now = ctx.app_name, RayBoard(), time.time()
+    return policy_tick(RayBoard(), ctx.app_name, slot, ctx.target_num_replicas,
+                       ctx.policy_state, time.time())
+
+
+def policy_tick(board: Board, app: str, slot: int, target: int, policy_state: dict[str, Any],
+                now: float) -> tuple[int, dict[str, Any]]:
+    """One tick of slot `slot` (Serve's target for it now: `target`): the rule is
+    autoscale.slot_step; this reads the signals (cached READ_CACHE_S) and publishes the
+    slot's state when it changes (or the last tick could not)."""
     cached = _signals_cache.get(app)
-    if cached is None or now - cached[0] > READ_CACHE_S:
+    if cached is None or now - cached[0] > READ_CACHE_S or cached[0] > now:
         try:
             cached = (now, read_signals(board, app))
         except Exception as exc:  # GCS unreachable this tick: hold (stale signals do too)
             log.warning("autoscale: could not read the fleet's signals: %r", exc)
             cached = (now, None)
         _signals_cache[app] = cached
-    state = SlotState.from_dict(ctx.policy_state.get("slot"))
-    replicas, new = slot_step(slot, min(ctx.target_num_replicas, 1), state, cached[1], now)
-    published = bool(ctx.policy_state.get("published")) and new == state
+    state = SlotState.from_dict(policy_state.get("slot"))
+    replicas, new = slot_step(slot, min(target, 1), state, cached[1], now)
+    published = bool(policy_state.get("published")) and new == state
     if not published:  # a change, or one the last tick could not publish
         try:
             publish_slot(board, app, slot, new)

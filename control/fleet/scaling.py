@@ -17,7 +17,7 @@ import time
 from collections import deque
 from typing import Any
 
-from control.fleet.autoscale import AutoscaleConfig, FleetSignals, SlotSignal, wanted
+from control.fleet.autoscale import PHASES, AutoscaleConfig, FleetSignals, SlotSignal, wanted
 from control.fleet.autoscale_board import PUBLISH_S, Board, publish_signals, read_slot
 
 log = logging.getLogger("batchpilot.fleet")
@@ -157,23 +157,25 @@ class FleetScaling:
                                                          strict=True))],
                 "events": list(self.events), "config_changes": list(self.config_changes)}
 
-    def families(self) -> list[str]:
-        """Prometheus text lines: the slots by phase, the wanted count, scale events."""
-        out = ["# HELP batchpilot_fleet_replicas Replica slots by autoscaling phase.",
-               "# TYPE batchpilot_fleet_replicas gauge"]
-        for phase in ("off", "starting", "on", "retiring"):
-            out.append(f'batchpilot_fleet_replicas{{phase="{phase}"}} '
-                       f"{sum(p == phase for p in self.phases)}")
+    def families(self) -> list[Any]:
+        """Prometheus families: the slots by phase, the wanted count, scale events."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        phases = GaugeMetricFamily("batchpilot_fleet_replicas",
+                                   "Replica slots by autoscaling phase.", labels=["phase"])
+        for phase in PHASES:
+            phases.add_metric([phase], sum(p == phase for p in self.phases))
+        events = CounterMetricFamily(
+            "batchpilot_fleet_scale_events",
+            "Replica slots that changed autoscaling phase, by event and reason.",
+            labels=["event", "reason"])
+        for (name, reason), count in sorted(self.counts.items()):
+            events.add_metric([name, reason], count)
+        out: list[Any] = [phases, events]
         want = self.view()["wanted"]
         if want is not None:
-            out += ["# HELP batchpilot_fleet_replicas_wanted Replicas the autoscaling rule"
-                    " wants now (control/fleet/autoscale.py).",
-                    "# TYPE batchpilot_fleet_replicas_wanted gauge",
-                    f"batchpilot_fleet_replicas_wanted {want['replicas']}"]
-        out += ["# HELP batchpilot_fleet_scale_events_total Replica slots that changed"
-                " autoscaling phase, by event and reason.",
-                "# TYPE batchpilot_fleet_scale_events_total counter"]
-        for (name, reason), count in sorted(self.counts.items()):
-            out.append(f'batchpilot_fleet_scale_events_total{{event="{name}",'
-                       f'reason="{reason}"}} {count}')
+            wanted_ = GaugeMetricFamily("batchpilot_fleet_replicas_wanted", "Replicas the"
+                                        " autoscaling rule wants now (fleet/autoscale.py).")
+            wanted_.add_metric([], want["replicas"])
+            out.append(wanted_)
         return out

@@ -37,6 +37,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "cpu_attention_ab": [],
     "fleet_control": [],
     "fleet_scaling": [],
+    "fleet_autoscale": [],
     "native_layers_ab": [],
     "fused_layers_ab": [],
     "dtype_agreement": [],
@@ -50,7 +51,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
 # seconds a smoke may take (default 240): the fleet smokes start Ray and three or four
 # replica processes; beside the other half of make test on a loaded CI machine
 # fleet_scaling took 240 s where it takes 50 s alone
-SMOKE_TIMEOUT_S = {"fleet_scaling": 480, "fleet_control": 480}
+SMOKE_TIMEOUT_S = {"fleet_scaling": 480, "fleet_control": 480, "fleet_autoscale": 480}
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
 # imported by benchmarks, no main()
@@ -104,6 +105,21 @@ def test_benchmark_runs_in_smoke_mode(name, smokes):
         check_fleet_routing(result)
     if name == "serving_path":
         check_serving_path(result)
+    if name == "fleet_autoscale":
+        check_fleet_autoscale(result)
+
+
+def check_fleet_autoscale(result: dict) -> None:
+    """The burst scaled 1 -> 2 after the configured delay (not before it: the delay is
+    real), the idle spell back to 1 after its own, replica 1 served part of the burst, and
+    every request sent ended well, each one a row of a replica's trace (none lost)."""
+    assert result["up_delay_s"] <= result["scale_up_s"] < result["ready_s"], result
+    assert result["down_delay_s"] <= result["scale_down_s"] <= result["off_s"], result
+    assert result["failed"] == 0 and result["ok"] == result["sent"] > 0, result["failures"]
+    assert result["by_replica"].get("1", 0) > 0, result["by_replica"]
+    assert result["trace_total"] == result["sent"], result["trace_rows"]
+    events = [(e["event"], e["replica_id"]) for e in result["events"]]
+    assert events == [("scale_up", 1), ("ready", 1), ("scale_down", 1), ("stopped", 1)]
 
 
 def check_fleet_routing(result: dict) -> None:

@@ -1,0 +1,162 @@
+"""The autoscaling rule as tables, without Ray (control/fleet/autoscale.py): when the fleet
+wants one replica more or fewer, and each slot's phases through a burst and an idle spell,
+the drain included (a slot goes to 0 only once nothing is in flight on it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from control.fleet.autoscale import (
+    RETIRE_SETTLE_S,
+    AutoscaleConfig,
+    FleetSignals,
+    SlotSignal,
+    SlotState,
+    slot_step,
+    wanted,
+)
+
+CFG = AutoscaleConfig(1, 3, upscale_delay_s=5.0, downscale_delay_s=30.0)
+
+
+def signals(*slots: SlotSignal, at: float = 0.0, cfg: AutoscaleConfig = CFG,
+            hold: str | None = None) -> FleetSignals:
+    return FleetSignals(at, slots, cfg, hold)
+
+
+def on(slot: int, **load) -> SlotSignal:
+    return SlotSignal(slot, routed=True, ready=True, **load)
+
+
+def off(slot: int) -> SlotSignal:
+    return SlotSignal(slot, routed=False, ready=False)
+
+
+@pytest.mark.parametrize("slots, want", [
+    ((on(0, waiting=2, running=2), off(1)), (2, "waiting")),
+    ((on(0, waiting=1, running=2), off(1)), (1, "steady")),  # 1 waiting < 2 a replica
+    ((on(0, running=2, queue_slo_share=0.6), off(1)), (2, "queue_delay")),
+    ((on(0, running=2, kv_usage=0.9), off(1)), (2, "kv_usage")),
+    # two routed: 3 waiting is 1.5 a replica, under 2
+    ((on(0, waiting=2, running=2), on(1, waiting=1, running=2)), (2, "steady")),
+    ((on(0, running=1), on(1, running=0)), (1, "idle")),  # 1 running fits one replica
+    ((on(0, running=1), on(1, running=1)), (2, "steady")),  # 2 running do not, at 1 each
+    ((on(0, inflight=3), on(1)), (2, "steady")),  # the ingress's in-flight count counts
+    ((on(0, running=0, kv_usage=0.8), on(1)), (2, "steady")),  # KV still warm: no idle
+    ((on(0), off(1)), (1, "steady")),  # min_replicas: never fewer
+    ((on(0, waiting=9), on(1, waiting=9), on(2, waiting=9)), (3, "steady")),  # at max
+    ((off(0), off(1)), (1, "no_signal")),  # nothing routed: hold at the floor
+])
+def test_the_fleet_wants_one_more_on_pressure_and_one_fewer_when_idle(slots, want):
+    assert wanted(signals(*slots)) == want
+
+
+def run(slot: int, replicas: int, state: SlotState | None, sig: FleetSignals, now: float):
+    return slot_step(slot, replicas, state, sig, now)
+
+
+def test_a_slot_starts_only_after_the_pressure_held_for_the_delay():
+    busy = signals(on(0, waiting=4), off(1), off(2), at=0.0)
+    n, state = run(1, 0, None, busy, 0.0)
+    assert n == 0 and state.phase == "off" and state.since == 0.0
+    n, state = run(1, 0, state, signals(on(0, waiting=4), off(1), off(2), at=4.0), 4.0)
+    assert n == 0 and state.phase == "off"
+    n, state = run(1, 0, state, signals(on(0, waiting=4), off(1), off(2), at=5.0), 5.0)
+    assert n == 1 and state.phase == "starting" and state.reason == "waiting"
+    # the slot after it does not start: the fleet wants one more, not two
+    assert run(2, 0, None, busy, 100.0)[0] == 0
+
+
+def test_pressure_that_lapses_restarts_the_delay():
+    _, state = run(1, 0, None, signals(on(0, waiting=4), off(1), at=0.0), 0.0)
+    _, state = run(1, 0, state, signals(on(0), off(1), at=3.0), 3.0)
+    assert state.since is None
+    n, state = run(1, 0, state, signals(on(0, waiting=4), off(1), at=6.0), 6.0)
+    assert n == 0 and state.since == 6.0
+
+
+def test_a_starting_slot_turns_on_when_it_polls_ready_and_keeps_running_meanwhile():
+    state = SlotState("starting", "waiting", None, 10.0)
+    quiet = signals(on(0), SlotSignal(1, routed=False, ready=False), at=20.0)
+    n, state = run(1, 1, state, quiet, 20.0)
+    assert n == 1 and state.phase == "starting"  # not ready: stays, even with no pressure
+    ready = signals(on(0), SlotSignal(1, routed=False, ready=True), at=21.0)
+    n, state = run(1, 1, state, ready, 21.0)
+    assert n == 1 and state.phase == "on"
+
+
+def test_an_idle_slot_drains_before_it_goes_to_zero():
+    state = SlotState("on", "waiting", None, 0.0)
+    idle = dict(at=100.0)
+    n, state = run(1, 1, state, signals(on(0), on(1), **idle), 100.0)
+    assert n == 1 and state.phase == "on" and state.since == 100.0
+    n, state = run(1, 1, state, signals(on(0), on(1), at=130.0), 130.0)
+    assert n == 1 and state.phase == "retiring" and state.reason == "idle"
+    # the ingress has not yet seen `retiring`: signals from before then prove nothing
+    n, state = run(1, 1, state, signals(on(0), off(1), at=130.5), 130.5)
+    assert n == 1 and state.phase == "retiring"
+    settled = 130.0 + RETIRE_SETTLE_S
+    busy_tail = SlotSignal(1, routed=False, ready=True, inflight=1, running=1)
+    n, state = run(1, 1, state, signals(on(0), busy_tail, at=settled), settled)
+    assert n == 1 and state.phase == "retiring"  # a request still runs there
+    drained = SlotSignal(1, routed=False, ready=True)
+    n, state = run(1, 1, state, signals(on(0), drained, at=settled + 1), settled + 1)
+    assert n == 0 and state.phase == "off" and state.reason == "idle"
+
+
+def test_a_retiring_slot_is_kept_when_pressure_returns():
+    state = SlotState("retiring", "idle", None, 0.0)
+    busy = signals(on(0, waiting=5, running=2), SlotSignal(1, False, True), at=1.0)
+    n, state = run(1, 1, state, busy, 1.0)
+    assert n == 1 and state.phase == "on"
+
+
+def test_a_hold_freezes_every_phase_but_a_drain():
+    held = dict(hold="canary canary-1")
+    n, state = run(1, 0, SlotState("off"), signals(on(0, waiting=9), off(1), at=5, **held), 5)
+    assert n == 0 and state.phase == "off"
+    n, state = run(1, 1, SlotState("on", since=0.0), signals(on(0), on(1), at=50, **held), 50)
+    assert n == 1 and state.phase == "on"
+    drained = SlotSignal(1, routed=False, ready=True)
+    n, state = run(1, 1, SlotState("retiring", "idle", None, 0.0),
+                   signals(on(0), drained, at=10, **held), 10)
+    assert n == 0 and state.phase == "off"
+
+
+def test_stale_or_missing_signals_hold_what_runs():
+    assert run(1, 1, SlotState("on", since=0.0), None, 1000.0)[0] == 1
+    old = signals(on(0), on(1), at=0.0)
+    assert run(1, 1, SlotState("on", since=0.0), old, 1000.0) == (1, SlotState("on",
+                                                                                since=0.0))
+    assert run(1, 0, SlotState("off"), signals(on(0, waiting=9), off(1), at=0.0), 500)[0] == 0
+
+
+def test_a_slot_that_never_becomes_ready_goes_back_to_off():
+    state = SlotState("starting", "waiting", None, 0.0)
+    n, state = run(1, 1, state, signals(on(0, waiting=9), off(1), at=2000.0), 2000.0)
+    assert n == 0 and state.phase == "off" and state.reason == "start_timeout"
+
+
+def test_slots_below_the_minimum_always_run_one():
+    assert run(0, 1, None, signals(on(0), at=0.0), 0.0)[0] == 1
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"up_waiting": -1}, "up_waiting=-1.0 must be a number >= 0"),
+    ({"up_kv_usage": 1.5}, "up_kv_usage=1.5 must be in 0..1"),
+    ({"down_kv_usage": 0.9}, "must be below up_kv_usage"),
+    ({"upscale_delay": 3}, "unknown autoscale setting(s) ['upscale_delay']"),
+    ({"up_waiting": "2"}, "must be a number"),
+    ({"up_waiting": True}, "must be a number"),
+    ({"min_replicas": 1.5}, "must be an integer"),
+])
+def test_a_bad_setting_is_an_error_that_names_it(changes, message):
+    with pytest.raises(ValueError) as err:
+        CFG.replace(changes)
+    assert message in str(err.value)
+
+
+def test_signals_round_trip_as_json():
+    sig = signals(on(0, waiting=3, kv_usage=0.5), off(1), at=12.5, hold="x")
+    assert FleetSignals.from_dict(sig.to_dict()) == sig
+    assert SlotState.from_dict({"phase": "nonsense"}) is None
