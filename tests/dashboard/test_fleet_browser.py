@@ -15,8 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 from fixtures.browser import CHROMIUM, NO_CHROMIUM, dashboard
+from fixtures.fleet_fakes import FakeReplica, fake_fleet_server
 from fixtures.local_fleet import LocalFleet
+from fixtures.ports import listen_port
 from fixtures.trace_data import fill_trace
+
+from control.fleet.autoscale import AutoscaleConfig, SlotState
+from control.fleet.autoscale_board import MemoryBoard, publish_slot
 
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
@@ -137,3 +142,41 @@ def test_the_fleet_page_shows_replicas_and_routing(tiny_llama_dir, fleet_glob, t
                 "[data-testid=stMainBlockContainer]").inner_text()
         finally:
             browser.close()
+
+
+def test_an_autoscaled_fleets_page_shows_phases_and_scale_events(tmp_path):
+    """Stand-in replicas behind a real ingress whose board plays Serve's autoscaler: slot 1
+    starts, serves, drains and stops; slot 2 starts again. The page shows the phases in
+    the replica table, what the rule wants, the events as a step chart and a table."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    board, app = MemoryBoard(), "browser-fleet"
+    fakes, port = [FakeReplica(i) for i in range(3)], listen_port()
+    with fake_fleet_server(fakes, port, app=app, board=board,
+                           autoscale=AutoscaleConfig(1, 3)) as fleet:
+        url = f"http://127.0.0.1:{port}"
+        for slot, phase in [(1, "starting"), (1, "on"), (2, "starting"), (2, "on"),
+                            (2, "retiring"), (2, "off"), (1, "retiring")]:
+            reason = "idle" if phase in ("retiring", "off") else "waiting"
+            publish_slot(board, app, slot, SlotState(phase, reason, None, time.time()))
+            deadline = time.monotonic() + 10
+            while fleet.scaling.phases[slot] != phase:
+                assert time.monotonic() < deadline, (slot, phase, fleet.scaling.phases)
+                time.sleep(0.05)
+        with dashboard(tmp_path, url=url) as dash, sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                page = browser.new_page(viewport={"width": 1500, "height": 1400})
+                page.goto(f"{dash}/fleet")
+                settle(page)
+                assert page.locator("[data-testid=stException]").count() == 0
+                text = page.locator("[data-testid=stMainBlockContainer]").inner_text()
+                assert "Autoscaling" in text and "1–3" in text, text
+                assert "Under way: replica 1 is retiring (idle)" in text, text
+                page.wait_for_selector(f"{GRID} th", state="attached", timeout=60_000)
+                tables = " ".join(page.locator(f"{GRID} th").all_inner_texts())
+                assert "replicas routed after" in tables, tables
+                # the phase chart and the decisions chart (none routed yet: only the first)
+                assert page.locator("[data-testid=stVegaLiteChart]").count() >= 1
+                page.screenshot(path=str(SHOTS / "fleet_autoscale.png"), full_page=True)
+            finally:
+                browser.close()
