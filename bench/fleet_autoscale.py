@@ -17,7 +17,8 @@ Reported: seconds from the burst's start to the scale_up event and to replica 1 
 the last request to the scale_down event and to its slot off; the scale events as the
 ingress recorded them (GET /control/fleet/autoscale); requests sent, ok, failed (any non-200
 or a stream not ending with finish_reason "length"), and the requests rows each replica's
-trace holds (`--trace-dir`: replica-<id>.duckdb), which must equal the client's count.
+trace holds (`--trace-dir`: replica-<id>.duckdb), which must equal the client's count, and
+the scale events each trace recorded as audit rows (config_changes, source autoscale_*).
 """
 
 from __future__ import annotations
@@ -138,14 +139,18 @@ def run_phases(url: str, args: argparse.Namespace) -> dict[str, Any]:
             "by_replica": client.by_replica, "events": autoscale(url)["events"]}
 
 
-def trace_rows(trace_dir: Path) -> dict[str, int]:
+def trace_rows(trace_dir: Path) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """(requests rows, the autoscale audit rows' sources) per replica trace file."""
     import duckdb
 
-    rows = {}
+    rows, audits = {}, {}
     for path in sorted(trace_dir.glob("replica-*.duckdb")):
         with duckdb.connect(str(path), read_only=True) as db:
             rows[path.stem] = db.execute("SELECT count(*) FROM requests").fetchone()[0]
-    return rows
+            audits[path.stem] = [r[0] for r in db.execute(
+                "SELECT source FROM config_changes WHERE source LIKE 'autoscale_%'"
+                " ORDER BY time").fetchall()]
+    return rows, audits
 
 
 def measure(model: str, args: argparse.Namespace, trace_dir: Path) -> dict[str, Any]:
@@ -171,7 +176,7 @@ def measure(model: str, args: argparse.Namespace, trace_dir: Path) -> dict[str, 
     finally:
         serve.shutdown()  # each replica flushes its trace as it stops
         ray.shutdown()
-    result["trace_rows"] = trace_rows(trace_dir)
+    result["trace_rows"], result["trace_audit"] = trace_rows(trace_dir)
     result["trace_total"] = sum(result["trace_rows"].values())
     return result
 

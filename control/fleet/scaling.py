@@ -37,7 +37,7 @@ class FleetScaling:
         self.phases = ["on" if self.fixed(i) else "off" for i in range(n)]
         self.reasons = ["min_replicas" if self.fixed(i) else "" for i in range(n)]
         self.events: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)
-        self.counts: dict[tuple[str, str], int] = {}  # (event, reason) -> count: /metrics
+        self.counts: dict[tuple[int, str, str], int] = {}  # (slot, event, reason): /metrics
         self.config_changes: deque[dict[str, Any]] = deque(maxlen=EVENTS_KEPT)  # PATCHes
         self.last_signals: FleetSignals | None = None
 
@@ -124,7 +124,7 @@ class FleetScaling:
         self.phases[slot], self.reasons[slot] = new, reason
         self.fleet.table.views[slot].in_service = new == "on"
         name = EVENT_OF.get((old, new), f"{old}_to_{new}")
-        key = (name, reason)
+        key = (slot, name, reason)
         self.counts[key] = self.counts.get(key, 0) + 1
         live = sum(p == "on" for p in self.phases)
         event = {"time": time.time(), "event": name, "replica_id": slot, "from": old,
@@ -167,10 +167,10 @@ class FleetScaling:
             phases.add_metric([phase], sum(p == phase for p in self.phases))
         events = CounterMetricFamily(
             "batchpilot_fleet_scale_events",
-            "Replica slots that changed autoscaling phase, by event and reason.",
-            labels=["event", "reason"])
-        for (name, reason), count in sorted(self.counts.items()):
-            events.add_metric([name, reason], count)
+            "Replica slots that changed autoscaling phase, by slot, event and reason.",
+            labels=["replica", "event", "reason"])
+        for (slot, name, reason), count in sorted(self.counts.items()):
+            events.add_metric([str(slot), name, reason], count)
         out: list[Any] = [phases, events]
         want = self.view()["wanted"]
         if want is not None:

@@ -120,6 +120,9 @@ def check_fleet_autoscale(result: dict) -> None:
     assert result["trace_total"] == result["sent"], result["trace_rows"]
     events = [(e["event"], e["replica_id"]) for e in result["events"]]
     assert events == [("scale_up", 1), ("ready", 1), ("scale_down", 1), ("stopped", 1)]
+    # replica 0 was live for both: its trace recorded each as an audit row
+    assert result["trace_audit"]["replica-0"] == ["autoscale_scale_up",
+                                                  "autoscale_scale_down"], result["trace_audit"]
 
 
 def check_fleet_routing(result: dict) -> None:

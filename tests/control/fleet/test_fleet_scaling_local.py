@@ -136,13 +136,16 @@ def test_a_burst_starts_a_replica_and_an_idle_spell_drains_then_stops_it():
         events = [(e["event"], e["replica_id"], e["reason"]) for e in fleet.scaling.events]
         assert events == [("scale_up", 1, "waiting"), ("ready", 1, "waiting"),
                           ("scale_down", 1, "idle"), ("stopped", 1, "idle")]
+        await until(lambda: len(fakes[0].events) == 2)  # a row in the live replica's trace
+        assert [source for source, _ in fakes[0].events] == ["autoscale_scale_up",
+                                                             "autoscale_scale_down"]
         history = (await c.get("/control/history", headers=READ)).json()
         kinds = [e["kind"] for e in history["events"]]
         assert "autoscale_scale_up" in kinds and "autoscale_stopped" in kinds, kinds
         text = (await c.get("/metrics")).text
         assert 'batchpilot_fleet_replicas{phase="on"} 1' in text
-        assert 'batchpilot_fleet_scale_events_total{event="scale_up",reason="waiting"} 1' \
-            in text
+        assert ('batchpilot_fleet_scale_events_total{event="scale_up",reason="waiting",'
+                'replica="1"} 1') in text
         ready = (await c.get("/readyz")).json()
         assert ready["autoscale"]["slots"][1]["phase"] == "off"
         named = await c.get("/v1/whatif", headers={**READ, "X-Batchpilot-Replica": "2"})
