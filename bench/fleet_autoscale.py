@@ -14,11 +14,13 @@ burst queues. Phases, each timed from its start:
 2. idle: no requests, until replica 1's slot is off again.
 
 Reported: seconds from the burst's start to the scale_up event and to replica 1 ready, from
-the last request to the scale_down event and to its slot off; the scale events as the
-ingress recorded them (GET /control/fleet/autoscale); requests sent, ok, failed (any non-200
-or a stream not ending with finish_reason "length"), and the requests rows each replica's
-trace holds (`--trace-dir`: replica-<id>.duckdb), which must equal the client's count, and
-the scale events each trace recorded as audit rows (config_changes, source autoscale_*).
+the last request to the scale_down event and to its slot off; how long the rule's want had
+held when each event fired (`*_waited_s`: the configured delay plus the policy's lag); the
+scale events as the ingress recorded them (GET /control/fleet/autoscale); requests sent,
+ok, failed (any non-200 or a stream not ending with finish_reason "length"), and the
+requests rows each replica's trace holds (`--trace-dir`: replica-<id>.duckdb), which must
+equal the client's count, and the scale events each trace recorded as audit rows
+(config_changes, source autoscale_*).
 """
 
 from __future__ import annotations
@@ -131,10 +133,13 @@ def run_phases(url: str, args: argparse.Namespace) -> dict[str, Any]:
     idle0 = time.time()
     off_s = wait_for(lambda: phase(url, 1) == "off", args.down_delay + 120, "replica 1 off")
     up_at, down_at = event_time(url, "scale_up", wall0), event_time(url, "scale_down", idle0)
+    waited = {e["event"]: e["waited_s"] for e in autoscale(url)["events"]
+              if e["event"] in ("scale_up", "scale_down")}
     return {"scale_up_s": round(up_at - wall0, 2) if up_at else None,
             "ready_s": round(ready_s, 2),
             "scale_down_s": round(down_at - idle0, 2) if down_at else None,
-            "off_s": round(off_s, 2), "sent": client.sent, "ok": client.ok,
+            "off_s": round(off_s, 2), "up_waited_s": waited.get("scale_up"),
+            "down_waited_s": waited.get("scale_down"), "sent": client.sent, "ok": client.ok,
             "failed": len(client.failed), "failures": client.failed[:5],
             "by_replica": client.by_replica, "events": autoscale(url)["events"]}
 
@@ -205,8 +210,9 @@ def main() -> None:
         trace_dir = tmp / "trace"
         trace_dir.mkdir()
         result = measure(model, args, trace_dir)
-    summary = {k: result[k] for k in ("scale_up_s", "ready_s", "scale_down_s", "off_s",
-                                       "sent", "ok", "failed", "trace_total")}
+    summary = {k: result[k] for k in ("scale_up_s", "up_waited_s", "ready_s", "scale_down_s",
+                                       "down_waited_s", "off_s", "sent", "ok", "failed",
+                                       "trace_total")}
     print(f"fleet_autoscale: {json.dumps(summary)}", flush=True)
     print(json.dumps({"bench": "fleet_autoscale", "smoke": args.smoke,
                       "up_delay_s": args.up_delay, "down_delay_s": args.down_delay, **result,

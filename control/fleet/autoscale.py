@@ -154,6 +154,7 @@ class SlotState:
     reason: str = ""
     since: float | None = None  # when the pending change was first wanted
     changed_at: float | None = None  # when `phase` last changed
+    waited_s: float | None = None  # how long the want had held when `phase` began
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -163,7 +164,7 @@ class SlotState:
         if not data or data.get("phase") not in PHASES:
             return None
         return cls(data["phase"], str(data.get("reason", "")), data.get("since"),
-                   data.get("changed_at"))
+                   data.get("changed_at"), data.get("waited_s"))
 
 
 def slot_step(slot: int, replicas: int, state: SlotState | None,
@@ -212,7 +213,8 @@ def _after(state: SlotState, delay_s: float, now: float, why: str, replicas: tup
     (replicas[1])."""
     since = state.since if state.since is not None else now
     if now - since >= delay_s:
-        return replicas[1], _phase(state, phase, why, now)
+        return replicas[1], dataclasses.replace(_phase(state, phase, why, now),
+                                                waited_s=round(now - since, 3))
     return replicas[0], dataclasses.replace(state, since=since)
 
 

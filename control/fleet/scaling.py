@@ -116,11 +116,14 @@ class FleetScaling:
                     for i in range(len(self.phases))]
 
         for i, state in enumerate(await asyncio.to_thread(exchange)):
-            phase = "off" if state is None else state.phase
-            if state is not None and phase != self.phases[i]:
-                await self.changed(i, self.phases[i], phase, state.reason)
+            if state is not None and state.phase != self.phases[i]:
+                await self.changed(i, self.phases[i], state.phase, state.reason,
+                                   state.waited_s)
 
-    async def changed(self, slot: int, old: str, new: str, reason: str) -> None:
+    async def changed(self, slot: int, old: str, new: str, reason: str,
+                      waited_s: float | None = None) -> None:
+        """`waited_s`: how long the rule's want had held when the policy acted (>= its
+        delay; None for a change no delay gates)."""
         self.phases[slot], self.reasons[slot] = new, reason
         self.fleet.table.views[slot].in_service = new == "on"
         name = EVENT_OF.get((old, new), f"{old}_to_{new}")
@@ -128,7 +131,7 @@ class FleetScaling:
         self.counts[key] = self.counts.get(key, 0) + 1
         live = sum(p == "on" for p in self.phases)
         event = {"time": time.time(), "event": name, "replica_id": slot, "from": old,
-                 "to": new, "reason": reason, "routed_replicas": live}
+                 "to": new, "reason": reason, "waited_s": waited_s, "routed_replicas": live}
         self.events.append(event)
         log.warning("autoscale: replica %d %s -> %s (%s); %d routed", slot, old, new, reason,
                     live)

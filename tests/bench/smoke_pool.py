@@ -17,9 +17,10 @@ PARALLEL = 2
 # once beside the dry run (Triton's interpreter, a core's worth of CPU for 40 s)
 EXCLUSIVE = {"smoke:fleet_scaling": "ray", "smoke:fleet_control": "ray",
              "smoke:fleet_autoscale": "ray", "gpu_check_dry_run": "ray"}
-LONGEST_FIRST = ["smoke:fleet_scaling", "smoke:fleet_autoscale", "smoke:hostile_traffic", "gpu_check_dry_run",
-                 "smoke:whatif_accuracy", "smoke:fleet_control", "smoke:tuning_sweep",
-                 "smoke:latency_reconcile", "smoke:loadtest_goals", "smoke:step_cost_drift"]
+LONGEST_FIRST = ["smoke:fleet_scaling", "smoke:fleet_autoscale", "smoke:hostile_traffic",
+                 "gpu_check_dry_run", "smoke:whatif_accuracy", "smoke:fleet_control",
+                 "smoke:tuning_sweep", "smoke:latency_reconcile", "smoke:loadtest_goals",
+                 "smoke:step_cost_drift"]
 WAIT_S = 900.0
 
 

@@ -115,6 +115,11 @@ def check_fleet_autoscale(result: dict) -> None:
     every request sent ended well, each one a row of a replica's trace (none lost)."""
     assert result["up_delay_s"] <= result["scale_up_s"] < result["ready_s"], result
     assert result["down_delay_s"] <= result["scale_down_s"] <= result["off_s"], result
+    # each fired once its want had held the delay: not before (the delay is real), and the
+    # policy acted on it within a few ticks and publishes (not a correctness bound: lax)
+    for side in ("up", "down"):
+        delay, waited = result[f"{side}_delay_s"], result[f"{side}_waited_s"]
+        assert delay <= waited < delay + 5.0, result
     assert result["failed"] == 0 and result["ok"] == result["sent"] > 0, result["failures"]
     assert result["by_replica"].get("1", 0) > 0, result["by_replica"]
     assert result["trace_total"] == result["sent"], result["trace_rows"]

@@ -63,6 +63,7 @@ def test_a_slot_starts_only_after_the_pressure_held_for_the_delay():
     assert n == 0 and state.phase == "off"
     n, state = run(1, 0, state, signals(on(0, waiting=4), off(1), off(2), at=5.0), 5.0)
     assert n == 1 and state.phase == "starting" and state.reason == "waiting"
+    assert state.waited_s == 5.0  # what the scale event reports: the want held the delay
     # the slot after it does not start: the fleet wants one more, not two
     assert run(2, 0, None, busy, 100.0)[0] == 0
 
