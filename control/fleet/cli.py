@@ -4,6 +4,7 @@
     batchpilot fleet --replicas 8 --config serving.yaml --address auto  # join a cluster
     batchpilot fleet --min-replicas 1 --max-replicas 2   # Serve's autoscaler, our signals
     batchpilot fleet restart --url http://INGRESS --grace 30  # rolling restart (restart_cli)
+    batchpilot fleet autoscale --url http://INGRESS [--set NAME=VALUE]  # (autoscale_cli)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 from control.fleet.autoscale import AutoscaleConfig
+from control.fleet.autoscale_cli import add_autoscale_parser
 from control.fleet.restart_cli import add_restart_parser
 from control.fleet.router import MODES, RoutingPolicy
 from control.otel.cli_args import add_otlp_args, otlp_settings
@@ -75,7 +77,9 @@ def add_fleet_parser(sub: argparse._SubParsersAction) -> None:
                        choices=["critical", "error", "warning", "info", "debug"],
                        help="this process's log (default %(default)s)")
     fleet.set_defaults(func=run_fleet)
-    add_restart_parser(fleet.add_subparsers(dest="fleet_command", metavar="{restart}"))
+    commands = fleet.add_subparsers(dest="fleet_command", metavar="{restart,autoscale}")
+    add_restart_parser(commands)
+    add_autoscale_parser(commands)
 
 
 def run_fleet(args: argparse.Namespace) -> int:
