@@ -44,6 +44,14 @@ class CanaryBody(ChangeBody):
                                  description="between two comparisons; default ~window/10")
 
 
+def fleet_caller(fleet: Any, request: Request, scope: str) -> str:
+    """Who calls a fleet /control route (the token's name), checked against `scope`; 404
+    while the fleet runs without its control API."""
+    if not fleet.control_api:
+        raise APIError(404, "the control API is off on this fleet", code="control_off")
+    return authorize(request, fleet.control_tokens, scope)
+
+
 def _api_error(exc: ChangeError) -> APIError:
     extra = dict(exc.extra)
     param = extra.pop("param", None)
@@ -56,9 +64,7 @@ def fleet_control_router(fleet: Any) -> APIRouter:
     control = fleet.control
 
     def caller(request: Request, scope: str) -> str:
-        if not fleet.control_api:
-            raise APIError(404, "the control API is off on this fleet", code="control_off")
-        return authorize(request, fleet.control_tokens, scope)
+        return fleet_caller(fleet, request, scope)
 
     def refuse_named(request: Request) -> None:
         if request.headers.get(REPLICA_HEADER) is not None:

@@ -32,8 +32,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from control.admin.auth import authorize
 from control.api.errors import APIError
+from control.fleet.control_routes import fleet_caller
 
 log = logging.getLogger("batchpilot.fleet")
 WAIT_POLL_S = 0.05
@@ -222,9 +222,7 @@ def restart_router(fleet: Any) -> APIRouter:
     router = APIRouter(prefix="/control/fleet")
 
     def caller(request: Request, scope: str) -> str:
-        if not fleet.control_api:
-            raise APIError(404, "the control API is off on this fleet", code="control_off")
-        return authorize(request, fleet.control_tokens, scope)
+        return fleet_caller(fleet, request, scope)
 
     @router.post("/restart")
     async def restart(request: Request, body: RestartBody | None = None) -> JSONResponse:

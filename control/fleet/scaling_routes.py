@@ -19,8 +19,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from control.admin.auth import authorize
 from control.api.errors import APIError
+from control.fleet.control_routes import fleet_caller
 
 MAX_REASON = 500
 
@@ -36,9 +36,7 @@ def scaling_router(fleet: Any) -> APIRouter:
     router = APIRouter(prefix="/control/fleet")
 
     def caller(request: Request, scope: str) -> str:
-        if not fleet.control_api:
-            raise APIError(404, "the control API is off on this fleet", code="control_off")
-        return authorize(request, fleet.control_tokens, scope)
+        return fleet_caller(fleet, request, scope)
 
     @router.get("/autoscale")
     async def autoscale_state(request: Request) -> dict[str, Any]:

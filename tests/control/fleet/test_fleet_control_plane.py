@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from fixtures.fleet_fakes import FakeReplica, good_window
+from fixtures.fleet_fakes import FakeReplica, good_window, until
 
 from control.admin.auth import Token
 from control.fleet.ingress import FleetIngress, build_app
@@ -31,13 +31,6 @@ def run_fleet(scenario, n: int = 3, tokens: tuple[Token, ...] = ()):
         finally:
             await fleet.stop_polls()
     return asyncio.run(main())
-
-
-async def until(predicate, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 async def converged_config(c, timeout_s: float = 10.0) -> dict:

@@ -9,7 +9,7 @@ import asyncio
 import socket
 
 import httpx
-from fixtures.fleet_fakes import FakeReplica, fake_fleet_server
+from fixtures.fleet_fakes import FakeReplica, fake_fleet_server, until
 
 from control.admin.auth import Token
 from control.cli.main import main
@@ -71,13 +71,6 @@ def run_fleet(scenario, n: int = 3, tokens: tuple[Token, ...] = (), **fake_kw):
         finally:
             await fleet.stop_polls()
     return asyncio.run(go())
-
-
-async def until(predicate, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def test_one_replica_at_a_time_out_of_routing_until_back_new_and_converged():

@@ -12,7 +12,7 @@ import asyncio
 import time
 
 import httpx
-from fixtures.fleet_fakes import FakeReplica
+from fixtures.fleet_fakes import FakeReplica, until
 
 from control.admin.auth import Token
 from control.fleet.autoscale import AutoscaleConfig
@@ -89,13 +89,6 @@ def run_fleet(scenario):
             serve.task.cancel()
             await fleet.stop_polls()
     return asyncio.run(go())
-
-
-async def until(predicate, timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def routed_to(fleet: FleetIngress, n: int = 40) -> set[int]:
