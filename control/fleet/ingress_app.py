@@ -65,8 +65,7 @@ def build_app(fleet: Any) -> FastAPI:
         own = ingress_metrics(fleet.routed, fleet.table.views)
         if fleet.prefix is not None:
             own += kv_index_metrics(fleet.matched, fleet.kv_index.families_data())
-        if fleet.scaling.enabled:
-            own += fleet.scaling.families()
+        own += fleet.scaling.families()  # a fixed fleet's too: its slots, no events
         if fleet.door is not None:  # its routing spans' export counters
             own += list(fleet.door.export.families("ingress"))
         return Response(merge_metrics(texts, own), media_type="text/plain; version=0.0.4")

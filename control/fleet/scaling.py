@@ -161,24 +161,21 @@ class FleetScaling:
                 "events": list(self.events), "config_changes": list(self.config_changes)}
 
     def families(self) -> list[Any]:
-        """Prometheus families: the slots by phase, the wanted count, scale events."""
+        """Prometheus families, every sample labelled by replica (as every fleet series
+        is): each slot's phase (1 for the one it is in), and its scale events."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        phases = GaugeMetricFamily("batchpilot_fleet_replicas",
-                                   "Replica slots by autoscaling phase.", labels=["phase"])
-        for phase in PHASES:
-            phases.add_metric([phase], sum(p == phase for p in self.phases))
+        phases = GaugeMetricFamily(
+            "batchpilot_fleet_replica_phase", "1 for the replica slot's autoscaling phase"
+            " (off, starting, on, retiring), 0 for the others; a fixed fleet's are on.",
+            labels=["replica", "phase"])
+        for slot, current in enumerate(self.phases):
+            for phase in PHASES:
+                phases.add_metric([str(slot), phase], 1.0 if phase == current else 0.0)
         events = CounterMetricFamily(
             "batchpilot_fleet_scale_events",
             "Replica slots that changed autoscaling phase, by slot, event and reason.",
             labels=["replica", "event", "reason"])
         for (slot, name, reason), count in sorted(self.counts.items()):
             events.add_metric([str(slot), name, reason], count)
-        out: list[Any] = [phases, events]
-        want = self.view()["wanted"]
-        if want is not None:
-            wanted_ = GaugeMetricFamily("batchpilot_fleet_replicas_wanted", "Replicas the"
-                                        " autoscaling rule wants now (fleet/autoscale.py).")
-            wanted_.add_metric([], want["replicas"])
-            out.append(wanted_)
-        return out
+        return [phases, events]

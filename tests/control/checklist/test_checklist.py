@@ -195,6 +195,21 @@ def test_each_reason_fails_its_item_and_shows_the_value(case):
     assert exit_code(results) == 1
 
 
+def test_a_single_server_is_not_asked_for_the_fleet_ingress_series():
+    """The boards' fleet series (routing, autoscaling) exist on an ingress's /metrics only:
+    a single server passes without them; an ingress missing one fails, naming it."""
+    ev = good()
+    ev.metrics_text = "".join(line + "\n" for line in ev.metrics_text.splitlines()
+                              if "batchpilot_fleet_" not in line)
+    got = result(ev, "metrics")
+    assert got.status == "pass", got.evidence
+    assert "fleet ingress series not asked of a single server" in got.evidence
+    ev.metrics_text = metrics_text(drop="batchpilot_fleet_scale_events_total",
+                                   batchpilot_fleet_replica_healthy=1)  # an ingress's
+    got = result(ev, "metrics")
+    assert got.status == "fail" and "batchpilot_fleet_scale_events_total" in got.evidence
+
+
 def test_no_interactive_lane_fails():
     ev = good()
     del ev.config["lanes"]["interactive"]
@@ -471,6 +486,7 @@ def test_live_server_fails_until_a_rollback_is_exercised(tiny_loaded, tmp_path, 
         assert items["rollback"]["status"] == "fail"
         assert "sources: startup" in items["rollback"]["evidence"]
         assert items["metrics"]["status"] == "pass", items["metrics"]["evidence"]
+        assert "fleet ingress series not asked" in items["metrics"]["evidence"]
         assert items["tracing"]["status"] == "pass"
         assert items["watermarks"]["status"] == "pass"  # from the live config
         assert items["cancellation_frees_kv"]["status"] == "pass", \

@@ -136,7 +136,8 @@ def test_a_burst_starts_a_replica_and_an_idle_spell_drains_then_stops_it():
         kinds = [e["kind"] for e in history["events"]]
         assert "autoscale_scale_up" in kinds and "autoscale_stopped" in kinds, kinds
         text = (await c.get("/metrics")).text
-        assert 'batchpilot_fleet_replicas{phase="on"} 1' in text
+        assert 'batchpilot_fleet_replica_phase{phase="on",replica="0"} 1.0' in text
+        assert 'batchpilot_fleet_replica_phase{phase="off",replica="1"} 1.0' in text
         assert ('batchpilot_fleet_scale_events_total{event="scale_up",reason="waiting",'
                 'replica="1"} 1') in text
         ready = (await c.get("/readyz")).json()
