@@ -80,6 +80,7 @@ class Engine:
         self.requests: dict[str, Request] = {}  # unfinished only
         self.throughput = ThroughputEstimator()
         self.step_cost = StepCostWatch()  # served steps against the law: device drift
+        self.startup_law = step_law  # what drift is measured against (the law may refit)
         self._pending_deltas: list[RequestDelta] = []  # ends between steps (abort, timeout)
         self._pending_finished: list[Request] = []
         self._pending_admissions: list[AdmissionDecision] = []
@@ -236,8 +237,13 @@ class Engine:
         if bm.events is not None:  # this step's stored and evicted blocks, as one batch
             bm.events.seal(run.out.step_id)
         record = step_record(run, self.scheduler, start, t0, prefix0)  # engine/reports.py
-        self.scheduler.law_slowdown.observe(run.out.predicted_s, run.end - start)
-        self.step_cost.observe(run.end, run.out.predicted_s, run.end - start)
+        out, took = run.out, run.end - start
+        self.scheduler.observe_step(out.predicted_s, out.law_features, took)
+        # drift is against the start-up law: how far the device is from where it began,
+        # whatever the online refit has since made of the law
+        law0 = self.startup_law
+        self.step_cost.observe(run.end, law0.step_s(*out.law_features)
+                               if law0 is not None and out.law_features else None, took)
         return self._drain_pending(record, run)
 
     def run_step(self, start: float) -> StepRun:

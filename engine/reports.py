@@ -95,5 +95,10 @@ def engine_gauges(scheduler: Scheduler, bm: BlockManager, last_wait_reasons: dic
         kv_blocks_total=bm.num_blocks, kv_blocks_used=bm.num_used,
         kv_blocks_free=bm.num_free, kv_blocks_cached=bm.num_cached_free,
         kv_usage=bm.usage, live=scheduler.live,
-        step_cost=(step_cost.reading(now, scheduler.law_slowdown.value)
+        step_cost=(step_cost.reading(now, scheduler.law_slowdown.value, _refits(scheduler))
                    if step_cost is not None and scheduler.step_law is not None else None))
+
+
+def _refits(scheduler: Scheduler) -> tuple[int, int]:
+    online = scheduler.online_law
+    return (online.refits, online.adopted) if online is not None else (0, 0)

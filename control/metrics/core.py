@@ -166,3 +166,10 @@ def step_cost_families(cost: StepCostDrift, model: str) -> Iterator[GaugeMetricF
         fam = GaugeMetricFamily("batchpilot_" + name, doc, labels=["model"])
         fam.add_metric([model], float(value))
         yield fam
+    refits = CounterMetricFamily(
+        "batchpilot_step_law_refits", "Online refits of the step law from served steps"
+        " (every 64 steps), by whether the refit replaced the law (its shape fitted the"
+        " served steps better than a rescale of the law did).", labels=["model", "adopted"])
+    refits.add_metric([model, "true"], cost.law_adopted)
+    refits.add_metric([model, "false"], cost.law_refits - cost.law_adopted)
+    yield refits

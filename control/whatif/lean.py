@@ -84,6 +84,8 @@ class ReplayEngine(Engine):
         if run.failure is not None:
             raise RuntimeError(f"replayed step failed in {run.failure.phase}") \
                 from run.failure.error
+        # as Engine.step: the law's slowdown and online refit see the (modelled) step time
+        self.scheduler.observe_step(run.out.predicted_s, run.out.law_features, run.end - start)
         ended.extend(RequestRecord.from_request(r) for r in run.finished)
         return ReplayStep(True, run.out.num_tokens, len(run.decisions.preempted),
                           self.block_manager.num_used, ended)

@@ -47,6 +47,8 @@ class StepCostDrift:
     drift: float | None  # recent median of ratio / its bucket's baseline (module docstring)
     window_steps: int  # steps with a baseline ended in the last WINDOW_S
     law_scale: float  # what the scheduler divides the step target by (LawSlowdown)
+    law_refits: int = 0  # online refits of the law tried (engine/calibration/online_law.py)
+    law_adopted: int = 0  # of them, those that replaced the law
 
 
 class StepCostWatch:
@@ -82,9 +84,11 @@ class StepCostWatch:
         while self._window and self._window[0][0] < now - WINDOW_S:
             self._window.popleft()
 
-    def reading(self, now: float, law_scale: float) -> StepCostDrift:
+    def reading(self, now: float, law_scale: float, refits: tuple[int, int] = (0, 0),
+                ) -> StepCostDrift:
+        """`refits`: the online law's (tried, adopted)."""
         self._trim(now)
         steps = len(self._window)
         drift = (statistics.median(r for _, r in self._window)
                  if steps >= MIN_WINDOW_STEPS else None)
-        return StepCostDrift(drift, steps, law_scale)
+        return StepCostDrift(drift, steps, law_scale, *refits)

@@ -136,5 +136,5 @@ class StepPlan:
         num_prefill = out.num_prefill_tokens = sum(c.num_tokens for c in out.prefills)
         budget.check(out.step_id, num_decodes + num_prefill, num_decodes + len(out.prefills))
         if self.time is not None:
-            out.predicted_s = self.time.predicted_s
+            out.predicted_s, out.law_features = self.time.predicted_s, self.time.features
         return out

@@ -19,8 +19,10 @@ with the step's passes on top, so no part of the scheduling imports the schedule
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 
+from engine.calibration.online_law import OnlineLaw, Refit
 from engine.calibration.step_law import StepLaw
 from engine.config import LiveConfig, StaticConfig
 from engine.errors import SchedulerInvariantError
@@ -30,6 +32,8 @@ from engine.records import SchedulingDecisions
 from engine.request import Request, RequestStatus
 from engine.scheduling.deadlines import DeadlineHeap
 from engine.scheduling.step_time import LawSlowdown
+
+log = logging.getLogger("batchpilot.engine")
 
 GROWABLE_BUDGETS = ("prefill_chunk_size", "max_num_batched_tokens")  # budget_fit's fields
 
@@ -46,12 +50,32 @@ class SchedulerState:
         self.step_law = step_law
         self.growable_budgets = frozenset(growable_budgets)
         self.law_slowdown = LawSlowdown()  # measured / predicted: Engine.step feeds it
+        # the law refitted from served steps (engine/calibration/online_law.py)
+        self.online_law = OnlineLaw(step_law) if step_law is not None else None
         self.live = live
         self.block_manager = block_manager
         self.lanes = LaneSet(live.lanes)
         self.running: list[Request] = []  # admission order
         self.step_id = 0
         self.deadlines = DeadlineHeap()  # started requests with a deadline (deadlines.py)
+
+    def observe_step(self, predicted_s: float | None,
+                     features: tuple[int, int, int] | None, measured_s: float) -> Refit | None:
+        """The step just served, measured (Engine.step): the slowdown's moving average and
+        the online refit; a refit adopted replaces the law, and the slowdown starts over
+        (the new law was fitted to served steps, their overheads included)."""
+        self.law_slowdown.observe(predicted_s, measured_s)
+        if self.online_law is None:
+            return None
+        refit = self.online_law.observe(features, measured_s)
+        if refit is not None and refit.adopted:
+            log.info("step law refitted from %d served steps: %s (mean error %.1f%%, the"
+                     " old law rescaled x%.2f: %.1f%%)", len(self.online_law.window),
+                     refit.law.to_dict(), refit.error_pct, refit.ratio,
+                     refit.rescaled_error_pct)
+            self.step_law = refit.law
+            self.law_slowdown = LawSlowdown()
+        return refit
 
     # ---- queue side ------------------------------------------------------------------
     def add(self, req: Request) -> None:

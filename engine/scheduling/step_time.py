@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.calibration.step_law import StepLaw
+from engine.calibration.step_law import StepLaw, chunk_pairs
 from engine.request import Request
 
 DECODE_SHARE = 0.5  # of (target - fixed): the most the running set's decodes may take
@@ -46,6 +46,10 @@ class StepTime:
     left_s: float
     decode_share_s: float
     running_decode_s: float | None = None  # summed at the first start tried this step
+    # the law's features of the work charged: tokens, prefill pairs, decode context
+    tokens: int = 0
+    pairs: int = 0
+    context: int = 0
 
     @classmethod
     def start(cls, law: StepLaw, target_s: float) -> StepTime:
@@ -61,9 +65,18 @@ class StepTime:
         """Charge `num_decodes` decodes attending `context` KV tokens in all."""
         law = self.law
         self.left_s -= law.token_s * num_decodes + law.decode_kv_s * context
+        self.tokens += num_decodes
+        self.context += context
 
     def take_chunk(self, start: int, num_tokens: int) -> None:
         self.left_s -= self.law.chunk_s(start, num_tokens)
+        self.tokens += num_tokens
+        self.pairs += chunk_pairs(start, num_tokens)
+
+    @property
+    def features(self) -> tuple[int, int, int]:
+        """(tokens, prefill pairs, decode context) of the work charged (step_law.py)."""
+        return self.tokens, self.pairs, self.context
 
     def give_back(self, decode_context: int | None, chunks: list[tuple[int, int]]) -> None:
         """Return what an unscheduled request had taken: its decode (context) and/or its
@@ -71,8 +84,12 @@ class StepTime:
         law = self.law
         if decode_context is not None:
             self.left_s += law.decode_s(decode_context)
+            self.tokens -= 1
+            self.context -= decode_context
         for start, num_tokens in chunks:
             self.left_s += law.chunk_s(start, num_tokens)
+            self.tokens -= num_tokens
+            self.pairs -= chunk_pairs(start, num_tokens)
 
     def chunk_room(self, start: int, first_chunk: bool) -> int:
         """Tokens a chunk from `start` may run in the time left (>= MIN_PROGRESS for the

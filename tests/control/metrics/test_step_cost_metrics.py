@@ -34,3 +34,15 @@ def test_no_evidence_is_a_nan_drift_and_no_law_no_series():
     assert got["batchpilot_step_law_scale"] == 1.0
     assert math.isnan(got["batchpilot_step_cost_drift_ratio"])
     assert scrape(None) == {}
+
+
+def test_the_laws_online_refits_are_a_counter_by_outcome():
+    metrics = ServingMetrics("m")
+    cost = StepCostDrift(drift=1.0, window_steps=40, law_scale=1.0, law_refits=5,
+                         law_adopted=2)
+    metrics.set_gauges(dataclasses.replace(idle_gauges(LiveConfig(), 64), step_cost=cost))
+    got = {(s.name, s.labels.get("adopted")): s.value
+           for f in text_string_to_metric_families(metrics.render()[0].decode())
+           for s in f.samples if s.name == "batchpilot_step_law_refits_total"}
+    assert got == {("batchpilot_step_law_refits_total", "true"): 2.0,
+                   ("batchpilot_step_law_refits_total", "false"): 3.0}

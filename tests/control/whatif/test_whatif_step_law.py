@@ -47,6 +47,7 @@ def test_self_prediction_under_the_law_reproduces_the_run_and_without_it_does_no
     bare = dataclasses.replace(timed, run_settings={})
     assert bare.step_law is None
     unheld = predict(bare, config, {}, exact=True)["summaries"][PREDICTED]
-    # without the law the replay runs bigger steps: another TTFT than the server's
-    assert abs(unheld["ttft"]["p50"] - rec["ttft"]["p50"]) > 0.2 * rec["ttft"]["p50"], \
+    # without the law the replay runs bigger steps: another TTFT than the server's (the
+    # mean: once the served law refits to the device, the medians come close, the tails not)
+    assert abs(unheld["ttft"]["mean"] - rec["ttft"]["mean"]) > 0.2 * rec["ttft"]["mean"], \
         json.dumps({"recorded": rec["ttft"], "unheld": unheld["ttft"]})

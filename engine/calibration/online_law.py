@@ -1,0 +1,100 @@
+"""The step law refitted from the steps the engine serves (issue 31: one cost model,
+calibrated at start-up and kept true while serving).
+
+The start-up law (budget_fit.py) is measured on the model runner alone, on an idle machine.
+Served steps cost more, and not always in the same proportions: sampling and updating add
+per token, a neighbour on the memory bus makes long-context decodes dearer than prompts.
+`LawSlowdown` corrects the law by one factor (measured / predicted); it cannot correct its
+shape, so decode-heavy and prompt-heavy steps then miss the target in opposite directions.
+
+Every REFIT_EVERY served steps, `OnlineLaw` fits the law's four terms over the last WINDOW
+served steps (their features, step_law.py, and measured seconds) plus ANCHOR_STEPS made-up
+steps (typical prompt chunks and decode batches) priced by the current law times the
+window's median measured / predicted ratio. The anchors hold the terms the served steps do
+not vary (only decodes served: the prompt attention term) at the current law's, scaled as
+the device is; where served steps vary, they outnumber the anchors and decide. The refit
+replaces the law only if it predicts the window better than the current law rescaled by
+that same median ratio does (by ADOPT_GAIN at least): a change of scale alone stays with
+LawSlowdown, which never loosens budgets past the law (a faster machine is not trusted
+from one window); only a change of shape swaps the law.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+from engine.calibration.step_law import StepLaw, StepProbe, chunk_pairs, fit_law
+
+WINDOW = 256  # served steps a refit looks at
+REFIT_EVERY = 64  # served steps between two refits
+MIN_STEPS = 64  # served steps before the first refit
+ADOPT_GAIN = 0.2  # the refit's mean relative error must be at most (1 - this) x the rescale's
+# made-up steps priced by the current law: (tokens, prefill pairs, decode context)
+ANCHOR_STEPS = (
+    (1, 0, 0),  # the fixed cost, about
+    (256, chunk_pairs(0, 256), 0),  # a first prompt chunk
+    (512, chunk_pairs(2048, 512), 0),  # a chunk deep into a long prompt
+    (16, 0, 16 * 512),  # 16 decodes over 512-token contexts
+    (64, 0, 64 * 2048),  # 64 decodes over 2k-token contexts
+)
+
+
+@dataclass(frozen=True)
+class Refit:
+    """One refit's outcome, for the engine's gauges and the trace."""
+
+    step: int  # the served step count when it ran
+    law: StepLaw  # the refit law (adopted or not)
+    adopted: bool
+    error_pct: float  # its mean |predicted - measured| / measured over the window, %
+    rescaled_error_pct: float  # the current law x the median ratio's, %
+    ratio: float  # median measured / current law's prediction over the window
+
+
+class OnlineLaw:
+    def __init__(self, law: StepLaw):
+        self.law = law  # what the scheduler uses now
+        self.window: deque[StepProbe] = deque(maxlen=WINDOW)
+        self.served = 0
+        self.refits = 0  # tried
+        self.adopted = 0
+        self.last: Refit | None = None
+
+    def observe(self, features: tuple[int, int, int] | None, seconds: float) -> Refit | None:
+        """One served step's (tokens, prefill pairs, decode context) and measured time;
+        -> the refit this step ran (every REFIT_EVERY steps), else None."""
+        if features is None or seconds <= 0:
+            return None
+        self.window.append(StepProbe(*features, seconds, "served"))
+        self.served += 1
+        if self.served < MIN_STEPS or self.served % REFIT_EVERY:
+            return None
+        return self.refit()
+
+    def refit(self) -> Refit:
+        steps = list(self.window)
+        current = self.law
+        ratio = statistics.median(p.seconds / max(_predict(current, p), 1e-9) for p in steps)
+        anchors = [StepProbe(*f, ratio * current.step_s(*f), "anchor") for f in ANCHOR_STEPS]
+        law = fit_law(steps + anchors)
+        error = _mean_error_pct(law, steps, 1.0)
+        rescaled = _mean_error_pct(current, steps, ratio)
+        adopted = error <= (1.0 - ADOPT_GAIN) * rescaled
+        self.refits += 1
+        if adopted:
+            self.law = law
+            self.adopted += 1
+        self.last = Refit(self.served, law, adopted, round(error, 2), round(rescaled, 2),
+                          round(ratio, 4))
+        return self.last
+
+
+def _predict(law: StepLaw, p: StepProbe) -> float:
+    return law.step_s(p.tokens, p.prefill_pairs, p.decode_context)
+
+
+def _mean_error_pct(law: StepLaw, steps: list[StepProbe], scale: float) -> float:
+    return 100.0 * statistics.fmean(abs(scale * _predict(law, p) - p.seconds) / p.seconds
+                                    for p in steps)

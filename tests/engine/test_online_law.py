@@ -1,0 +1,137 @@
+"""The step law refitted from served steps (engine/calibration/online_law.py): a change of
+shape is learnt and adopted, a change of scale alone is left to the slowdown, terms the
+served steps never vary stay anchored; and on the simulated engine, where decodes over
+context cost other than the start-up probe saw, the refit law fills steps the one-factor
+slowdown leaves short, and narrows the spread of the steps around their target."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import statistics
+
+import pytest
+
+from engine.calibration.budget_fit import fit_step_budgets
+from engine.calibration.online_law import MIN_STEPS, REFIT_EVERY, OnlineLaw
+from engine.calibration.step_law import StepLaw, chunk_pairs
+from engine.config import EngineConfig, LiveConfig, StaticConfig
+from engine.engine import Engine
+from engine.sim.executor import FakeClock, SimulatedExecutor
+from engine.sim.simulate import simulate
+from engine.sim.step_cost import CostProber, CpuLikeStepCost
+from engine.sim.workload import TraceRequest
+
+LAW = StepLaw(fixed_s=0.02, token_s=0.15e-3, prefill_pair_s=0.6e-6, decode_kv_s=2.5e-6)
+
+
+def served(true: StepLaw, n: int, rng: random.Random, decodes_only: bool = False):
+    """n served steps' features (mixed prompt chunks and decodes) and their times."""
+    for _ in range(n):
+        seqs = rng.randrange(1, 64)
+        context = seqs * rng.randrange(100, 3000)
+        tokens, pairs = seqs, 0
+        if not decodes_only and rng.random() < 0.6:
+            chunk, start = rng.randrange(16, 512), rng.randrange(0, 3000)
+            tokens, pairs = tokens + chunk, chunk_pairs(start, chunk)
+        noise = rng.lognormvariate(0, 0.03)
+        yield (tokens, pairs, context), true.step_s(tokens, pairs, context) * noise
+
+
+def feed(online: OnlineLaw, steps) -> list:
+    return [r for f, s in steps if (r := online.observe(f, s)) is not None]
+
+
+def test_a_change_of_shape_is_learnt_and_adopted():
+    true = dataclasses.replace(LAW, decode_kv_s=3 * LAW.decode_kv_s)  # decodes 3x dearer
+    online = OnlineLaw(LAW)
+    refits = feed(online, served(true, 4 * REFIT_EVERY, random.Random(0)))
+    assert len(refits) == 4 and refits[0].step == MIN_STEPS
+    assert online.adopted >= 1 and online.law is not LAW
+    assert online.law.decode_kv_s == pytest.approx(true.decode_kv_s, rel=0.1)
+    assert online.law.prefill_pair_s == pytest.approx(true.prefill_pair_s, rel=0.25)
+    last = refits[-1]
+    assert last.error_pct < 5  # the refit law predicts served steps within the noise
+
+
+def test_a_change_of_scale_alone_is_left_to_the_slowdown():
+    true = StepLaw(*(2 * v for v in dataclasses.astuple(LAW)))  # everything twice as slow
+    online = OnlineLaw(LAW)
+    refits = feed(online, served(true, 4 * REFIT_EVERY, random.Random(1)))
+    assert online.adopted == 0 and online.law is LAW
+    assert all(r.ratio == pytest.approx(2.0, rel=0.05) for r in refits)
+
+
+def test_terms_the_served_steps_never_vary_stay_anchored_to_the_law():
+    # only decodes are served: nothing says what a prompt's attention costs now
+    true = dataclasses.replace(LAW, decode_kv_s=3 * LAW.decode_kv_s)
+    online = OnlineLaw(LAW)
+    feed(online, served(true, 4 * REFIT_EVERY, random.Random(2), decodes_only=True))
+    assert online.law.decode_kv_s == pytest.approx(true.decode_kv_s, rel=0.1)
+    assert online.law.prefill_pair_s > 0.3 * LAW.prefill_pair_s  # not fitted away to 0
+
+
+def test_steps_without_a_law_or_time_are_not_counted():
+    online = OnlineLaw(LAW)
+    assert online.observe(None, 0.1) is None and online.observe((1, 0, 0), 0.0) is None
+    assert online.served == 0
+
+
+STATIC = StaticConfig(num_kv_blocks=4096, max_model_len=8192, target_step_ms=250)
+# every step held to the target, nothing shed or timed out: the steps differ by the law only
+LIVE = LiveConfig(step_policy="fixed", slo_shedding=False, queue_timeout_ms=10**9,
+                  max_waiting_requests=10**5)
+
+
+def run_sim(refit: bool, decode_kv: float) -> tuple[list[float], int]:
+    """120 requests (prompts of 500-3,000 tokens, 40-160 tokens out, all at once) on a
+    device whose decodes over context cost `decode_kv` x what the start-up probe measured
+    -> (step / target of the steps past the first quarter, steps taken in all)."""
+    probed = CpuLikeStepCost(seed=0, noise=0.0)
+    config, fit = fit_step_budgets(EngineConfig(STATIC, LIVE), set(), CostProber(probed))
+    now = dataclasses.replace(probed, decode_kv_s=decode_kv * probed.decode_kv_s, noise=0.02)
+    clock = FakeClock()
+    engine = Engine(config, SimulatedExecutor(clock=clock, cost_model=now, shadow_kv=False),
+                    clock=clock, step_law=fit.law)
+    if not refit:
+        engine.scheduler.online_law = None
+    rng = random.Random(3)
+    trace = [TraceRequest(0.0, rng.randrange(500, 3000), rng.randrange(40, 160))
+             for _ in range(120)]
+    ratios: list[float] = []
+
+    def on_step(out) -> None:
+        rec = out.record
+        if rec is not None and rec.tokens_used and rec.target_step_s:
+            ratios.append((rec.end_time - rec.start_time) / rec.target_step_s)
+
+    result = simulate(engine, clock, trace, on_step=on_step)
+    assert sum(r.outcome == "finished" for r in result.records) == 120
+    online = engine.scheduler.online_law
+    assert not refit or online.adopted >= 1, online.last
+    return ratios[len(ratios) // 4:], len(ratios)
+
+
+def test_a_refit_law_fills_steps_the_one_factor_slowdown_leaves_short():
+    """Decodes over context half what the probe saw: the start-up law over-predicts
+    decode-heavy steps, and LawSlowdown (never below 1: it does not loosen budgets) leaves
+    them short of the target. The refit learns the cheaper decodes (a change of shape):
+    steps fill to the aim (HEADROOM, 0.9 of the target), the same work takes fewer steps,
+    and none overshoots."""
+    (short, short_steps), (full, full_steps) = (run_sim(False, 0.5), run_sim(True, 0.5))
+    assert statistics.median(short) < 0.83 < 0.86 < statistics.median(full) <= 0.92
+    assert full_steps < 0.96 * short_steps
+    assert max(full) < 1.1
+
+
+def test_a_refit_law_narrows_the_spread_when_decodes_got_dearer():
+    """Decodes 3x dearer: the slowdown's one factor holds the median, but decode-heavy
+    and prompt-heavy steps land apart; the refit narrows the spread, none overshooting."""
+    (slow, _), (refit, _) = run_sim(False, 3.0), run_sim(True, 3.0)
+
+    def spread(r: list[float]) -> float:
+        r = sorted(r)
+        return r[int(0.9 * len(r))] - r[int(0.1 * len(r))]
+
+    assert spread(refit) < 0.8 * spread(slow), (spread(refit), spread(slow))
+    assert max(refit) < 1.1
