@@ -67,7 +67,8 @@ def serve(llm: LLM, args: argparse.Namespace) -> list[dict]:
             reading = engine.gauges().step_cost
             if out.record is not None and reading is not None:
                 rows.append({"t": t, "hog": bool(hogs), "drift": reading.drift,
-                             "scale": reading.law_scale,
+                             "scale": reading.law_scale, "refits": reading.law_refits,
+                             "adopted": reading.law_adopted,
                              "step_s": out.record.end_time - out.record.start_time,
                              "tokens": out.record.tokens_used})
             bar.update(int(t) - bar.n)
@@ -93,7 +94,16 @@ def summarize(rows: list[dict], args: argparse.Namespace) -> dict:
             "seconds_to_flag": flagged,
             "law_scale_before": median("scale", before), "law_scale_late": median("scale", late),
             "step_s_before": median("step_s", before), "step_s_late": median("step_s", late),
-            "tokens_before": median("tokens", before), "tokens_late": median("tokens", late)}
+            "tokens_before": median("tokens", before), "tokens_late": median("tokens", late),
+            # the online refit (engine/calibration/online_law.py): tried and adopted, by the
+            # hog's start and by the end
+            "refits_before_hog": _last(rows, lambda r: not r["hog"]),
+            "refits_at_end": _last(rows, lambda r: True)}
+
+
+def _last(rows: list[dict], sel) -> list[int] | None:
+    chosen = [r for r in rows if sel(r)]
+    return [chosen[-1]["refits"], chosen[-1]["adopted"]] if chosen else None
 
 
 def measure(model: str, args: argparse.Namespace) -> dict:
@@ -121,7 +131,8 @@ def main() -> None:
           f" (goal: within 60 s); law scale {result['law_scale_before']} ->"
           f" {result['law_scale_late']}; step {result['step_s_before']} ->"
           f" {result['step_s_late']} s, tokens a step {result['tokens_before']} ->"
-          f" {result['tokens_late']}")
+          f" {result['tokens_late']}; law refits (tried, adopted) by the hog"
+          f" {result['refits_before_hog']}, at the end {result['refits_at_end']}")
     print(json.dumps({"bench": "step_cost_drift", "smoke": args.smoke, **result,
                       "seconds": round(time.perf_counter() - started, 1)}))
 
