@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -39,6 +42,17 @@ def fleet_glob(tmp_path_factory) -> str:
     return str(folder / "replica-*.duckdb")
 
 
+@contextmanager
+def browser_page(height: int) -> Iterator[Any]:
+    """A headless Chromium page 1500 px wide, closed afterwards."""
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield browser.new_page(viewport={"width": 1500, "height": height})
+        finally:
+            browser.close()
+
+
 def settle(page) -> None:
     page.wait_for_selector("[data-testid=stMainBlockContainer] h1", timeout=60_000)
     page.wait_for_function(DONE, timeout=60_000)
@@ -54,36 +68,31 @@ def grid_header(page) -> str:
 
 def test_requests_of_both_replicas_then_one(fleet_glob, tmp_path):
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with dashboard(tmp_path, trace_db=fleet_glob) as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1100})
-            page.goto(f"{url}/requests")
-            settle(page)
-            assert page.locator("[data-testid=stException]").count() == 0
-            sidebar = page.locator("[data-testid=stSidebar]")
-            assert "trace files" in sidebar.inner_text()
-            header = grid_header(page)
-            assert header.split()[:2] == ["replica", "request_id"], header
-            page.screenshot(path=str(SHOTS / "requests_all_replicas.png"), full_page=True)
+    with dashboard(tmp_path, trace_db=fleet_glob) as url, browser_page(1100) as page:
+        page.goto(f"{url}/requests")
+        settle(page)
+        assert page.locator("[data-testid=stException]").count() == 0
+        sidebar = page.locator("[data-testid=stSidebar]")
+        assert "trace files" in sidebar.inner_text()
+        header = grid_header(page)
+        assert header.split()[:2] == ["replica", "request_id"], header
+        page.screenshot(path=str(SHOTS / "requests_all_replicas.png"), full_page=True)
 
-            sidebar.locator("[data-testid=stSelectbox]").filter(has_text="Replica").locator(
-                "input").click()
-            page.get_by_role("option", name="1", exact=True).click()
-            page.wait_for_timeout(500)
-            settle(page)
-            assert "replica 1" in sidebar.inner_text()
-            header = grid_header(page)
-            assert header.split()[0] == "request_id", header  # one replica: no column
-            assert page.locator("[data-testid=stException]").count() == 0
-            page.screenshot(path=str(SHOTS / "requests_replica_1.png"), full_page=True)
+        sidebar.locator("[data-testid=stSelectbox]").filter(has_text="Replica").locator(
+            "input").click()
+        page.get_by_role("option", name="1", exact=True).click()
+        page.wait_for_timeout(500)
+        settle(page)
+        assert "replica 1" in sidebar.inner_text()
+        header = grid_header(page)
+        assert header.split()[0] == "request_id", header  # one replica: no column
+        assert page.locator("[data-testid=stException]").count() == 0
+        page.screenshot(path=str(SHOTS / "requests_replica_1.png"), full_page=True)
 
-            page.goto(f"{url}/")
-            settle(page)
-            assert page.locator("[data-testid=stException]").count() == 0
-            page.screenshot(path=str(SHOTS / "overview_fleet.png"), full_page=True)
-        finally:
-            browser.close()
+        page.goto(f"{url}/")
+        settle(page)
+        assert page.locator("[data-testid=stException]").count() == 0
+        page.screenshot(path=str(SHOTS / "overview_fleet.png"), full_page=True)
 
 
 def test_the_fleet_page_shows_replicas_and_routing(tiny_llama_dir, fleet_glob, tmp_path):
@@ -100,54 +109,44 @@ def test_the_fleet_page_shows_replicas_and_routing(tiny_llama_dir, fleet_glob, t
             assert reply.status_code == 200, reply.text
             time.sleep(0.15)  # the KV index reads events every 100 ms
         last = reply.json()["id"]  # followed its prefix's blocks: a precise decision
-        with dashboard(tmp_path, url=fleet.url) as url, sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            try:
-                page = browser.new_page(viewport={"width": 1500, "height": 1100})
-                page.goto(f"{url}/fleet")
-                settle(page)
-                assert page.locator("[data-testid=stException]").count() == 0
-                main = page.locator("[data-testid=stMainBlockContainer]")
-                text = main.inner_text()
-                assert "2 of 2" in text and "precise" in text, text
-                header = grid_header(page)
-                for column in ("replica", "state", "KV usage", "cached blocks (index)"):
-                    assert column in header, header
-                assert page.locator("[data-testid=stVegaLiteChart]").count() == 1
-                page.screenshot(path=str(SHOTS / "fleet_page.png"), full_page=True)
-
-                # the Requests page, one request: where the ingress sent it and why
-                page.goto(f"{url}/requests")
-                settle(page)
-                box = page.get_by_label("Request id (or pick one of the slowest below)")
-                box.fill(last)
-                box.press("Enter")
-                page.wait_for_selector("text=routed to replica", timeout=60_000)
-                settle(page)
-                said = page.locator("[data-testid=stCaptionContainer]").filter(
-                    has_text="Routed to replica").inner_text()
-                assert "by the fleet ingress" in said and "(precise)" in said, said
-                assert "leading blocks of the prompt" in said, said
-                assert page.locator("[data-testid=stException]").count() == 0
-                page.screenshot(path=str(SHOTS / "request_routed.png"), full_page=True)
-            finally:
-                browser.close()
-    with dashboard(tmp_path, trace_db=fleet_glob) as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 700})
+        with dashboard(tmp_path, url=fleet.url) as url, browser_page(1100) as page:
             page.goto(f"{url}/fleet")
             settle(page)
-            assert "is not a fleet" in page.locator(
-                "[data-testid=stMainBlockContainer]").inner_text()
-        finally:
-            browser.close()
+            assert page.locator("[data-testid=stException]").count() == 0
+            main = page.locator("[data-testid=stMainBlockContainer]")
+            text = main.inner_text()
+            assert "2 of 2" in text and "precise" in text, text
+            header = grid_header(page)
+            for column in ("replica", "state", "KV usage", "cached blocks (index)"):
+                assert column in header, header
+            assert page.locator("[data-testid=stVegaLiteChart]").count() == 1
+            page.screenshot(path=str(SHOTS / "fleet_page.png"), full_page=True)
+
+            # the Requests page, one request: where the ingress sent it and why
+            page.goto(f"{url}/requests")
+            settle(page)
+            box = page.get_by_label("Request id (or pick one of the slowest below)")
+            box.fill(last)
+            box.press("Enter")
+            page.wait_for_selector("text=routed to replica", timeout=60_000)
+            settle(page)
+            said = page.locator("[data-testid=stCaptionContainer]").filter(
+                has_text="Routed to replica").inner_text()
+            assert "by the fleet ingress" in said and "(precise)" in said, said
+            assert "leading blocks of the prompt" in said, said
+            assert page.locator("[data-testid=stException]").count() == 0
+            page.screenshot(path=str(SHOTS / "request_routed.png"), full_page=True)
+    with dashboard(tmp_path, trace_db=fleet_glob) as url, browser_page(700) as page:
+        page.goto(f"{url}/fleet")
+        settle(page)
+        assert "is not a fleet" in page.locator(
+            "[data-testid=stMainBlockContainer]").inner_text()
 
 
 def test_an_autoscaled_fleets_page_shows_phases_and_scale_events(tmp_path):
-    """Stand-in replicas behind a real ingress whose board plays Serve's autoscaler: slot 1
-    starts, serves, drains and stops; slot 2 starts again. The page shows the phases in
-    the replica table, what the rule wants, the events as a step chart and a table."""
+    """Stand-in replicas behind a real ingress whose board plays Serve's autoscaler: slots
+    1 and 2 start, 2 drains and stops, 1 begins to drain. The page shows the phases in the
+    replica table, the scale event under way, the events as a step chart and a table."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     board, app = MemoryBoard(), "browser-fleet"
     fakes, port = [FakeReplica(i) for i in range(3)], listen_port()
@@ -162,21 +161,16 @@ def test_an_autoscaled_fleets_page_shows_phases_and_scale_events(tmp_path):
             while fleet.scaling.phases[slot] != phase:
                 assert time.monotonic() < deadline, (slot, phase, fleet.scaling.phases)
                 time.sleep(0.05)
-        with dashboard(tmp_path, url=url) as dash, sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            try:
-                page = browser.new_page(viewport={"width": 1500, "height": 1400})
-                page.goto(f"{dash}/fleet")
-                settle(page)
-                assert page.locator("[data-testid=stException]").count() == 0
-                text = page.locator("[data-testid=stMainBlockContainer]").inner_text()
-                assert "Autoscaling" in text and "1–3" in text, text
-                assert "Under way: replica 1 is retiring (idle)" in text, text
-                page.wait_for_selector(f"{GRID} th", state="attached", timeout=60_000)
-                tables = " ".join(page.locator(f"{GRID} th").all_inner_texts())
-                assert "replicas routed after" in tables, tables
-                # the phase chart and the decisions chart (none routed yet: only the first)
-                assert page.locator("[data-testid=stVegaLiteChart]").count() >= 1
-                page.screenshot(path=str(SHOTS / "fleet_autoscale.png"), full_page=True)
-            finally:
-                browser.close()
+        with dashboard(tmp_path, url=url) as dash, browser_page(1400) as page:
+            page.goto(f"{dash}/fleet")
+            settle(page)
+            assert page.locator("[data-testid=stException]").count() == 0
+            text = page.locator("[data-testid=stMainBlockContainer]").inner_text()
+            assert "Autoscaling" in text and "1–3" in text, text
+            assert "Under way: replica 1 is retiring (idle)" in text, text
+            page.wait_for_selector(f"{GRID} th", state="attached", timeout=60_000)
+            tables = " ".join(page.locator(f"{GRID} th").all_inner_texts())
+            assert "replicas routed after" in tables, tables
+            # the phase chart and the decisions chart (none routed yet: only the first)
+            assert page.locator("[data-testid=stVegaLiteChart]").count() >= 1
+            page.screenshot(path=str(SHOTS / "fleet_autoscale.png"), full_page=True)
