@@ -131,6 +131,9 @@ class StepRecord:
     # fixed: engine/scheduling/goodput.py); None without a step law.
     target_step_s: float | None = None
     step_reason: str | None = None
+    # The step law this step's measurement replaced, and the refit that replaced it
+    # (StepLaw.to_dict each: engine/calibration/online_law.py); None at most steps.
+    law_refit: tuple[dict, dict] | None = None
 
     @property
     def scheduled(self) -> list[tuple[str, str, int]]:

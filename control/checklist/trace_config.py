@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from control.trace.audit_sources import is_config_version
 from engine.config.yaml_loader import STATIC_KEYS
 
 # Defaults the server fits to the model when the YAML does not set them (engine/llm.py):
 # their value cannot be known from the YAML alone.
 FITTED_LIVE = ("max_num_seqs", "prefill_chunk_size", "long_context_threshold")
-NOT_CHANGES = ("drain", "resume", "whatif")  # config_changes rows that are not versions
 
 
 def config_from_trace(facts: dict[str, Any], changes: list[dict[str, Any]]
@@ -27,7 +27,7 @@ def config_from_trace(facts: dict[str, Any], changes: list[dict[str, Any]]
     started = run.get("started") or 0.0
     replayed = 0
     for row in changes:
-        if (row.get("time") or 0.0) >= started and row.get("source") not in NOT_CHANGES:
+        if (row.get("time") or 0.0) >= started and is_config_version(row.get("source")):
             for key, (_, new) in (_json(row.get("change")) or {}).items():
                 _set_path(config, key.split("."), new)
                 replayed += 1

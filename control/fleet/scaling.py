@@ -145,7 +145,7 @@ class FleetScaling:
             control.versions.event(f"autoscale_{name}", **event)
         if name in ("scale_up", "scale_down"):  # a row in every live replica's trace
             asyncio.ensure_future(control.audit(f"autoscale_{name}", "autoscaler",
-                                                {"replicas": [slot]}, str(event)))
+                                                {f"replica-{slot}": [old, new]}, str(event)))
 
     # ---- what readers see --------------------------------------------------------------
     def view(self) -> dict[str, Any]:

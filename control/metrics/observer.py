@@ -25,11 +25,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from control.metrics.registry import ServingMetrics, counter_family
 from control.serve.bursts import drain
+from control.trace.audit_sources import LAW_REFIT_SOURCE
 from control.trace.rows import kv_row
 from control.trace.writer import StepItem, TraceWriter
 from engine.config import LiveConfig, StaticConfig
 from engine.engine import Engine
-from engine.records import EngineGauges, StepOutput
+from engine.records import EngineGauges, StepOutput, StepRecord
 
 log = logging.getLogger("batchpilot.observer")
 GAUGES_EVERY_S = 0.05  # gauges refresh at most this often while busy (scrapes: seconds)
@@ -202,8 +203,19 @@ class Observer:
             self.feed.submit(item, gauges)
         if self.writer is not None:
             self.writer.submit(item)
+            if record is not None and record.law_refit is not None:
+                self._law_refit_row(engine, record)
         if self.spans is not None:
             self.spans.submit(item)
+
+    def _law_refit_row(self, engine: Engine, record: StepRecord) -> None:
+        """The step law refitted from served steps, as an audit row (not a config
+        version): the what-if replays a later window under the law then in force."""
+        old, new = record.law_refit
+        self.writer.submit_config_change(
+            record.end_time, engine.live_config.version, LAW_REFIT_SOURCE, "scheduler",
+            {"step_law": [old, new]}, f"step law refitted from served steps at step"
+            f" {record.step_id} (engine/calibration/online_law.py)")
 
     def _error(self, what: str) -> None:
         if not self.errors:  # once: a broken observer must not flood the log every step

@@ -21,6 +21,7 @@ import json
 import os
 from typing import Any
 
+from control.trace.audit_sources import is_config_version
 from control.trace.sources import FileSource, TraceError
 
 COMPARE_S = 300.0  # seconds of arrivals judged on each side of a change (at most)
@@ -47,7 +48,9 @@ def build_report(source: Any, since: float | None = None, until: float | None = 
         raise TraceError(f"--compare-s {compare_s} must be > 0", 2)
     summary = source.ask("summary", since=since, until=until)
     changes = [_parse(c) for c in source.ask("config_changes", since=since, until=until)]
-    judged = changes[:MAX_JUDGED_CHANGES]
+    # only config versions are suspects: audit rows (a drain, a prediction, a law refit,
+    # a fleet's canary or scale event) stay in the list, unjudged
+    judged = [c for c in changes if is_config_version(c.get("source"))][:MAX_JUDGED_CHANGES]
     for i, change in enumerate(judged):
         change.update(judge_change(source, judged, i, since, until, compare_s))
     suspect = pick_suspect(judged)

@@ -7,6 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from control.trace.audit_sources import is_config_version
 from control.trace.format import clock, dur, main_wait, pct
 
 METRICS = (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("E2E", "e2e_s"),
@@ -156,7 +157,8 @@ def _timeline(r: dict[str, Any]) -> str:
     rows = [[clock(c["time"]), c["version"], c["source"], c["actor"], c.get("note") or "",
              diff_text(c["change"]) if c["source"] != "startup" else "(starting config)",
              _effect(c)] for c in changes]
-    note = "" if r["judged"] == len(changes) else \
+    versions = sum(is_config_version(c["source"]) for c in changes)
+    note = "" if r["judged"] == versions else \
         f"\n\nOnly the first {r['judged']} changes were judged."
     return (f"{head}\n\nEffect: latency of the requests that arrived before the change"
             f" against those after it (up to {dur(r['compare_s'])} each side, not crossing"
@@ -166,6 +168,8 @@ def _timeline(r: dict[str, Any]) -> str:
 
 
 def _effect(c: dict[str, Any]) -> str:
+    if not is_config_version(c["source"]):
+        return "an audit row, not a config change: not judged"
     verdict = c.get("verdict", "not judged")
     if verdict == "startup":
         return ""

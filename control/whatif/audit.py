@@ -8,8 +8,8 @@ can be matched to the prediction that preceded it (the go-live checklist's
 A row's `change` is the proposal's diff from the recorded config ({key: [old, new]}, as a
 real change's); its `version` is the config in force when it was asked (nothing changes);
 its `note` the window and the headline ratios. A proposal that changes nothing is not
-recorded. NOTE: readers that replay `config_changes` as config versions must skip this
-source, as they skip `drain` and `resume` (control/checklist/trace_config.py).
+recorded. NOTE: readers that replay `config_changes` as config versions skip this source
+(control/trace/audit_sources.py).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from control.trace.audit_sources import LAW_REFIT_SOURCE
 from control.whatif.calibrate import FEATURES, StepSamples
 from engine.calibration.step_law import StepLaw
 
@@ -81,12 +82,16 @@ class Window:
     itl_s: dict[str, list[float]]  # request_id -> gaps between its tokens (s)
     samples: StepSamples
     notes: list[str] = field(default_factory=list)
+    # the law in force at the window's start when the server had refitted it from served
+    # steps before then (a step_law_refit audit row: engine/calibration/online_law.py)
+    law_refit: dict[str, Any] | None = None
 
     @property
     def step_law(self) -> StepLaw | None:
-        """The step law the server fitted at start-up (its steps were held to the target
-        by it), from the run's settings; None for a server without one, or an older trace."""
-        law = self.run_settings.get("step_law")
+        """The step law the server held its steps to at the window's start: its last
+        online refit before then, else the one it fitted at start-up (the run's settings);
+        None for a server without one, or an older trace."""
+        law = self.law_refit or self.run_settings.get("step_law")
         return StepLaw.from_dict(law) if law else None
 
     @property
@@ -220,10 +225,29 @@ def read_window(con, since: float | None, until: float | None) -> Window:
     same = [row[0] for row in _rows(con, "SELECT run_id, settings FROM runs WHERE model = ?",
                                     [model]) if _run(con, row[0])[1] == device] or [run_id]
     group = f"model={model or '?'} device={device or 'unrecorded'}"
-    if settings.get("step_law"):
+    refit = _law_in_force(con, run_id, lo) if settings.get("step_law") else None
+    if refit is not None:
+        notes.append(f"steps held to target_step_ms={settings.get('target_step_ms')} by the"
+                     f" step law the server had refitted from served steps at"
+                     f" {refit[0]:.0f} ({refit[1]}), in every replay (it may refit again)")
+    elif settings.get("step_law"):
         notes.append(f"steps held to target_step_ms={settings.get('target_step_ms')} by the"
                      f" server's start-up step law {settings['step_law']}"
                      " (engine/scheduling/step_time.py), in every replay")
     end = max(hi, max(r.finished_time or r.arrival_time for r in requests))
     return Window(lo, hi, model, device, settings, requests, _facts(con, run_id, lo, end),
-                  read_itl(con, run_id, lo, end), read_samples(con, same, end, group), notes)
+                  read_itl(con, run_id, lo, end), read_samples(con, same, end, group), notes,
+                  law_refit=refit[1] if refit is not None else None)
+
+
+def _law_in_force(con, run_id: str, at: float) -> tuple[float, dict[str, Any]] | None:
+    """(time, law) of the run's last online refit of its step law before `at`."""
+    rows = _rows(con, "SELECT time, change FROM config_changes WHERE run_id = ? AND"
+                 " source = ? AND time <= ? ORDER BY time DESC LIMIT 1",
+                 [run_id, LAW_REFIT_SOURCE, at])
+    if not rows:
+        return None
+    try:
+        return rows[0][0], json.loads(rows[0][1])["step_law"][1]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None  # a row this reader cannot read: the start-up law, as before

@@ -212,3 +212,21 @@ def test_the_suspect_is_the_largest_growth_and_a_stall_does_not_hide_a_fix():
     changes[3]["after"]["ttft_s_p99"] = 0.6  # 0.4 s left: a stall, within half the growth
     assert pick_suspect(changes)["restored_by"] == {"version": 5, "time": 5.0}
     assert pick_suspect([change(2, "better"), change(3, "no clear change")]) is None
+
+
+def test_audit_rows_are_listed_in_the_timeline_but_never_judged():
+    """A law refit, a prediction or a fleet's scale event is a config_changes row that is
+    not a config version: the timeline shows it, says it was not judged, and does not
+    count it among the changes left unjudged."""
+    from control.trace.report_format import _timeline
+
+    version = {"time": 100.0, "version": 2, "source": "api", "actor": "ops", "note": "",
+               "change": {"max_num_seqs": [64, 8]}, "verdict": "no clear change"}
+    refit = {"time": 110.0, "version": 2, "source": "step_law_refit", "actor": "scheduler",
+             "note": "step law refitted", "change": {"step_law": [{"fixed_ms": 1},
+                                                                {"fixed_ms": 2}]}}
+    scale = {**refit, "time": 120.0, "source": "autoscale_scale_up", "actor": "autoscaler",
+             "change": {"replica-1": ["off", "starting"]}}
+    text = _timeline({"changes": [version, refit, scale], "judged": 1, "compare_s": 30.0})
+    assert text.count("an audit row, not a config change: not judged") == 2, text
+    assert "Only the first" not in text, text

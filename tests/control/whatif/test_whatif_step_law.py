@@ -26,10 +26,15 @@ _window = read_trace_window
 
 
 @pytest.fixture(scope="module")
-def timed(tmp_path_factory) -> Window:
+def timed_path(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("timed") / "trace.duckdb")
     record(path, LIVE, n=150, rate_per_s=9.0, static=TIMED, step_law=LAW)
-    return _window(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def timed(timed_path) -> Window:
+    return _window(timed_path)
 
 
 def test_the_run_settings_carry_the_law_and_the_window_reads_it_back(timed):
@@ -51,3 +56,34 @@ def test_self_prediction_under_the_law_reproduces_the_run_and_without_it_does_no
     # mean: once the served law refits to the device, the medians come close, the tails not)
     assert abs(unheld["ttft"]["mean"] - rec["ttft"]["mean"]) > 0.2 * rec["ttft"]["mean"], \
         json.dumps({"recorded": rec["ttft"], "unheld": unheld["ttft"]})
+
+
+def test_a_window_after_the_server_refitted_its_law_replays_under_the_refit(timed_path):
+    """LAW is not the sim's cost (its shape differs), so the server refits it from served
+    steps (engine/calibration/online_law.py) and its trace says so in a step_law_refit
+    row. A window that starts after the refit replays under the refitted law; a row of
+    that source is never replayed as a config version."""
+    from control.checklist.trace_config import config_from_trace
+    from control.trace.audit_sources import LAW_REFIT_SOURCE, is_config_version
+    from control.trace.store import open_read_only
+    from control.whatif.window import read_window
+
+    con = open_read_only(timed_path)
+    try:
+        rows = con.execute("SELECT time, actor, change FROM config_changes WHERE source = ?"
+                           " ORDER BY time", [LAW_REFIT_SOURCE]).fetchall()
+        assert rows, "the server never refitted LAW"
+        at, actor, change = rows[0]
+        old, new = json.loads(change)["step_law"]
+        assert actor == "scheduler" and old == LAW.to_dict() and new != old
+        later = read_window(con, at + 0.5, None)
+    finally:
+        con.close()
+    in_force = [json.loads(c)["step_law"][1] for t, _, c in rows if t <= at + 0.5][-1]
+    assert later.law_refit == in_force  # the last refit before the window's start
+    assert later.step_law != LAW
+    assert any("refitted from served steps" in note for note in later.notes), later.notes
+    assert not is_config_version(LAW_REFIT_SOURCE)
+    config, _, _ = config_from_trace({}, [{"time": at, "source": LAW_REFIT_SOURCE,
+                                           "change": change}])
+    assert "step_law" not in config
