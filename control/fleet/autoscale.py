@@ -18,9 +18,10 @@ none running or waiting. Serve never stops a replica with work on it, so no requ
 lost or cut short by a scale-down.
 
 Wanted replicas (`wanted`), over the replicas routed to (on and ready), n of them:
-- one more (n + 1) on pressure: waiting requests per replica >= up_waiting, or a queued
-  request has spent >= up_queue_share of its lane's TTFT target waiting, or mean KV usage
-  >= up_kv_usage;
+- more on pressure: waiting requests per replica >= up_waiting (as many as bring the
+  waiting under up_waiting a replica, up to max_replicas: a burst starts several slots at
+  once), or one more (n + 1) when a queued request has spent >= up_queue_share of its
+  lane's TTFT target waiting, or mean KV usage >= up_kv_usage;
 - one fewer (n - 1) when idle: nothing waiting and what runs would fit n - 1 replicas at
   <= down_running each, with mean KV usage <= down_kv_usage;
 - else n. The gap between the two thresholds is the hysteresis; the delays are its time.
@@ -29,6 +30,7 @@ Wanted replicas (`wanted`), over the replicas routed to (on and ready), n of the
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,7 +136,10 @@ def wanted(signals: FleetSignals) -> tuple[int, str]:
     share = max(s.queue_slo_share for s in routed)
     if n < cfg.max_replicas:
         if waiting / n >= cfg.up_waiting and waiting > 0:
-            return n + 1, "waiting"
+            # as many as bring the queue under up_waiting a replica, at once: a burst
+            # on 1 of 8 replicas should not wait out eight delays and starts in a row
+            enough = math.floor(waiting / cfg.up_waiting) + 1 if cfg.up_waiting else n + 1
+            return min(cfg.max_replicas, max(n + 1, enough)), "waiting"
         if share >= cfg.up_queue_share and share > 0:
             return n + 1, "queue_delay"
         if kv >= cfg.up_kv_usage:

@@ -34,6 +34,10 @@ def off(slot: int) -> SlotSignal:
 
 @pytest.mark.parametrize("slots, want", [
     ((on(0, waiting=2, running=2), off(1)), (2, "waiting")),
+    # enough to bring the queue under 2 a replica, at once: 5 waiting -> 3 (the max)
+    ((on(0, waiting=5, running=2), off(1), off(2)), (3, "waiting")),
+    ((on(0, waiting=4, running=2), off(1), off(2)), (3, "waiting")),  # 4/2 is not under 2
+    ((on(0, waiting=3, running=2), off(1), off(2)), (2, "waiting")),
     ((on(0, waiting=1, running=2), off(1)), (1, "steady")),  # 1 waiting < 2 a replica
     ((on(0, running=2, queue_slo_share=0.6), off(1)), (2, "queue_delay")),
     ((on(0, running=2, kv_usage=0.9), off(1)), (2, "kv_usage")),
@@ -161,3 +165,13 @@ def test_signals_round_trip_as_json():
     sig = signals(on(0, waiting=3, kv_usage=0.5), off(1), at=12.5, hold="x")
     assert FleetSignals.from_dict(sig.to_dict()) == sig
     assert SlotState.from_dict({"phase": "nonsense"}) is None
+
+
+def test_a_burst_starts_every_slot_it_needs_at_once():
+    """8 waiting on the one routed replica want 3 (the max here): slots 1 and 2 both start
+    once the delay has held, not one delay and start after the other."""
+    burst = [signals(on(0, waiting=8), off(1), off(2), at=t) for t in (0.0, 5.0)]
+    for slot in (1, 2):
+        n, state = run(slot, 0, None, burst[0], 0.0)
+        n, state = run(slot, 0, state, burst[1], 5.0)
+        assert n == 1 and state.phase == "starting" and state.reason == "waiting", slot
