@@ -12,14 +12,14 @@ wrong, or (for --set) read-only.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from control.cli.ctl import DEFAULT_URL, TOKEN_ENV, URL_ENV, Client
+from control.cli.ctl import Client
 from control.cli.ctl_error import CtlError
+from control.fleet.restart_cli import add_ingress_args
 
 PATH = "/control/fleet/autoscale"
 EVENTS_SHOWN = 10
@@ -31,13 +31,10 @@ def add_autoscale_parser(fleet_sub: Any) -> None:
         description="Show each replica slot's phase, what the autoscaling rule wants and"
         " why, and the last scale events; with --set, change thresholds and delays live"
         " (admin token). docs/fleet.md, Autoscaling.")
-    parser.add_argument("--url", default=os.environ.get(URL_ENV, DEFAULT_URL),
-                        help=f"the fleet's ingress (default ${URL_ENV}, else %(default)s)")
+    add_ingress_args(parser)
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         dest="changes", help="a setting to change (repeat for more)")
     parser.add_argument("--reason", default="", help="recorded in the fleet's audit events")
-    parser.add_argument("--token-env", metavar="NAME", default=TOKEN_ENV,
-                        help="environment variable holding the token (default %(default)s)")
     parser.set_defaults(func=run_autoscale)
 
 

@@ -26,17 +26,24 @@ FOLLOW_EVERY_S = 0.25
 ABORTED_EXIT = 4
 
 
-def add_restart_parser(fleet_sub: Any) -> None:
+def add_ingress_args(parser: argparse.ArgumentParser) -> None:
+    """--url and --token-env: how a `batchpilot fleet` command reaches the ingress."""
     import os
 
+    parser.add_argument("--url", default=os.environ.get(URL_ENV, DEFAULT_URL),
+                        help=f"the fleet's ingress (default ${URL_ENV}, else %(default)s)")
+    parser.add_argument("--token-env", metavar="NAME", default=TOKEN_ENV,
+                        help="environment variable holding the token (default %(default)s)")
+
+
+def add_restart_parser(fleet_sub: Any) -> None:
     parser = fleet_sub.add_parser(
         "restart", help="restart every replica, one at a time, dropping no request",
         description="A rolling restart: each replica in turn is taken out of routing, its"
         " requests finish (up to --grace), Ray Serve replaces its process, and it is routed"
         " to again once the new process is ready and runs the fleet's config version"
         " (docs/fleet.md). Needs an admin token when the fleet has tokens.")
-    parser.add_argument("--url", default=os.environ.get(URL_ENV, DEFAULT_URL),
-                        help=f"the fleet's ingress (default ${URL_ENV}, else %(default)s)")
+    add_ingress_args(parser)
     parser.add_argument("--grace", type=float, default=30.0, metavar="S",
                         help="seconds a replica's requests in flight may run before the rest"
                         " are aborted (default %(default)s)")
@@ -45,8 +52,6 @@ def add_restart_parser(fleet_sub: Any) -> None:
     parser.add_argument("--replicas", metavar="IDS",
                         help="comma-separated replica ids, in order (default: all)")
     parser.add_argument("--reason", default="", help="recorded in the fleet's audit events")
-    parser.add_argument("--token-env", metavar="NAME", default=TOKEN_ENV,
-                        help="environment variable holding the token (default %(default)s)")
     parser.add_argument("--follow", action="store_true",
                         help="follow the running (or last) restart instead of starting one")
     parser.set_defaults(func=run_restart)
