@@ -237,10 +237,10 @@ class Engine:
         if bm.events is not None:  # this step's stored and evicted blocks, as one batch
             bm.events.seal(run.out.step_id)
         record = step_record(run, self.scheduler, start, t0, prefix0)  # engine/reports.py
-        out, took, law = run.out, run.end - start, self.scheduler.step_law
+        out, took = run.out, run.end - start
         refit = self.scheduler.observe_step(out.predicted_s, out.law_features, took)
-        if refit is not None and refit.adopted and law is not None:
-            record.law_refit = (law.to_dict(), refit.law.to_dict())
+        if refit is not None and refit.adopted:
+            record.law_refit = (refit.replaced.to_dict(), refit.law.to_dict())
         # drift is against the start-up law: how far the device is from where it began,
         # whatever the online refit has since made of the law
         law0 = self.startup_law

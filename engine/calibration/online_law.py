@@ -46,6 +46,7 @@ class Refit:
     """One refit's outcome, for the engine's gauges and the trace."""
 
     step: int  # the served step count when it ran
+    replaced: StepLaw  # the law in force, that the refit was judged against
     law: StepLaw  # the refit law (adopted or not)
     adopted: bool
     error_pct: float  # its mean |predicted - measured| / measured over the window, %
@@ -54,28 +55,31 @@ class Refit:
 
 
 class OnlineLaw:
-    def __init__(self, law: StepLaw):
-        self.law = law  # what the scheduler uses now
+    """The served steps and the refit counts; the law in force is the scheduler's
+    (SchedulerState.step_law), handed to each observation."""
+
+    def __init__(self) -> None:
         self.window: deque[StepProbe] = deque(maxlen=WINDOW)
         self.served = 0
         self.refits = 0  # tried
         self.adopted = 0
         self.last: Refit | None = None
 
-    def observe(self, features: tuple[int, int, int] | None, seconds: float) -> Refit | None:
-        """One served step's (tokens, prefill pairs, decode context) and measured time;
-        -> the refit this step ran (every REFIT_EVERY steps), else None."""
+    def observe(self, features: tuple[int, int, int] | None, seconds: float,
+                current: StepLaw) -> Refit | None:
+        """One served step's (tokens, prefill pairs, decode context) and measured time,
+        under the law `current`; -> the refit this step ran (every REFIT_EVERY steps, to
+        be adopted if `adopted`), else None."""
         if features is None or seconds <= 0:
             return None
         self.window.append(StepProbe(*features, seconds, "served"))
         self.served += 1
         if self.served < MIN_STEPS or self.served % REFIT_EVERY:
             return None
-        return self.refit()
+        return self.refit(current)
 
-    def refit(self) -> Refit:
+    def refit(self, current: StepLaw) -> Refit:
         steps = list(self.window)
-        current = self.law
         ratio = statistics.median(p.seconds / max(_predict(current, p), 1e-9) for p in steps)
         anchors = [StepProbe(*f, ratio * current.step_s(*f), "anchor") for f in ANCHOR_STEPS]
         law = fit_law(steps + anchors)
@@ -83,10 +87,8 @@ class OnlineLaw:
         rescaled = _mean_error_pct(current, steps, ratio)
         adopted = error <= (1.0 - ADOPT_GAIN) * rescaled
         self.refits += 1
-        if adopted:
-            self.law = law
-            self.adopted += 1
-        self.last = Refit(self.served, law, adopted, round(error, 2), round(rescaled, 2),
+        self.adopted += adopted
+        self.last = Refit(self.served, current, law, adopted, round(error, 2), round(rescaled, 2),
                           round(ratio, 4))
         return self.last
 

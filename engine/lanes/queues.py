@@ -179,9 +179,8 @@ class LaneQueue:
         """How much of the lane's TTFT target `ttft_s` its longest-waiting never-scheduled
         request has spent queued (1.0: it can no longer make it); 0.0 without a target or
         such a request."""
-        ttft = ttft_s
-        oldest = self.timeouts.oldest_arrival() if self.num_waiting and ttft else None
-        return 0.0 if oldest is None else max(0.0, now - oldest) / ttft
+        oldest = self.timeouts.oldest_arrival() if self.num_waiting and ttft_s else None
+        return 0.0 if oldest is None else max(0.0, now - oldest) / ttft_s
 
     def waiting_requests(self) -> list[Request]:
         return [e[1] for b in self._buckets.values() for e in b

@@ -51,7 +51,7 @@ class SchedulerState:
         self.growable_budgets = frozenset(growable_budgets)
         self.law_slowdown = LawSlowdown()  # measured / predicted: Engine.step feeds it
         # the law refitted from served steps (engine/calibration/online_law.py)
-        self.online_law = OnlineLaw(step_law) if step_law is not None else None
+        self.online_law = OnlineLaw() if step_law is not None else None
         self.live = live
         self.block_manager = block_manager
         self.lanes = LaneSet(live.lanes)
@@ -67,7 +67,7 @@ class SchedulerState:
         self.law_slowdown.observe(predicted_s, measured_s)
         if self.online_law is None:
             return None
-        refit = self.online_law.observe(features, measured_s)
+        refit = self.online_law.observe(features, measured_s, self.step_law)
         if refit is not None and refit.adopted:
             log.info("step law refitted from %d served steps: %s (mean error %.1f%%, the"
                      " old law rescaled x%.2f: %.1f%%)", len(self.online_law.window),

@@ -39,11 +39,11 @@ MAX_SCALE = 4.0
 
 @dataclass(slots=True)
 class StepTime:
-    """Seconds left of one step by the law, and the running set's decode cost."""
+    """One step's work charged so far, as the law's features, against its target; the
+    time left and the prediction follow from them (one account, never two)."""
 
     law: StepLaw
     target_s: float
-    left_s: float
     decode_share_s: float
     running_decode_s: float | None = None  # summed at the first start tried this step
     # the law's features of the work charged: tokens, prefill pairs, decode context
@@ -53,41 +53,38 @@ class StepTime:
 
     @classmethod
     def start(cls, law: StepLaw, target_s: float) -> StepTime:
-        room = target_s - law.fixed_s
-        return cls(law, target_s, room, DECODE_SHARE * room)
-
-    @property
-    def predicted_s(self) -> float:
-        """The law's time of the work charged so far (the fixed cost included)."""
-        return self.target_s - self.left_s
-
-    def take_decodes(self, num_decodes: int, context: int) -> None:
-        """Charge `num_decodes` decodes attending `context` KV tokens in all."""
-        law = self.law
-        self.left_s -= law.token_s * num_decodes + law.decode_kv_s * context
-        self.tokens += num_decodes
-        self.context += context
-
-    def take_chunk(self, start: int, num_tokens: int) -> None:
-        self.left_s -= self.law.chunk_s(start, num_tokens)
-        self.tokens += num_tokens
-        self.pairs += chunk_pairs(start, num_tokens)
+        return cls(law, target_s, DECODE_SHARE * (target_s - law.fixed_s))
 
     @property
     def features(self) -> tuple[int, int, int]:
         """(tokens, prefill pairs, decode context) of the work charged (step_law.py)."""
         return self.tokens, self.pairs, self.context
 
+    @property
+    def predicted_s(self) -> float:
+        """The law's time of the work charged so far (the fixed cost included)."""
+        return self.law.step_s(self.tokens, self.pairs, self.context)
+
+    @property
+    def left_s(self) -> float:
+        return self.target_s - self.predicted_s
+
+    def take_decodes(self, num_decodes: int, context: int) -> None:
+        """Charge `num_decodes` decodes attending `context` KV tokens in all."""
+        self.tokens += num_decodes
+        self.context += context
+
+    def take_chunk(self, start: int, num_tokens: int) -> None:
+        self.tokens += num_tokens
+        self.pairs += chunk_pairs(start, num_tokens)
+
     def give_back(self, decode_context: int | None, chunks: list[tuple[int, int]]) -> None:
         """Return what an unscheduled request had taken: its decode (context) and/or its
         chunks ((start, tokens) each)."""
-        law = self.law
         if decode_context is not None:
-            self.left_s += law.decode_s(decode_context)
             self.tokens -= 1
             self.context -= decode_context
         for start, num_tokens in chunks:
-            self.left_s += law.chunk_s(start, num_tokens)
             self.tokens -= num_tokens
             self.pairs -= chunk_pairs(start, num_tokens)
 

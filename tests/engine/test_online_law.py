@@ -38,42 +38,52 @@ def served(true: StepLaw, n: int, rng: random.Random, decodes_only: bool = False
         yield (tokens, pairs, context), true.step_s(tokens, pairs, context) * noise
 
 
-def feed(online: OnlineLaw, steps) -> list:
-    return [r for f, s in steps if (r := online.observe(f, s)) is not None]
+def feed(online: OnlineLaw, steps, law: StepLaw = LAW) -> tuple[list, StepLaw]:
+    """The steps observed as the scheduler does (an adopted refit becomes the law in
+    force) -> (the refits, the law in force at the end)."""
+    refits = []
+    for features, seconds in steps:
+        refit = online.observe(features, seconds, law)
+        if refit is not None:
+            refits.append(refit)
+            law = refit.law if refit.adopted else law
+    return refits, law
 
 
 def test_a_change_of_shape_is_learnt_and_adopted():
     true = dataclasses.replace(LAW, decode_kv_s=3 * LAW.decode_kv_s)  # decodes 3x dearer
-    online = OnlineLaw(LAW)
-    refits = feed(online, served(true, 4 * REFIT_EVERY, random.Random(0)))
+    online = OnlineLaw()
+    refits, law = feed(online, served(true, 4 * REFIT_EVERY, random.Random(0)))
     assert len(refits) == 4 and refits[0].step == MIN_STEPS
-    assert online.adopted >= 1 and online.law is not LAW
-    assert online.law.decode_kv_s == pytest.approx(true.decode_kv_s, rel=0.1)
-    assert online.law.prefill_pair_s == pytest.approx(true.prefill_pair_s, rel=0.25)
+    assert refits[0].replaced is LAW
+    assert online.adopted >= 1 and law is not LAW
+    assert law.decode_kv_s == pytest.approx(true.decode_kv_s, rel=0.1)
+    assert law.prefill_pair_s == pytest.approx(true.prefill_pair_s, rel=0.25)
     last = refits[-1]
     assert last.error_pct < 5  # the refit law predicts served steps within the noise
 
 
 def test_a_change_of_scale_alone_is_left_to_the_slowdown():
     true = StepLaw(*(2 * v for v in dataclasses.astuple(LAW)))  # everything twice as slow
-    online = OnlineLaw(LAW)
-    refits = feed(online, served(true, 4 * REFIT_EVERY, random.Random(1)))
-    assert online.adopted == 0 and online.law is LAW
+    online = OnlineLaw()
+    refits, law = feed(online, served(true, 4 * REFIT_EVERY, random.Random(1)))
+    assert online.adopted == 0 and law is LAW
     assert all(r.ratio == pytest.approx(2.0, rel=0.05) for r in refits)
 
 
 def test_terms_the_served_steps_never_vary_stay_anchored_to_the_law():
     # only decodes are served: nothing says what a prompt's attention costs now
     true = dataclasses.replace(LAW, decode_kv_s=3 * LAW.decode_kv_s)
-    online = OnlineLaw(LAW)
-    feed(online, served(true, 4 * REFIT_EVERY, random.Random(2), decodes_only=True))
-    assert online.law.decode_kv_s == pytest.approx(true.decode_kv_s, rel=0.1)
-    assert online.law.prefill_pair_s > 0.3 * LAW.prefill_pair_s  # not fitted away to 0
+    _, law = feed(OnlineLaw(), served(true, 4 * REFIT_EVERY, random.Random(2),
+                                       decodes_only=True))
+    assert law.decode_kv_s == pytest.approx(true.decode_kv_s, rel=0.1)
+    assert law.prefill_pair_s > 0.3 * LAW.prefill_pair_s  # not fitted away to 0
 
 
 def test_steps_without_a_law_or_time_are_not_counted():
-    online = OnlineLaw(LAW)
-    assert online.observe(None, 0.1) is None and online.observe((1, 0, 0), 0.0) is None
+    online = OnlineLaw()
+    assert online.observe(None, 0.1, LAW) is None
+    assert online.observe((1, 0, 0), 0.0, LAW) is None
     assert online.served == 0
 
 
