@@ -99,8 +99,6 @@ class FleetIngress:
         if autoscale is None or board is None or not autoscale.enabled:
             autoscale, board = AutoscaleConfig(len(self.handles), len(self.handles)), None
         self.scaling = FleetScaling(self, autoscale, board, app)
-        for view in self.table.views:
-            view.in_service = self.scaling.routed(view.replica_id)
 
     def start_polls(self) -> None:
         """On the event loop that serves the app: one poll loop per replica."""
@@ -142,7 +140,8 @@ class FleetIngress:
         key = affinity_key(prompt_prefix(body, self.policy), str(tenant),
                            salt if isinstance(salt, str) else None, self.policy)
         try:
-            decision = choose(key, self.table.snapshot(), self.policy, self.rng, matched)
+            decision = choose(key, self.table.snapshot(self.scaling.routed), self.policy,
+                              self.rng, matched)
         except NoReplicaAvailable as exc:
             raise APIError(503, str(exc), code="no_replica", headers={"Retry-After": "1"}) \
                 from None

@@ -34,13 +34,13 @@ class ReplicaView:
     polled_at: float | None = None  # time.monotonic() of the last answer
     failures: int = 0  # calls that failed (replica died under them), ever
     routable: bool = True  # False while a rolling restart has taken it out (restart.py)
-    in_service: bool = True  # False while autoscaling has its slot off or draining
 
-    def load(self) -> ReplicaLoad:
+    def load(self, in_service: bool = True) -> ReplicaLoad:
+        """`in_service`: False while autoscaling has the replica's slot off or draining."""
         p = self.polled
         # the router sees an excluded replica as down; the control plane (which reads
         # `healthy`) still pushes it config, so it converges before it is routed to again
-        return ReplicaLoad(self.replica_id, self.healthy and self.routable and self.in_service,
+        return ReplicaLoad(self.replica_id, self.healthy and self.routable and in_service,
                            int(p.get("waiting", 0)), int(p.get("running", 0)), self.inflight,
                            float(p.get("kv_usage", 0.0)))
 
@@ -49,8 +49,10 @@ class LoadTable:
     def __init__(self, num_replicas: int):
         self.views = [ReplicaView(i) for i in range(num_replicas)]
 
-    def snapshot(self) -> list[ReplicaLoad]:
-        return [view.load() for view in self.views]
+    def snapshot(self, in_service: Callable[[int], bool] | None = None) -> list[ReplicaLoad]:
+        """Every replica's load; `in_service(id)` (autoscaling's say) as well as health."""
+        return [view.load(in_service is None or in_service(view.replica_id))
+                for view in self.views]
 
     def started(self, replica_id: int) -> None:
         self.views[replica_id].inflight += 1

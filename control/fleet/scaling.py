@@ -125,7 +125,6 @@ class FleetScaling:
         """`waited_s`: how long the rule's want had held when the policy acted (>= its
         delay; None for a change no delay gates)."""
         self.phases[slot], self.reasons[slot] = new, reason
-        self.fleet.table.views[slot].in_service = new == "on"
         name = EVENT_OF.get((old, new), f"{old}_to_{new}")
         key = (slot, name, reason)
         self.counts[key] = self.counts.get(key, 0) + 1
