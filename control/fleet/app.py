@@ -155,8 +155,7 @@ def _slot_size(settings: FleetSettings, slot: int) -> dict[str, Any]:
     0: the policy keeps its own (autoscale.py), live-changeable, and drains before 0."""
     from ray.serve.config import AutoscalingConfig, AutoscalingPolicy
 
-    scale = settings.autoscale
-    if scale is None or not scale.enabled or slot < scale.min_replicas:
+    if not settings.autoscaled or slot < settings.autoscale.min_replicas:
         return {"num_replicas": 1}
     return {"autoscaling_config": AutoscalingConfig(
         min_replicas=0, max_replicas=1, initial_replicas=0, upscale_delay_s=0.0,

@@ -94,6 +94,21 @@ class AutoscaleConfig:
         return dataclasses.replace(self, **typed).validate()
 
 
+def parse_settings(items: list[str], flag: str) -> dict[str, float]:
+    """A command line's NAME=NUMBER items (`flag`: the option, for the message) ->
+    {name: number}; ValueError naming the item. AutoscaleConfig.replace checks the names."""
+    changes = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            changes[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"{flag} {item!r} must be NAME=NUMBER") from None
+    return changes
+
+
 @dataclass(frozen=True)
 class SlotSignal:
     """One slot as the ingress sees it (its last poll, its own in-flight count)."""

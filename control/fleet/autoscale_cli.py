@@ -19,6 +19,7 @@ from typing import Any
 
 from control.cli.ctl import Client
 from control.cli.ctl_error import CtlError
+from control.fleet.autoscale import parse_settings
 from control.fleet.restart_cli import add_ingress_args
 
 PATH = "/control/fleet/autoscale"
@@ -42,8 +43,11 @@ def run_autoscale(args: argparse.Namespace, out: Callable[[str], None] = print) 
     try:
         client = Client(args.url, args.token_env)
         if args.changes:
-            done = client.call("PATCH", PATH, {"changes": parse_changes(args.changes),
-                                               "reason": args.reason})
+            try:
+                changes = parse_settings(args.changes, "--set")
+            except ValueError as exc:
+                raise CtlError(str(exc), 2) from None
+            done = client.call("PATCH", PATH, {"changes": changes, "reason": args.reason})
             diff = ", ".join(f"{k} {old:g} -> {new:g}" for k, (old, new) in
                              done["diff"].items())
             out(f"changed: {diff}" if diff else "nothing changed: each setting had that value")
@@ -52,19 +56,6 @@ def run_autoscale(args: argparse.Namespace, out: Callable[[str], None] = print) 
     except CtlError as exc:
         print(f"batchpilot fleet autoscale: error: {exc}", file=sys.stderr)
         return exc.code
-
-
-def parse_changes(items: list[str]) -> dict[str, float]:
-    changes = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        try:
-            if not sep:
-                raise ValueError
-            changes[name.strip()] = float(value)
-        except ValueError:
-            raise CtlError(f"--set {item!r} must be NAME=NUMBER", 2) from None
-    return changes
 
 
 def show(state: dict[str, Any], out: Callable[[str], None]) -> None:

@@ -14,7 +14,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from control.fleet.autoscale import AutoscaleConfig
+from control.fleet.autoscale import AutoscaleConfig, parse_settings
 from control.fleet.autoscale_cli import add_autoscale_parser
 from control.fleet.restart_cli import add_restart_parser
 from control.fleet.router import MODES, RoutingPolicy
@@ -136,15 +136,7 @@ def fleet_size(args: argparse.Namespace) -> tuple[int, AutoscaleConfig | None]:
                          " for an autoscaled fleet, not both")
     if args.max_replicas is None:
         raise ValueError("--min-replicas needs --max-replicas")
-    changes: dict[str, object] = {}
-    for item in args.autoscale:
-        name, sep, value = item.partition("=")
-        try:
-            changes[name.strip()] = float(value) if sep else None
-        except ValueError:
-            raise ValueError(f"--autoscale {item!r}: the value must be a number") from None
-        if not sep:
-            raise ValueError(f"--autoscale {item!r} must be NAME=VALUE")
+    changes = parse_settings(args.autoscale, "--autoscale")
     base = AutoscaleConfig(1 if args.min_replicas is None else args.min_replicas,
                            args.max_replicas)
     if {"min_replicas", "max_replicas"} & set(changes):

@@ -134,19 +134,19 @@ def upstream_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]
 
 
 
-async def fan_out(handles: Sequence[Any], method: str, path: str, body: bytes = b"",
-                  headers: list[tuple[bytes, bytes]] | None = None,
-                  ids: Sequence[int] | None = None) -> list[tuple[int, int, bytes]]:
-    """Send one request to every replica (or those in `ids`) -> [(replica id, status,
-    body)]; a replica that fails reads as status 0 (/metrics, a fleet config change)."""
+async def fan_out(handles: Sequence[Any], ids: Sequence[int], method: str, path: str,
+                  body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None,
+                  ) -> list[tuple[int, int, bytes]]:
+    """Send one request to each replica of `ids` (those that may be called) -> [(replica
+    id, status, body)]; a replica that fails reads as status 0 (/metrics, a config
+    change)."""
     async def one(i: int) -> tuple[int, int, bytes]:
         try:
             return (i, *await _collect(handles[i], method, path, body, headers))
         except Exception as exc:  # down or restarting
             return i, 0, repr(exc).encode()
 
-    return list(await asyncio.gather(*(one(i) for i in (
-        range(len(handles)) if ids is None else ids))))
+    return list(await asyncio.gather(*(one(i) for i in ids)))
 
 
 async def _collect(handle: Any, method: str, path: str, body: bytes,

@@ -227,7 +227,7 @@ class FleetIngress:
                       headers: list[tuple[bytes, bytes]] | None = None,
                       ) -> list[tuple[int, int, bytes]]:
         """One request to every replica -> [(replica id, status, body)] (forward.py)."""
-        return await fan_out(self.handles, method, path, body, headers, self.live_ids())
+        return await fan_out(self.handles, self.live_ids(), method, path, body, headers)
 
     async def drain(self, grace_s: float) -> int:
         """Refuse new requests (503), drain every replica; -> requests that were aborted."""
