@@ -22,26 +22,22 @@ import torch
 from kernels import native_library
 
 MAX_ROWS = 32  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
-# The most rows of a step that engine/models/native_decode.py runs here: measured with
-# bench/native_layers_ab.py (SmolLM2-135M, 2 threads, bf16 copies, quiet VM), the native
-# layers are 1.28x the best torch path at 4 rows, 1.01x at 8 and 0.90x at 12, where
-# oneDNN's blocked GEMM on AMX, with the work between projections fused
-# (engine/models/fused_layers.py), overtakes these GEMVs.
-NATIVE_MAX_ROWS = 8
-# lm_head through project_rows up to this many rows (engine/models/native_decode.py):
-# 57 MB of SmolLM2 bf16 lm_head, 2 threads, quiet VM: 1.73 / 1.99 / 1.83 / 2.22 ms at 1-4
-# rows against oneDNN's 2.50 / 2.67 / 2.40 / 2.43; at 8 rows oneDNN wins (2.67 vs 3.08).
-NATIVE_LOGITS_MAX_ROWS = 4
-# The same limits for a model whose projections keep GGUF blocks (engine/models/gguf_blocks.py;
-# SmolLM2: Q4_1 layers, a Q8_0 lm_head; 2 threads, quiet VM). Whole steps
-# (bench/native_layers_ab.py, ms at 4 / 8 / 12 / 16 / 20 rows): on the blocks 14.8 /
-# 21.1 / 29.3 / 34.4 / 43.7, the torch layers on the bf16 copies with the work between
-# projections fused 28.7 / 31.0 / 33.8 / 36.1 / 39.5: the blocks win up to 16 rows (at
-# 1 row 11.6 against 17.9 for the bf16 native layers). The Q8_0 head alone: 1.43 / 2.13 /
-# 3.11 ms at 1 / 4 / 8 rows against oneDNN's bf16 2.40 / 2.41 / 3.49, oneDNN ahead from
-# 12 rows (3.29 vs 4.39).
-NATIVE_GGUF_MAX_ROWS = 16
-NATIVE_GGUF_LOGITS_MAX_ROWS = 8
+# The most rows of a step that engine/models/native_decode.py runs here. The torch side
+# multiplies on oneDNN's prepacked bf16 weights (engine/models/projections.py) with the
+# work between projections fused (engine/models/fused_layers.py). Whole engine steps,
+# bench/native_layers_ab.py, SmolLM2-135M, 2 threads, ms at 1 / 4 / 8 / 12 / 16 rows:
+# native on the bf16 copies 13.6 / 21.0 / 28.7 / 34.1 / 38.9, on the GGUF blocks
+# (SmolLM2: Q4_1 layers, a Q8_0 lm_head; gguf_blocks.py) 10.8 / 15.7 / 20.3 / 26.7 / 31.8,
+# torch on the packed copies 20.8 / 22.0 / 23.8 / 25.5 / 27.2. So the native bf16 layers
+# win up to 4 rows (1.05x there) and the blocks up to 8 (1.17x there, 0.95x at 12).
+NATIVE_MAX_ROWS = 4
+NATIVE_GGUF_MAX_ROWS = 8
+# lm_head through project_rows up to this many rows (native_decode.native_logits), SmolLM2's
+# 57 MB head streamed from memory, ms at 1 / 2 / 4 / 8 rows: the bf16 copy natively 2.6 /
+# 3.1 / 3.5 / 5.0, its Q8_0 blocks 2.2 / 2.5 / 3.0 / 3.8, oneDNN on the packed copy 2.7 /
+# 2.7 / 2.8 / 2.9 (flat: it reads the packed weight once for all rows).
+NATIVE_LOGITS_MAX_ROWS = 1
+NATIVE_GGUF_LOGITS_MAX_ROWS = 2
 # False: the torch layers always (A/B runs, tests of the torch path).
 NATIVE_LAYERS = True
 # Weight formats of the kernel (weights_format of cpu_layers.c): float32, bfloat16, and

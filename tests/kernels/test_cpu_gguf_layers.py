@@ -51,7 +51,7 @@ def quantized(request, tiny_llama_dir, tiny_qwen2_dir, tmp_path):
     return model, quantize_to_gguf(model, tmp_path / "blocks.gguf")
 
 
-@pytest.mark.parametrize("rows", [1, 5, 16])
+@pytest.mark.parametrize("rows", [1, 5, cpu_layers.NATIVE_GGUF_MAX_ROWS])
 def test_steps_on_gguf_blocks_match_the_float32_torch_layers(quantized, rows):
     model, path = quantized
     step = decode_step(model, rows, seed=rows)
