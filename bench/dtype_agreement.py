@@ -8,13 +8,21 @@ tests (tests/llm/helpers.py), each generating --tokens greedy tokens:
 
     auto batched        all prompts at once (prefills and decodes of up to 16 rows)
     auto one at a time  one prompt per generate call (single-row decode steps)
+    auto batched, float32 prefill attention
+                        `auto batched` with every prefill chunk in the float32 native
+                        kernel: what the bf16 SDPA route for long chunks
+                        (kernels/cpu_prefill_sdpa.py) costs; the parity prompts are short,
+                        so take --context 300 to send their prefills there
     bfloat16 batched    all prompts at once
+
+--context N puts ~N tokens of shared text (a document the prompts ask about) before each
+prompt.
 
 per side: the share of positions equal to float32's, the sequences identical throughout,
 and after how many tokens the others first differ (a differing token sends the rest of
 its sequence elsewhere, so the positions understate how close the logits are).
 
-    python -m bench.dtype_agreement [--tokens 32] [--threads 2]
+    python -m bench.dtype_agreement [--tokens 32] [--threads 2] [--context 300]
     python -m bench.dtype_agreement --smoke     # the tests' tiny model, seconds
 """
 
@@ -22,22 +30,39 @@ from __future__ import annotations
 
 import argparse
 import sys
+from unittest import mock
 
+from bench.offline_throughput import TEXT
 from bench.random_models import run_bench
 from engine.llm import LLM
 from engine.request import SamplingParams
+from kernels import cpu_prefill_sdpa
 from tests.llm.helpers import PROMPTS
 
-SIDES = (("auto", False), ("auto", True), ("bfloat16", False))  # (dtype, one at a time)
-SMOKE = {"tokens": 6}
+# (name, dtype, one prompt at a time, the bf16 SDPA prefill route on)
+SIDES = (("auto batched", "auto", False, True), ("auto one at a time", "auto", True, True),
+         ("auto batched, float32 prefill attention", "auto", False, False),
+         ("bfloat16 batched", "bfloat16", False, True))
+SMOKE = {"tokens": 6, "context": 40}
+CHARS_PER_TOKEN = 4  # English text in SmolLM2's tokenizer, roughly
 
 
-def generate(model: str, dtype: str, one_at_a_time: bool, tokens: int) -> list[list[int]]:
+def prompts_with_context(tokens: int) -> list[str]:
+    """The parity prompts, each after ~`tokens` tokens of the same document (none for 0)."""
+    if tokens <= 0:
+        return list(PROMPTS)
+    document = (TEXT * (1 + tokens * CHARS_PER_TOKEN // len(TEXT)))[:tokens * CHARS_PER_TOKEN]
+    return [f"{document}\n\n{prompt}" for prompt in PROMPTS]
+
+
+def generate(model: str, dtype: str, one_at_a_time: bool, sdpa: bool, tokens: int,
+             prompts: list[str]) -> list[list[int]]:
     llm = LLM(model, dtype=dtype)
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
-    if one_at_a_time:
-        return [llm.generate([p], params, use_tqdm=False)[0].token_ids for p in PROMPTS]
-    return [out.token_ids for out in llm.generate(PROMPTS, params, use_tqdm=False)]
+    with mock.patch.object(cpu_prefill_sdpa, "SDPA_PREFILL", sdpa):
+        if one_at_a_time:
+            return [llm.generate([p], params, use_tqdm=False)[0].token_ids for p in prompts]
+        return [out.token_ids for out in llm.generate(prompts, params, use_tqdm=False)]
 
 
 def agreement(reference: list[list[int]], got: list[list[int]]) -> dict:
@@ -51,22 +76,25 @@ def agreement(reference: list[list[int]], got: list[list[int]]) -> dict:
 
 
 def measure(model: str, args: argparse.Namespace) -> dict:
-    reference = generate(model, "float32", False, args.tokens)
+    prompts = prompts_with_context(args.context)
+    reference = generate(model, "float32", False, True, args.tokens, prompts)
     sides = {}
-    for dtype, single in SIDES:
-        name = f"{dtype} {'one at a time' if single else 'batched'}"
-        sides[name] = agreement(reference, generate(model, dtype, single, args.tokens))
+    for name, dtype, single, sdpa in SIDES:
+        sides[name] = agreement(reference,
+                                generate(model, dtype, single, sdpa, args.tokens, prompts))
         side = sides[name]
-        print(f"  {name:<20} {side['positions']:4.0%} of positions, {side['identical']} of"
+        print(f"  {name:<40} {side['positions']:4.0%} of positions, {side['identical']} of"
               f" {side['sequences']} identical, first differences after"
               f" {side['first_differences']} tokens", file=sys.stderr, flush=True)
-    return {"model": model, "tokens": args.tokens, "sides": sides}
+    return {"model": model, "tokens": args.tokens, "context": args.context, "sides": sides}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m", help="alias, checkpoint or .gguf")
     ap.add_argument("--tokens", type=int, default=32, help="greedy tokens per prompt")
+    ap.add_argument("--context", type=int, default=0,
+                    help="~tokens of shared text before each prompt (0: the prompts alone)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
     ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
     run_bench("dtype_agreement", ap.parse_args(), SMOKE, measure)

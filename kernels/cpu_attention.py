@@ -28,8 +28,10 @@ per sequence instead of the batch's longest context: decodes at 100 and 1000 tok
 ~1100 tokens plus under two chunks of padding, not 2000. When every sequence fits in one
 chunk the merge is skipped.
 
-Prefill chunks go to the native prefill kernel (kernels/cpu_prefill.py) wherever it
-builds: every chunk of the step in one call, reading the paged cache in place. Without it
+Prefill chunks over a bf16 cache with enough (query, key) pairs go to torch's flash SDPA
+in bf16 (kernels/cpu_prefill_sdpa.py: its GEMMs run on AMX). The others go to the native
+prefill kernel (kernels/cpu_prefill.py) wherever it builds: every chunk of the step in one
+call, reading the paged cache in place. Without it
 they keep one SDPA call per sequence (torch's CPU flash kernel), as the reference does:
 padding them into one batch measured 2.5-23x slower on mixed batches (kernels/reference.py
 docstring).
@@ -44,7 +46,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from kernels import cpu_prefill, native_library
+from kernels import cpu_prefill, cpu_prefill_sdpa, native_library
 from kernels.cpu_plan import attention_plan
 from kernels.reference import causal_mask, gather_kv
 from kernels.workspace import workspace
@@ -93,11 +95,16 @@ def paged_attention(
     out = torch.empty(num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
     # what both native kernels read (q itself when it already is); once for both
     q32 = _float_rows(q) if native_library.load() is not None else q
-    if plan.prefills and cpu_prefill.usable(q, k_cache, v_cache, block_tables):
-        cpu_prefill.prefill_attention(q32, k_cache, v_cache, block_tables, plan.prefills,
+    prefills = plan.prefills
+    if prefills and cpu_prefill_sdpa.takes(k_cache):  # long chunks: bf16 GEMMs (AMX)
+        long_chunks, prefills = cpu_prefill_sdpa.split_chunks(prefills)
+        cpu_prefill_sdpa.prefill_attention(q, k_cache, v_cache, block_tables, long_chunks,
+                                           scale, out)
+    if prefills and cpu_prefill.usable(q, k_cache, v_cache, block_tables):
+        cpu_prefill.prefill_attention(q32, k_cache, v_cache, block_tables, prefills,
                                       scale, out)
     else:
-        for s, lo, hi, context_len in plan.prefills:
+        for s, lo, hi, context_len in prefills:
             out[lo:hi] = _prefill_attention(q[lo:hi], k_cache, v_cache, block_tables[s],
                                             context_len, scale)
     num_decodes = len(plan.decode_ctx)
