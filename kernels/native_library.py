@@ -54,7 +54,8 @@ log = logging.getLogger(__name__)
 SOURCES = tuple(Path(__file__).with_name(name) for name in
                 ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c", "cpu_elementwise.c",
                  "cpu_prefill.c"))
-HEADERS = (Path(__file__).with_name("cpu_vector_math.h"),)  # included by the sources
+HEADERS = tuple(Path(__file__).with_name(name) for name in  # included by the sources
+                ("cpu_vector_math.h", "cpu_decode_tiled.h"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
