@@ -23,15 +23,17 @@ from kernels import native_library
 
 MAX_ROWS = 32  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
 # The most rows of a step that engine/models/native_decode.py runs here. The torch side
-# multiplies on oneDNN's prepacked bf16 weights (engine/models/projections.py) with the
+# multiplies on oneDNN's prepacked bf16 weights (engine/models/projections.py), or, for a
+# GGUF model's Q4_1 blocks, on the AMX kernel over them (kernels/cpu_amx_q4.c), with the
 # work between projections fused (engine/models/fused_layers.py). Whole engine steps,
 # bench/native_layers_ab.py, SmolLM2-135M, 2 threads, ms at 1 / 4 / 8 / 12 / 16 rows:
-# native on the bf16 copies 13.6 / 21.0 / 28.7 / 34.1 / 38.9, on the GGUF blocks
-# (SmolLM2: Q4_1 layers, a Q8_0 lm_head; gguf_blocks.py) 10.8 / 15.7 / 20.3 / 26.7 / 31.8,
-# torch on the packed copies 20.8 / 22.0 / 23.8 / 25.5 / 27.2. So the native bf16 layers
-# win up to 4 rows (1.05x there) and the blocks up to 8 (1.17x there, 0.95x at 12).
+# native on the bf16 copies 13.6 / 21.0 / 28.7 / 34.1 / 38.9 against torch on the packed
+# copies 20.8 / 22.0 / 23.8 / 25.5 / 27.2: the native bf16 layers win up to 4 rows (1.05x
+# there). On the GGUF blocks, ms at 1 / 4 / 6 / 7 / 8 / 16 rows: native 10.3 / 14.1 / 16.3
+# / 17.1 / 18.5 / 29.0, torch on the AMX kernel 15.4 / 16.6 / 17.2 / 18.0 / 18.4 / 20.9:
+# the blocks natively up to 7 rows (1.05x there, even at 8).
 NATIVE_MAX_ROWS = 4
-NATIVE_GGUF_MAX_ROWS = 8
+NATIVE_GGUF_MAX_ROWS = 7
 # lm_head through project_rows up to this many rows (native_decode.native_logits), SmolLM2's
 # 57 MB head streamed from memory, ms at 1 / 2 / 4 / 8 rows: the bf16 copy natively 2.6 /
 # 3.1 / 3.5 / 5.0, its Q8_0 blocks 2.2 / 2.5 / 3.0 / 3.8, oneDNN on the packed copy 2.7 /

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from engine.models.projections import Projection
-from kernels import cpu_layers
+from kernels import cpu_amx_q4, cpu_layers
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,26 @@ def attach_gguf_blocks(model, gguf_path: str | Path) -> str | None:
     model.gguf_layers_type = gguf_type
     described = (f"GGUF {gguf_type} blocks for decode steps of <="
                  f" {cpu_layers.NATIVE_GGUF_MAX_ROWS} rows")
+    if _tile_for_amx(model, layers):
+        described += f", on AMX for steps of <= {cpu_amx_q4.MAX_ROWS} rows"
     head = _head_blocks(model, tensors)
     if isinstance(head, str):
         log.info("GGUF blocks not used for lm_head: %s", head)
         return described
     model.lm_head.weight_gguf, model.lm_head.gguf_type = head
     return f"{described} (lm_head {head[1]})"
+
+
+def _tile_for_amx(model, layers: list[tuple[Projection, torch.Tensor, str]]) -> bool:
+    """Tile the Q4_1 blocks for the AMX kernel (Projection.weight_q4_tiles) where the model
+    runs its steps on bf16 copies (which the tiles decode to) and AMX is granted here."""
+    if not (layers[0][2] == "Q4_1" and model.bf16_min_rows is not None
+            and cpu_amx_q4.available()
+            and all(cpu_amx_q4.packs(*proj.weight.shape) for proj, _, _ in layers)):
+        return False
+    for proj, blocks, _ in layers:
+        proj.weight_q4_tiles = cpu_amx_q4.pack(blocks, proj.in_features)
+    return True
 
 
 def _layer_blocks(model, tensors: dict) -> list[tuple[Projection, torch.Tensor, str]] | str:

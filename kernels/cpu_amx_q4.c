@@ -1,0 +1,217 @@
+/* Projections of mid-sized decode steps on AMX, reading GGUF Q4_1 weights (built with the
+   other sources by kernels/native_library.py, driven by kernels/cpu_amx_q4.py).
+
+   Why: a decode step of 9-64 rows through oneDNN reads every projection's bf16 copy (2
+   bytes a weight; SmolLM2-135M: 212 MB a step, ~16-24 ms on this VM), while the GGUF's own
+   Q4_1 blocks are 4.5 bits a weight. The native GEMV (cpu_quant_dot.c) reads the blocks but
+   multiplies in float32 FMAs, which costs more than the bytes it saves past ~8 rows. Here
+   each 32 x 16 tile of weights is decoded once into bf16, straight into AMX's B-tile layout,
+   and multiplied with up to 64 activation rows by TDPBF16PS.
+
+   Exactness: a Q4_1 weight is d * q + m in float32 (one rounding, as gguf-py decodes it),
+   then rounded to bf16 to nearest even: bit for bit the model's bf16 copy of that weight
+   (Projection.weight_bf16). Activations are bf16, sums float32 (as oneDNN's bf16 GEMM), the
+   output rounded to bf16 to nearest even: the oneDNN path's result in another summation
+   order.
+
+   Tiled layout (bp_q4_tile_pack; N % 16 == 0, K % 32 == 0): tile (nb, kb) covers weight rows
+   16 nb .. 16 nb + 15 and columns 32 kb .. 32 kb + 31, tiles in order nb-major, each 320 B:
+     fp16 d[16], fp16 m[16]   the Q4_1 block scale and minimum of each of the 16 rows
+     uint8 q[16][16]          q[p][n] = the row n's weights 2p (low nibble), 2p + 1 (high)
+   so that B-tile row p (columns 2p, 2p + 1 of 16 weight rows, as pairs) decodes from 16
+   bytes with vector ops. */
+
+#include <stdint.h>
+#include <string.h>
+
+#define Q4_TILE_BYTES 320
+#define MAX_GROUPS 4 /* 16-row groups of activations: up to 64 rows a call */
+
+/* fp16 bit pattern -> float (normal and zero values: Q4_1 scales) */
+static float q4_half(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0 && mant == 0) bits = sign;
+    else if (exp == 0) { /* subnormal */
+        float f = (float)mant * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    } else bits = sign | ((exp + 112) << 23) | (mant << 13);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* GGUF Q4_1 rows [N][K / 32 blocks of 20 bytes] -> the tiled layout above; -1 on bad sizes */
+int bp_q4_tile_pack(const uint8_t *blocks, int64_t N, int64_t K, uint8_t *out) {
+    if (N % 16 != 0 || K % 32 != 0 || N <= 0 || K <= 0) return -1;
+    const int64_t row_bytes = K / 32 * 20, kbs = K / 32;
+    for (int64_t nb = 0; nb < N / 16; ++nb)
+        for (int64_t kb = 0; kb < kbs; ++kb) {
+            uint8_t *tile = out + (nb * kbs + kb) * Q4_TILE_BYTES;
+            for (int n = 0; n < 16; ++n) {
+                const uint8_t *b = blocks + (nb * 16 + n) * row_bytes + kb * 20;
+                memcpy(tile + 2 * n, b, 2);       /* d */
+                memcpy(tile + 32 + 2 * n, b + 2, 2); /* m */
+                for (int p = 0; p < 16; ++p) {
+                    const int k0 = 2 * p, k1 = 2 * p + 1; /* weight j < 16: low nibble of b[4+j] */
+                    const int q0 = k0 < 16 ? b[4 + k0] & 15 : b[4 + k0 - 16] >> 4;
+                    const int q1 = k1 < 16 ? b[4 + k1] & 15 : b[4 + k1 - 16] >> 4;
+                    tile[64 + p * 16 + n] = (uint8_t)(q0 | q1 << 4);
+                }
+            }
+        }
+    return 0;
+}
+
+/* The float32 weights of a tiled matrix, [N][K] (tests) */
+int bp_q4_tile_unpack(const uint8_t *tiles, int64_t N, int64_t K, float *out) {
+    if (N % 16 != 0 || K % 32 != 0) return -1;
+    const int64_t kbs = K / 32;
+    for (int64_t nb = 0; nb < N / 16; ++nb)
+        for (int64_t kb = 0; kb < kbs; ++kb) {
+            const uint8_t *tile = tiles + (nb * kbs + kb) * Q4_TILE_BYTES;
+            for (int n = 0; n < 16; ++n) {
+                uint16_t hd, hm;
+                memcpy(&hd, tile + 2 * n, 2);
+                memcpy(&hm, tile + 32 + 2 * n, 2);
+                const float d = q4_half(hd), m = q4_half(hm);
+                for (int p = 0; p < 16; ++p) {
+                    const uint8_t q = tile[64 + p * 16 + n];
+                    float *row = out + (nb * 16 + n) * K + kb * 32;
+                    row[2 * p] = d * (float)(q & 15) + m;
+                    row[2 * p + 1] = d * (float)(q >> 4) + m;
+                }
+            }
+        }
+    return 0;
+}
+
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* 1 when this process may use AMX tiles (asks the kernel once; oneDNN asks the same). */
+int bp_q4_amx_ready(void) {
+    static int ready = -1;
+    if (ready < 0) ready = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    return ready;
+}
+
+/* fp32 lanes -> bf16 bit patterns in the low 16 bits, rounded to nearest even */
+static inline __m512i round_bf16(__m512 x) {
+    const __m512i bits = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    return _mm512_srli_epi32(
+        _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+}
+
+/* One tile's 16 B-tile rows (64 bytes each: row p = columns 2p, 2p + 1 of the 16 weight
+   rows, as bf16 pairs) into b. */
+static inline void decode_tile(const uint8_t *tile, uint32_t *b) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tile));
+    const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(tile + 32)));
+    const __m512i nib = _mm512_set1_epi32(15);
+    for (int p = 0; p < 16; ++p) {
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(tile + 64 + 16 * p)));
+        const __m512 even = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, nib)), d, m);
+        const __m512 odd = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4)), d, m);
+        const __m512i pair = _mm512_or_si512(round_bf16(even),
+                                             _mm512_slli_epi32(round_bf16(odd), 16));
+        _mm512_store_si512((__m512i *)(b + 16 * p), pair);
+    }
+}
+
+/* C tiles 0 .. G-1 (16 rows each) += A group g x B (tile 7); G a constant. Group g's A goes
+   to tile 4 + g % 3: a load into the tile the previous product still reads would wait for
+   that product (at 4 groups through one A tile the kernel ran 2.2x slower). */
+#define MULTIPLY_GROUPS(G)                                                                 \
+    do {                                                                                   \
+        _tile_loadd(7, b, 64);                                                             \
+        _tile_loadd(4, a + kb * 32, a_stride);                                             \
+        _tile_dpbf16ps(0, 4, 7);                                                           \
+        if (G > 1) { _tile_loadd(5, a + 16 * K + kb * 32, a_stride); _tile_dpbf16ps(1, 5, 7); } \
+        if (G > 2) { _tile_loadd(6, a + 32 * K + kb * 32, a_stride); _tile_dpbf16ps(2, 6, 7); } \
+        if (G > 3) { _tile_loadd(4, a + 48 * K + kb * 32, a_stride); _tile_dpbf16ps(3, 4, 7); } \
+    } while (0)
+
+/* Output columns 16 nb .. 16 nb + 15 of rows 0 .. 16 G - 1: float32 tiles to bf16 rows */
+static inline void store_groups(int G, float *c, uint16_t *out, int64_t N, int64_t nb,
+                                int64_t M) {
+    for (int g = 0; g < G; ++g) {
+        switch (g) { /* tile numbers are immediates */
+        case 0: _tile_stored(0, c, 64); break;
+        case 1: _tile_stored(1, c, 64); break;
+        case 2: _tile_stored(2, c, 64); break;
+        default: _tile_stored(3, c, 64); break;
+        }
+        for (int r = 0; r < 16 && g * 16 + r < M; ++r) {
+            const __m256i h = _mm512_cvtepi32_epi16(round_bf16(_mm512_loadu_ps(c + 16 * r)));
+            _mm256_storeu_si256((__m256i *)(out + (g * 16 + r) * N + nb * 16), h);
+        }
+    }
+}
+
+/* out[M][N] bf16 = a[M][K] bf16 x W^T, W [N][K] in the tiled layout; a holds 16 G rows
+   (G = ceil(M / 16) <= MAX_GROUPS; rows past M are any finite values). 0, or -1 when the
+   sizes are outside its limits or AMX is not granted (nothing written then). */
+int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
+                     int64_t N, uint16_t *out, int64_t num_threads) {
+    const int G = (int)((M + 15) / 16);
+    if (M < 1 || G > MAX_GROUPS || N % 16 != 0 || K % 32 != 0 || !bp_q4_amx_ready())
+        return -1;
+    const int64_t kbs = K / 32, a_stride = K * 2;
+#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
+    {
+        tile_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.palette = 1;
+        for (int t = 0; t < 8; ++t) { /* C 0-3: 16 x 16 fp32; A 4-6: 16 x 32 bf16; B 7 */
+            cfg.rows[t] = 16;
+            cfg.colsb[t] = 64;
+        }
+        _tile_loadconfig(&cfg);
+        uint32_t b[256] __attribute__((aligned(64)));
+        float c[256] __attribute__((aligned(64)));
+#pragma omp for schedule(static)
+        for (int64_t nb = 0; nb < N / 16; ++nb) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            const uint8_t *tile = tiles + nb * kbs * Q4_TILE_BYTES;
+            for (int64_t kb = 0; kb < kbs; ++kb, tile += Q4_TILE_BYTES) {
+                if (kb + 1 < kbs) /* the next tile's 5 cache lines */
+                    for (int line = 0; line < Q4_TILE_BYTES; line += 64)
+                        _mm_prefetch((const char *)(tile + Q4_TILE_BYTES + line), _MM_HINT_T0);
+                decode_tile(tile, b);
+                switch (G) {
+                case 1: MULTIPLY_GROUPS(1); break;
+                case 2: MULTIPLY_GROUPS(2); break;
+                case 3: MULTIPLY_GROUPS(3); break;
+                default: MULTIPLY_GROUPS(4); break;
+                }
+            }
+            store_groups(G, c, out, N, nb, M);
+        }
+        _tile_release();
+    }
+    return 0;
+}
+#else
+int bp_q4_amx_ready(void) { return 0; }
+int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
+                     int64_t N, uint16_t *out, int64_t num_threads) {
+    (void)a; (void)M; (void)K; (void)tiles; (void)N; (void)out; (void)num_threads;
+    return -1;
+}
+#endif

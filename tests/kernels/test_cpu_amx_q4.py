@@ -1,0 +1,96 @@
+"""The AMX kernel over Q4_1 tiles (kernels/cpu_amx_q4.c): the tiled layout holds exactly
+the blocks' weights, the product equals oneDNN's bf16 product on the bf16-rounded weights
+within one bf16 rounding of the output, at every row count 1..64 around its 16-row groups,
+and a GGUF model's projections use it for the steps it takes.
+
+The CPU here (and CI's, the same machine kind) has AMX; on one without it `available()` is
+False and the projections keep oneDNN, which the last test checks either way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType, quants
+
+from bench.quantized_models import quantize_to_gguf
+from engine.models import load_model
+from engine.models.gguf_blocks import attach_gguf_blocks
+from kernels import cpu_amx_q4
+
+# skips where the library did not build, fails under CI (conftest.py)
+pytestmark = pytest.mark.usefixtures("native_library")
+
+AMX = cpu_amx_q4.available()
+
+
+def q4_blocks(rows: int, cols: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(uint8 Q4_1 blocks [rows, cols / 32 * 20], the float32 weights they decode to)."""
+    weights = np.random.default_rng(seed).standard_normal((rows, cols), dtype=np.float32)
+    blocks = quants.quantize(weights, GGMLQuantizationType.Q4_1)
+    decoded = quants.dequantize(blocks, GGMLQuantizationType.Q4_1).astype(np.float32)
+    return torch.from_numpy(blocks), torch.from_numpy(decoded)
+
+
+def test_tiles_hold_the_blocks_weights_exactly():
+    blocks, decoded = q4_blocks(48, 96, seed=0)
+    tiles = cpu_amx_q4.pack(blocks, 96)
+    assert tiles.numel() == 48 // 16 * 96 // 32 * cpu_amx_q4.TILE_BYTES
+    assert torch.equal(cpu_amx_q4.unpack(tiles, 48, 96), decoded)
+
+
+def test_sizes_that_do_not_tile_are_refused():
+    blocks, _ = q4_blocks(40, 64, seed=1)  # 40 rows: not a multiple of 16
+    with pytest.raises(ValueError, match="do not tile"):
+        cpu_amx_q4.pack(blocks, 64)
+    assert not cpu_amx_q4.packs(40, 64) and cpu_amx_q4.packs(48, 64)
+
+
+@pytest.mark.skipif(not AMX, reason="no AMX on this CPU")  # CI's CPU has it: see above
+@pytest.mark.parametrize("rows", [1, 7, 16, 17, 33, 48, 64])
+def test_product_equals_onednn_on_the_bf16_weights(rows):
+    blocks, decoded = q4_blocks(64, 160, seed=rows)
+    tiles = cpu_amx_q4.pack(blocks, 160)
+    x = torch.randn(rows, 160)
+    got = cpu_amx_q4.matmul(x, tiles, 64)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, 64)
+    exact = F.linear(x.to(torch.bfloat16).double(), decoded.to(torch.bfloat16).double())
+    # float32 sums in another order, then one rounding to bf16 (a relative 2^-8 at most)
+    assert ((got.double() - exact).abs() <= exact.abs() * 2 ** -8 + 1e-3).all()
+
+
+@pytest.mark.skipif(not AMX, reason="no AMX on this CPU")
+def test_too_many_rows_are_refused():
+    blocks, _ = q4_blocks(16, 32, seed=2)
+    with pytest.raises(ValueError, match="outside the AMX kernel"):
+        cpu_amx_q4.matmul(torch.randn(cpu_amx_q4.MAX_ROWS + 1, 32), cpu_amx_q4.pack(blocks, 32),
+                          16)
+
+
+def test_a_gguf_model_multiplies_mid_sized_steps_on_the_tiles(tiny_llama_dir, tmp_path,
+                                                                monkeypatch):
+    model = load_model(tiny_llama_dir, dtype=torch.float32).model
+    path = quantize_to_gguf(model, tmp_path / "blocks.gguf")  # rounds the model to Q4_1
+    model.keep_bf16_copies(1)
+    described = attach_gguf_blocks(model, path)
+    proj = model.model.layers[0].mlp.gate_up_proj
+    if not (AMX and cpu_amx_q4.packs(*proj.weight.shape)):
+        assert proj.weight_q4_tiles is None and "AMX" not in described
+        return
+    assert "on AMX for steps of <= 64 rows" in described
+    assert torch.equal(cpu_amx_q4.unpack(proj.weight_q4_tiles, *proj.weight.shape),
+                       proj.weight)  # the tiles are the model's own weights
+    x = torch.randn(12, proj.in_features)
+    on_tiles = proj(x, bf16=True)
+    monkeypatch.setattr(cpu_amx_q4, "ENABLED", False)
+    torch.testing.assert_close(on_tiles.float(), proj(x, bf16=True).float(), atol=2e-2,
+                               rtol=2e-2)  # oneDNN on the bf16 copy
+    monkeypatch.setattr(cpu_amx_q4, "ENABLED", True)
+    other, decoded = q4_blocks(proj.out_features, proj.in_features, seed=3)
+    proj.weight_q4_tiles = cpu_amx_q4.pack(other, proj.in_features)  # the step reads these
+    expected = F.linear(x.to(torch.bfloat16), decoded.to(torch.bfloat16))
+    torch.testing.assert_close(proj(x, bf16=True).float(), expected.float(), atol=2e-2,
+                               rtol=2e-2)
+    assert proj(torch.randn(cpu_amx_q4.MAX_ROWS + 1, proj.in_features), bf16=True).shape[0] \
+        == cpu_amx_q4.MAX_ROWS + 1  # more rows: oneDNN again
