@@ -116,24 +116,29 @@ static inline __m512i round_bf16(__m512 x) {
 }
 
 /* One tile's 16 B-tile rows (64 bytes each: row p = columns 2p, 2p + 1 of the 16 weight
-   rows, as bf16 pairs) into b. */
+   rows, as bf16 pairs) into b. VCVTNE2PS2BF16 rounds to nearest even, as round_bf16 and
+   torch's .to(bfloat16) do for finite values; it puts the 16 even columns' bf16 before the
+   16 odd ones', and one word permute interleaves them into pairs. */
 static inline void decode_tile(const uint8_t *tile, uint32_t *b) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tile));
     const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(tile + 32)));
     const __m512i nib = _mm512_set1_epi32(15);
+    const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25,
+                                           9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2,
+                                           17, 1, 16, 0);
     for (int p = 0; p < 16; ++p) {
         const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(tile + 64 + 16 * p)));
         const __m512 even = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, nib)), d, m);
         const __m512 odd = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4)), d, m);
-        const __m512i pair = _mm512_or_si512(round_bf16(even),
-                                             _mm512_slli_epi32(round_bf16(odd), 16));
-        _mm512_store_si512((__m512i *)(b + 16 * p), pair);
+        const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh(odd, even);
+        _mm512_store_si512((__m512i *)(b + 16 * p), _mm512_permutexvar_epi16(pairs, halves));
     }
 }
 
-/* C tiles 0 .. G-1 (16 rows each) += A group g x B (tile 7); G a constant. Group g's A goes
-   to tile 4 + g % 3: a load into the tile the previous product still reads would wait for
-   that product (at 4 groups through one A tile the kernel ran 2.2x slower). */
+/* C tiles 0 .. G-1 (16 rows each) += A group g x B (tile 7); G a constant. A load into a
+   tile a product still reads waits for that product, so A groups take tiles 4, 5, 6, 4 (at
+   4 groups through one A tile the kernel ran 2.2x slower); B's reload waits for the last
+   product of the previous tile, which decoding the next tile (in between) hides. */
 #define MULTIPLY_GROUPS(G)                                                                 \
     do {                                                                                   \
         _tile_loadd(7, b, 64);                                                             \
@@ -180,7 +185,7 @@ int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *til
             cfg.colsb[t] = 64;
         }
         _tile_loadconfig(&cfg);
-        uint32_t b[256] __attribute__((aligned(64)));
+        uint32_t b[256] __attribute__((aligned(64))); /* tile_loadd copies it: one buffer */
         float c[256] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
         for (int64_t nb = 0; nb < N / 16; ++nb) {
