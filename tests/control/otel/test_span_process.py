@@ -1,14 +1,17 @@
 """The span process (control/otel/span_process.py) as the server uses it: it starts and
 says it is ready; a child that died costs its batches as counted drops and never blocks
-the caller; a child whose server went away exits by itself. (Spans reaching a real OTLP
+the caller; a child whose server went away exits by itself; the child yields the CPU to
+the server (a lower priority). (Spans reaching a real OTLP
 receiver through it: test_otlp_export.py, whose servers all export this way.)"""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from control.otel.settings import OtelSettings
-from control.otel.span_process import SpanProcess
+from control.otel.span_process import CHILD_NICE, SpanProcess
 
 NOBODY = OtelSettings("http://127.0.0.1:9/v1/traces")  # the discard port: nothing listens
 
@@ -36,3 +39,19 @@ def test_a_span_process_whose_server_went_away_exits():
     child.wait(15)  # its export stops within its own 5 s, then it exits
     assert child.returncode == 0
     spans._in.close()
+
+
+def nice_of(pid: int) -> int:
+    """The nice value of a live process (field 19 of /proc/PID/stat, after the comm)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[16])
+
+
+def test_the_span_process_runs_below_the_server_priority():
+    spans = SpanProcess(NOBODY)
+    assert CHILD_NICE > 0
+    spans.start(wait_s=30)  # ready: the child has set its priority before it says so
+    try:
+        assert nice_of(spans._proc.pid) == min(19, os.nice(0) + CHILD_NICE)
+    finally:
+        spans.stop(1.0)
