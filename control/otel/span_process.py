@@ -39,8 +39,9 @@ COUNTS_EVERY_S = 0.5  # the child's counters reach /metrics at least this often
 # The child lowers its own priority by this much: on a machine with no core to spare the
 # scheduler then gives the server's threads the CPU first, and the child exports in what
 # is left (batches it cannot take in time are dropped and counted, as for a dead child).
-# bench.trace_overhead, GPU-like engine, every request exported: +4.2% a step at the
-# default priority, +2.2% at 10 (one run each, 12 rounds, 2 cores).
+# bench.trace_overhead (GPU-like engine, every request exported, 12 rounds, 2 cores): +4.2%
+# a step at the default priority (one run), +2.2% and +3.8% at 10 (two runs): a gain of a
+# point or two, within the run-to-run spread.
 CHILD_NICE = 10
 STOP_SLACK_S = 2.0  # a stopping child's last counts: its export time plus this
 Kept = list[tuple[Any, Any]]  # [(RequestRecord, RequestPhases | None)]
