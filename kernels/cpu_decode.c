@@ -27,9 +27,6 @@
 #define MAX_H 128    /* query heads */
 #define MAX_HD 16384 /* query heads x head_dim: 64 KiB per stack buffer */
 #define TILE 32 /* keys per softmax tile: scores stay in registers/L1 */
-#ifndef TILED_ON
-#define TILED_ON 1 /* -DTILED_ON=0: the per-query-head items everywhere (A/B builds) */
-#endif
 
 static inline float from_f32(float x) { return x; }
 
@@ -146,6 +143,39 @@ static inline void prefetch_rows(const int32_t *table, int64_t bs, int64_t row, 
     }
 }
 
+/* An item's start: q scaled into qs, running max m (finite: exp_nonpos(m - m_new) stays a
+   number), sum l and unnormalised output acc zeroed, for nq query heads of d */
+static inline void item_start(const float *q, float scale, int64_t nq, int64_t d, float *qs,
+                              float *acc, float *m, float *l) {
+    for (int64_t i = 0; i < nq; ++i) {
+        m[i] = -3.0e38f;
+        l[i] = 0.0f;
+    }
+    for (int64_t x = 0; x < nq * d; ++x) {
+        qs[x] = q[x] * scale;
+        acc[x] = 0.0f;
+    }
+}
+
+/* A tile's rows (tile_rows) and the next tile's towards the cache (prefetch_rows), `cols`
+   elements of each row read */
+static inline void tile_setup(const int32_t *table, int64_t bs, int64_t row, int64_t head,
+                              int64_t k0, int64_t n, int64_t ctx, const void **kr,
+                              const void **vr, const void *kc, const void *vc, int64_t elem,
+                              int64_t cols) {
+    tile_rows(table, bs, row, head, k0, n, kr, vr, kc, vc, elem);
+    prefetch_rows(table, bs, row, head, k0 + TILE, ctx, kc, vc, elem, cols * elem);
+}
+
+/* An item's end: out = acc / l per query head */
+static inline void item_finish(const float *acc, const float *l, int64_t nq, int64_t d,
+                               float *out) {
+    for (int64_t i = 0; i < nq; ++i) {
+        const float inv = 1.0f / l[i];
+        for (int64_t x = 0; x < d; ++x) out[i * d + x] = acc[i * d + x] * inv;
+    }
+}
+
 /* One item: query heads [0, nq) of one decode, reading KV heads h0 .. h0 + nq / g - 1
    (query head i reads KV head h0 + i / g), on a cache of element type T. */
 #define DEFINE_ITEM(NAME, T, SUFFIX)                                                      \
@@ -154,22 +184,12 @@ static void NAME(const float *q, const void *kc, const void *vc, int64_t kvh, in
                  int64_t ctx, float scale, float *out) {                                  \
     float qs[MAX_HD], acc[MAX_HD], m[MAX_H], l[MAX_H], p[TILE];                           \
     const int64_t row = kvh * d; /* elements from one token's K (V) row to the next */    \
-    for (int64_t i = 0; i < nq; ++i) {                                                    \
-        m[i] = -3.0e38f; /* finite: exp_nonpos(m - m_new) stays a number */              \
-        l[i] = 0.0f;                                                                      \
-    }                                                                                     \
-    for (int64_t x = 0; x < nq * d; ++x) {                                                \
-        qs[x] = q[x] * scale;                                                             \
-        acc[x] = 0.0f;                                                                    \
-    }                                                                                     \
+    item_start(q, scale, nq, d, qs, acc, m, l);                                           \
     for (int64_t k0 = 0; k0 < ctx; k0 += TILE) {                                          \
         const int64_t n = ctx - k0 < TILE ? ctx - k0 : TILE; /* keys in this tile */      \
         const T *kr[TILE], *vr[TILE]; /* key k0 + j's row, at KV head h0 */               \
-        tile_rows(table, bs, row, h0 * d, k0, n, (const void **)kr, (const void **)vr,   \
-                  kc, vc, (int64_t)sizeof(T));                                            \
-        const int64_t span = (nq / g) * d * (int64_t)sizeof(T); /* bytes of a row read */ \
-        prefetch_rows(table, bs, row, h0 * d, k0 + TILE, ctx, kc, vc, (int64_t)sizeof(T), \
-                      span);                                                              \
+        tile_setup(table, bs, row, h0 * d, k0, n, ctx, (const void **)kr,                 \
+                   (const void **)vr, kc, vc, (int64_t)sizeof(T), nq / g * d);            \
         for (int64_t i = 0; i < nq; ++i) {                                                \
             const float *qi = qs + i * d;                                                 \
             const int64_t head = (i / g) * d; /* this query head's KV head in a row */    \
@@ -193,10 +213,7 @@ static void NAME(const float *q, const void *kc, const void *vc, int64_t kvh, in
             pv_##SUFFIX(ai, p, vr, head, n, d);                                          \
         }                                                                                 \
     }                                                                                     \
-    for (int64_t i = 0; i < nq; ++i) {                                                    \
-        const float inv = 1.0f / l[i];                                                    \
-        for (int64_t x = 0; x < d; ++x) out[i * d + x] = acc[i * d + x] * inv;            \
-    }                                                                                     \
+    item_finish(acc, l, nq, d, out);                                                      \
 }
 
 DEFINE_ITEM(item_f32, float, f32)
@@ -217,7 +234,7 @@ void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_st
     const float *qi = q + (int64_t)rows[i] * q_stride + h0 * g * d;
     float *oi = out + ((int64_t)rows[i] * nh + h0 * g) * d;
     const int32_t *table = tables + s * table_stride;
-    const int tiled = TILED_TAKES(d) && TILED_ON;
+    const int tiled = TILED_TAKES(d);
     if (cache_is_bf16)
         (tiled ? tiled_bf16 : item_bf16)(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs,
                                          h0, table, ctx[s], scale, oi);

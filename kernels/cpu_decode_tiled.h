@@ -102,23 +102,13 @@ static void NAME(const float *q, const void *kc, const void *vc, int64_t kvh, in
     float kt[TILE * TILED_MAX_D], vt[TILE * TILED_MAX_D]; /* one KV head's tile, fp32 */ \
     const float *vrow[TILE];                                                              \
     const int64_t row = kvh * d;                                                          \
-    for (int64_t i = 0; i < nq; ++i) {                                                    \
-        m[i] = -3.0e38f;                                                                  \
-        l[i] = 0.0f;                                                                      \
-    }                                                                                     \
-    for (int64_t x = 0; x < nq * d; ++x) {                                                \
-        qs[x] = q[x] * scale;                                                             \
-        acc[x] = 0.0f;                                                                    \
-    }                                                                                     \
+    item_start(q, scale, nq, d, qs, acc, m, l);                                           \
     for (int64_t j = 0; j < TILE; ++j) vrow[j] = vt + j * d;                              \
     for (int64_t k0 = 0; k0 < ctx; k0 += TILE) {                                          \
         const int64_t n = ctx - k0 < TILE ? ctx - k0 : TILE;                              \
         const T *kr[TILE], *vr[TILE];                                                     \
-        tile_rows(table, bs, row, h0 * d, k0, n, (const void **)kr, (const void **)vr,   \
-                  kc, vc, (int64_t)sizeof(T));                                            \
-        const int64_t span = (nq / g) * d * (int64_t)sizeof(T);                           \
-        prefetch_rows(table, bs, row, h0 * d, k0 + TILE, ctx, kc, vc, (int64_t)sizeof(T), \
-                      span);                                                              \
+        tile_setup(table, bs, row, h0 * d, k0, n, ctx, (const void **)kr,                 \
+                   (const void **)vr, kc, vc, (int64_t)sizeof(T), nq / g * d);            \
         for (int64_t kv = 0; kv < nq / g; ++kv) { /* the item's KV heads, h0 + kv */      \
             for (int64_t j = 0; j < n; ++j)                                               \
                 for (int64_t x = 0; x < d; x += 16) {                                     \
@@ -136,10 +126,7 @@ static void NAME(const float *q, const void *kc, const void *vc, int64_t kvh, in
             }                                                                             \
         }                                                                                 \
     }                                                                                     \
-    for (int64_t i = 0; i < nq; ++i) {                                                    \
-        const float inv = 1.0f / l[i];                                                    \
-        for (int64_t x = 0; x < d; ++x) out[i * d + x] = acc[i * d + x] * inv;            \
-    }                                                                                     \
+    item_finish(acc, l, nq, d, out);                                                      \
 }
 
 DEFINE_TILED_ITEM(tiled_f32, float, f32)
