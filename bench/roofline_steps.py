@@ -31,7 +31,12 @@ STEP_LABEL, ATTENTION_LABEL = "bench::step", "bench::attention"
 PROJECTION_OPS = {"linear", "addmm", "mm", "matmul", "bmm", "baddbmm", "_addmm_activation",
                   "_linear_pointwise", "mkldnn_linear", "_weight_int8pack_mm",
                   "_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu"}
-SAMPLER_FILE, ATTENTION_FILE = "engine/execution/sampler.py", "kernels/"  # in Python frames' names
+# In Python frames' names: the sampler; a projection (oneDNN's ops, or the AMX kernel over
+# Q4_1 tiles, a native call whose time is its Python frame's); the attention backends
+SAMPLER_FILE, PROJECTION_FILE = "engine/execution/sampler.py", "engine/models/projections.py"
+ATTENTION_FILES = ("kernels/cpu_attention.py", "kernels/cpu_prefill", "kernels/cpu_plan.py",
+                   "kernels/native_library.py", "kernels/reference.py", "kernels/triton",
+                   "kernels/backends.py")
 NATIVE_LAYERS_FILE = "kernels/cpu_layers.py"  # all layers of a small decode step in one call
 CATEGORIES = ("projections", "attention", "native_layers", "sampling", "other")
 TABLE_HEADER = ("  step         wall ms p50 [min-max]  profiled ms p50 and share of the profiled"
@@ -202,8 +207,10 @@ def categorise(event) -> tuple[str, int] | None:
     there, from its ancestry, which with_stack=True interleaves with Python frames
     ("engine/execution/sampler.py(52): sample"): native layers (a kernels/cpu_layers.py frame: the
     projections, attention and elementwise work of every layer in one native call) >
-    attention (label, or a kernels/ frame) > sampling (a sampler frame) > projections (a
-    matmul-family op) > other. None: outside every step."""
+    projections (a Projection.forward frame) > attention (label, or an attention backend's
+    frame) > sampling (a sampler frame) > projections (a matmul-family op elsewhere) >
+    other (the fused elementwise calls between projections among it). None: outside every
+    step."""
     chain, node = [], event
     while node is not None:
         chain.append(node)
@@ -214,7 +221,9 @@ def categorise(event) -> tuple[str, int] | None:
     names = [e.name for e in chain]
     if any(NATIVE_LAYERS_FILE in n for n in names):
         category = "native_layers"
-    elif ATTENTION_LABEL in names or any(ATTENTION_FILE in n for n in names):
+    elif any(PROJECTION_FILE in n for n in names):
+        category = "projections"
+    elif ATTENTION_LABEL in names or any(f in n for n in names for f in ATTENTION_FILES):
         category = "attention"
     elif any(SAMPLER_FILE in n for n in names):
         category = "sampling"
