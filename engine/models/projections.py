@@ -29,7 +29,8 @@ rows), and no faster from 512 rows, where the GEMM's own work hides the reorder.
 Q4_1 tiles. A GGUF model whose projections keep Q4_1 blocks (gguf_blocks.py) also keeps
 them tiled for kernels/cpu_amx_q4.c, and steps of up to cpu_amx_q4.MAX_ROWS rows multiply
 on those: 5 bits a weight read instead of 16, decoded to the bf16 copy's values exactly
-(SmolLM2's 30 layers: 7.5-12.2 ms at 1-64 rows against oneDNN's 11.4-15.9).
+(SmolLM2's 30 layers: 6.3-6.5 ms at 1-16 rows against oneDNN's 11.4-11.8; at 64 rows
+about even, 13.5-16.6 against 16.0).
 """
 
 from __future__ import annotations
@@ -96,12 +97,13 @@ def pack_for_onednn(weight: torch.Tensor) -> torch.Tensor | None:
     """A bf16 [out, in] CPU weight in oneDNN's blocked layout, or None where this torch or
     CPU does not pack it (no mkldnn build, no native bf16, PACK_WEIGHTS off)."""
     if not (PACK_WEIGHTS and weight.device.type == "cpu" and weight.dtype == torch.bfloat16
-            and torch.backends.mkldnn.is_available()
-            and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+            and torch.backends.mkldnn.is_available()):
         return None
-    try:
+    try:  # private ops (torch.compile's CPU freezing uses them): a build may lack them
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return None
         return torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), PACK_HINT_ROWS)
-    except (AttributeError, RuntimeError):  # an op this torch build lacks or refuses
+    except (AttributeError, RuntimeError):
         return None
 
 
