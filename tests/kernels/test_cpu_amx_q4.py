@@ -3,8 +3,8 @@ the blocks' weights, the product equals oneDNN's bf16 product on the bf16-rounde
 within one bf16 rounding of the output, at every row count 1..64 around its 16-row groups,
 and a GGUF model's projections use it for the steps it takes.
 
-The CPU here (and CI's, the same machine kind) has AMX; on one without it `available()` is
-False and the projections keep oneDNN, which the last test checks either way."""
+Tests of the kernel itself need AMX: they skip on a CPU without it and fail under CI on
+one that has it (fixtures/native_build.require_amx)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fixtures.native_build import require_amx
 from gguf import GGMLQuantizationType, quants
 
 from bench.quantized_models import quantize_to_gguf
@@ -22,7 +23,10 @@ from kernels import cpu_amx_q4
 # skips where the library did not build, fails under CI (conftest.py)
 pytestmark = pytest.mark.usefixtures("native_library")
 
-AMX = cpu_amx_q4.available()
+
+@pytest.fixture
+def amx() -> None:
+    require_amx()
 
 
 def q4_blocks(rows: int, cols: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,9 +51,8 @@ def test_sizes_that_do_not_tile_are_refused():
     assert not cpu_amx_q4.packs(40, 64) and cpu_amx_q4.packs(48, 64)
 
 
-@pytest.mark.skipif(not AMX, reason="no AMX on this CPU")  # CI's CPU has it: see above
 @pytest.mark.parametrize("rows", [1, 7, 16, 17, 33, 48, 64])
-def test_product_equals_onednn_on_the_bf16_weights(rows):
+def test_product_equals_onednn_on_the_bf16_weights(amx, rows):
     blocks, decoded = q4_blocks(64, 160, seed=rows)
     tiles = cpu_amx_q4.pack(blocks, 160)
     x = torch.randn(rows, 160)
@@ -60,24 +63,21 @@ def test_product_equals_onednn_on_the_bf16_weights(rows):
     assert ((got.double() - exact).abs() <= exact.abs() * 2 ** -8 + 1e-3).all()
 
 
-@pytest.mark.skipif(not AMX, reason="no AMX on this CPU")
-def test_too_many_rows_are_refused():
+def test_too_many_rows_are_refused(amx):
     blocks, _ = q4_blocks(16, 32, seed=2)
     with pytest.raises(ValueError, match="outside the AMX kernel"):
         cpu_amx_q4.matmul(torch.randn(cpu_amx_q4.MAX_ROWS + 1, 32), cpu_amx_q4.pack(blocks, 32),
                           16)
 
 
-def test_a_gguf_model_multiplies_mid_sized_steps_on_the_tiles(tiny_llama_dir, tmp_path,
+def test_a_gguf_model_multiplies_mid_sized_steps_on_the_tiles(amx, tiny_llama_dir, tmp_path,
                                                                 monkeypatch):
     model = load_model(tiny_llama_dir, dtype=torch.float32).model
     path = quantize_to_gguf(model, tmp_path / "blocks.gguf")  # rounds the model to Q4_1
     model.keep_bf16_copies(1)
     described = attach_gguf_blocks(model, path)
     proj = model.model.layers[0].mlp.gate_up_proj
-    if not (AMX and cpu_amx_q4.packs(*proj.weight.shape)):
-        assert proj.weight_q4_tiles is None and "AMX" not in described
-        return
+    assert cpu_amx_q4.packs(*proj.weight.shape)  # the tiny model's sizes tile
     assert "on AMX for steps of <= 64 rows" in described
     assert torch.equal(cpu_amx_q4.unpack(proj.weight_q4_tiles, *proj.weight.shape),
                        proj.weight)  # the tiles are the model's own weights
