@@ -31,24 +31,22 @@ chunk the merge is skipped.
 Prefill chunks over a bf16 cache with enough (query, key) pairs go to torch's flash SDPA
 in bf16 (kernels/cpu_prefill_sdpa.py: its GEMMs run on AMX). The others go to the native
 prefill kernel (kernels/cpu_prefill.py) wherever it builds: every chunk of the step in one
-call, reading the paged cache in place. Without it
-they keep one SDPA call per sequence (torch's CPU flash kernel), as the reference does:
+call, reading the paged cache in place. Without it they keep one float32 SDPA call per
+sequence (cpu_prefill_sdpa.chunk_attention: torch's CPU flash kernel), as the reference does:
 padding them into one batch measured 2.5-23x slower on mixed batches (kernels/reference.py
 docstring).
 
-Everything computes in float32 (q, K and V are cast after the gather, so a bf16 cache is read
-at half the bytes) and the result is returned in q.dtype.
+Everything else computes in float32 (q, K and V are cast after the gather, so a bf16 cache is
+read at half the bytes) and the result is returned in q.dtype.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from kernels import cpu_prefill, cpu_prefill_sdpa, native_library
 from kernels.cpu_plan import attention_plan
-from kernels.reference import causal_mask, gather_kv
 from kernels.workspace import workspace
 
 # Decodes go through the native kernel (kernels/native_library.py: reads the paged cache in
@@ -105,8 +103,8 @@ def paged_attention(
                                       scale, out)
     else:
         for s, lo, hi, context_len in prefills:
-            out[lo:hi] = _prefill_attention(q[lo:hi], k_cache, v_cache, block_tables[s],
-                                            context_len, scale)
+            out[lo:hi] = cpu_prefill_sdpa.chunk_attention(
+                q[lo:hi], k_cache, v_cache, block_tables[s], context_len, scale, torch.float32)
     num_decodes = len(plan.decode_ctx)
     if num_decodes and NATIVE_DECODE and _native_ok(q, k_cache, v_cache, block_tables,
                                                     context_lens):
@@ -118,8 +116,9 @@ def paged_attention(
     elif num_decodes <= FEW_DECODES:  # one SDPA call each beats the batch's fixed cost
         for s, lo, context_len in zip(plan.decode_seqs.tolist(), plan.decode_rows.tolist(),
                                       plan.decode_ctx, strict=True):
-            out[lo:lo + 1] = _prefill_attention(q[lo:lo + 1], k_cache, v_cache,
-                                                block_tables[s], context_len, scale)
+            out[lo:lo + 1] = cpu_prefill_sdpa.chunk_attention(
+                q[lo:lo + 1], k_cache, v_cache, block_tables[s], context_len, scale,
+                torch.float32)
     else:
         seqs, rows = plan.decode_seqs, plan.decode_rows
         result = decode_attention(
@@ -158,19 +157,6 @@ def _native_ok(q, k_cache, v_cache, block_tables, context_lens) -> bool:
             and block_tables.dtype == torch.int32 and block_tables.stride(1) == 1
             and context_lens.dtype == torch.int32 and context_lens.is_contiguous()
             and native_library.supports(q, k_cache))
-
-
-def _prefill_attention(q, k_cache, v_cache, table_row, context_len: int, scale: float):
-    """One prefill chunk q [q_len, nh, d] over its cached prefix and itself -> float32."""
-    num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
-    k = gather_kv(k_cache, table_row, context_len).float().transpose(0, 1)[None]  # (1,kvh,C,d)
-    v = gather_kv(v_cache, table_row, context_len).float().transpose(0, 1)[None]
-    # a single query is the last position: it sees every key, no mask needed
-    mask = None if q.shape[0] == 1 else causal_mask(q.shape[0], context_len, q.device)
-    o = F.scaled_dot_product_attention(
-        q.float().transpose(0, 1)[None], k, v, attn_mask=mask, scale=scale,
-        enable_gqa=num_heads != num_kv_heads)  # (1, nh, q_len, d)
-    return o[0].transpose(0, 1)
 
 
 def chunk_layout(context_lens: torch.Tensor, block_tables: torch.Tensor, block_size: int,

@@ -52,19 +52,29 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
                       block_tables: torch.Tensor, chunks: list[Chunk], scale: float,
                       out: torch.Tensor) -> None:
     """out[lo:hi] = causal attention of q[lo:hi] over sequence s's first `ctx` keys (the
-    chunk's own last), for each (s, lo, hi, ctx) of `chunks`, in place.
+    chunk's own last), in bf16, for each (s, lo, hi, ctx) of `chunks`, in place.
 
     q [T, nh, d] any float dtype; caches bf16 [num_blocks, block_size, kvh, d]; out float32
-    [T, nh, d]. Block ids come from block_tables[s] through index_select, which raises
-    IndexError for one outside the cache."""
-    num_heads, num_kv_heads = q.shape[1], k_cache.shape[2]
+    [T, nh, d]."""
     for s, lo, hi, ctx in chunks:
-        rows = hi - lo
-        k = gather_kv(k_cache, block_tables[s], ctx).transpose(0, 1)[None]  # (1, kvh, C, d)
-        v = gather_kv(v_cache, block_tables[s], ctx).transpose(0, 1)[None]
-        query = q[lo:hi].to(torch.bfloat16).transpose(0, 1)[None]  # (1, nh, rows, d)
-        # is_causal aligns the mask top-left: right only when the chunk is its whole context
-        mask = None if rows == ctx else causal_mask(rows, ctx, q.device)
-        o = F.scaled_dot_product_attention(query, k, v, attn_mask=mask, is_causal=mask is None,
-                                           scale=scale, enable_gqa=num_heads != num_kv_heads)
-        out[lo:hi] = o[0].transpose(0, 1)
+        out[lo:hi] = chunk_attention(q[lo:hi], k_cache, v_cache, block_tables[s], ctx, scale,
+                                     torch.bfloat16)
+
+
+def chunk_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    table_row: torch.Tensor, ctx: int, scale: float,
+                    dtype: torch.dtype) -> torch.Tensor:
+    """One chunk q [rows, nh, d] over its sequence's first `ctx` keys (its own last) by one
+    SDPA call in `dtype` -> [rows, nh, d] in `dtype`. The context is gathered from the
+    blocks of table_row (index_select: IndexError for a block outside the cache)."""
+    rows, num_heads, num_kv_heads = q.shape[0], q.shape[1], k_cache.shape[2]
+    k = gather_kv(k_cache, table_row, ctx).to(dtype).transpose(0, 1)[None]  # (1, kvh, C, d)
+    v = gather_kv(v_cache, table_row, ctx).to(dtype).transpose(0, 1)[None]
+    query = q.to(dtype).transpose(0, 1)[None]  # (1, nh, rows, d)
+    # one row is the last position: it sees every key. is_causal aligns its mask top-left,
+    # which is right only when the chunk is its whole context; else the mask is explicit
+    mask = None if rows in (1, ctx) else causal_mask(rows, ctx, q.device)
+    o = F.scaled_dot_product_attention(query, k, v, attn_mask=mask,
+                                       is_causal=mask is None and rows > 1, scale=scale,
+                                       enable_gqa=num_heads != num_kv_heads)
+    return o[0].transpose(0, 1)
