@@ -24,22 +24,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "cpu_vector_math.h" /* half_to_f32 */
+
 #define Q4_TILE_BYTES 320
 #define MAX_GROUPS 4 /* 16-row groups of activations: up to 64 rows a call */
-
-/* fp16 bit pattern -> float (normal and zero values: Q4_1 scales) */
-static float q4_half(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-    uint32_t bits;
-    if (exp == 0 && mant == 0) bits = sign;
-    else if (exp == 0) { /* subnormal */
-        float f = (float)mant * (1.0f / 16777216.0f);
-        return sign ? -f : f;
-    } else bits = sign | ((exp + 112) << 23) | (mant << 13);
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
 
 /* GGUF Q4_1 rows [N][K / 32 blocks of 20 bytes] -> the tiled layout above; -1 on bad sizes */
 int bp_q4_tile_pack(const uint8_t *blocks, int64_t N, int64_t K, uint8_t *out) {
@@ -71,10 +59,7 @@ int bp_q4_tile_unpack(const uint8_t *tiles, int64_t N, int64_t K, float *out) {
         for (int64_t kb = 0; kb < kbs; ++kb) {
             const uint8_t *tile = tiles + (nb * kbs + kb) * Q4_TILE_BYTES;
             for (int n = 0; n < 16; ++n) {
-                uint16_t hd, hm;
-                memcpy(&hd, tile + 2 * n, 2);
-                memcpy(&hm, tile + 32 + 2 * n, 2);
-                const float d = q4_half(hd), m = q4_half(hm);
+                const float d = half_to_f32(tile + 2 * n), m = half_to_f32(tile + 32 + 2 * n);
                 for (int p = 0; p < 16; ++p) {
                     const uint8_t q = tile[64 + p * 16 + n];
                     float *row = out + (nb * 16 + n) * K + kb * 32;

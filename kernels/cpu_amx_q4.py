@@ -13,12 +13,12 @@ from __future__ import annotations
 import torch
 
 from kernels import native_library
+from kernels.cpu_layers import GGUF_FORMATS
 
 MAX_ROWS = 64  # MAX_GROUPS x 16 of cpu_amx_q4.c
 # False: projections that keep tiles multiply on oneDNN's bf16 copy (A/B runs, tests).
 ENABLED = True
 TILE_BYTES = 320  # per 16 x 32 weights
-Q4_1_BLOCK_BYTES = 20
 
 
 def available() -> bool:
@@ -34,14 +34,14 @@ def packs(out_features: int, in_features: int) -> bool:
 
 def pack(blocks: torch.Tensor, in_features: int) -> torch.Tensor:
     """uint8 [N, K / 32 * 20] Q4_1 rows -> uint8 [N / 16 * K / 32 * 320], the tiled layout."""
-    rows = blocks.shape[0]
-    if not packs(rows, in_features) or blocks.shape[1] != in_features // 32 * Q4_1_BLOCK_BYTES:
+    rows, lib = blocks.shape[0], native_library.load()
+    if (not packs(rows, in_features)
+            or blocks.shape[1] != lib.bp_quant_row_bytes(GGUF_FORMATS["Q4_1"], in_features)):
         raise ValueError(f"Q4_1 blocks {tuple(blocks.shape)} for {in_features} inputs do not "
                          f"tile (rows a multiple of 16, inputs of 32)")
     blocks = blocks.contiguous()
     out = torch.empty(rows // 16 * in_features // 32 * TILE_BYTES, dtype=torch.uint8)
-    native_library.load().bp_q4_tile_pack(blocks.data_ptr(), rows, in_features,
-                                          out.data_ptr())
+    lib.bp_q4_tile_pack(blocks.data_ptr(), rows, in_features, out.data_ptr())
     return out
 
 
@@ -58,8 +58,11 @@ def matmul(x: torch.Tensor, tiles: torch.Tensor, out_features: int) -> torch.Ten
     weights. ValueError outside the kernel's limits."""
     rows, in_features = x.shape
     groups = -(-rows // 16)
-    a = torch.zeros(groups * 16, in_features, dtype=torch.bfloat16)  # rows past M: zeros
-    a[:rows] = x
+    if rows % 16 == 0 and x.dtype == torch.bfloat16 and x.is_contiguous():
+        a = x  # whole 16-row groups as they are: no copy on the step's path
+    else:
+        a = torch.zeros(groups * 16, in_features, dtype=torch.bfloat16)  # rows past M: zeros
+        a[:rows] = x
     out = torch.empty(groups * 16, out_features, dtype=torch.bfloat16)
     status = native_library.load().bp_q4_amx_matmul(
         a.data_ptr(), rows, in_features, tiles.data_ptr(), out_features, out.data_ptr(),

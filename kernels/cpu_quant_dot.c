@@ -20,6 +20,8 @@
 
 #include <stdint.h>
 #include <string.h>
+
+#include "cpu_vector_math.h" /* half_to_f32 */
 #if defined(__F16C__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -37,30 +39,6 @@ int64_t bp_quant_row_bytes(int64_t format, int64_t K) {
     return K % 32 != 0 || block_bytes(format) == 0 ? -1 : K / 32 * block_bytes(format);
 }
 
-static inline float half_to_f32(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-#if defined(__F16C__)
-    return _cvtsh_ss(h);
-#else
-    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f;
-    uint32_t mant = h & 0x3ff, bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000 | (mant << 13);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112) << 23) | (mant << 13);
-    } else if (mant == 0) {
-        bits = sign;
-    } else { /* subnormal: normalise */
-        int e = 113;
-        while (!(mant & 0x400)) { mant <<= 1; --e; }
-        bits = sign | ((uint32_t)e << 23) | ((mant & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-#endif
-}
 
 /* The 32 weights of one block as float32, in order. */
 static inline void decode_block(int64_t format, const uint8_t *b, float *w) {

@@ -1,5 +1,5 @@
-/* Math shared by the native kernels' vectorised loops (included by cpu_decode.c,
-   cpu_elementwise.c and cpu_layers.c; part of the library's build hash,
+/* Math shared by the native kernels (included by cpu_decode.c, cpu_elementwise.c,
+   cpu_layers.c, cpu_quant_dot.c and cpu_amx_q4.c; part of the library's build hash,
    kernels/native_library.py). */
 
 #ifndef BP_CPU_VECTOR_MATH_H
@@ -7,6 +7,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 /* exp(x) for x <= 0, as in Cephes expf (range reduction by ln 2, degree-5 polynomial):
    within 2 ulp of expf; written branch-free so that the loops over a tile vectorise. */
@@ -53,6 +56,33 @@ static inline void narrow(const float *restrict src, void *dst, int is_bf16, int
         const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
         d[i] = (uint16_t)((b & 0x7fffffffu) > 0x7f800000u ? (b >> 16) | 0x40u : rounded);
     }
+}
+
+/* An fp16 bit pattern (2 bytes at p, little-endian) as float32: every value exactly
+   (GGUF block scales) */
+static inline float half_to_f32(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000 | (mant << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        bits = sign;
+    } else { /* subnormal: normalise */
+        int e = 113;
+        while (!(mant & 0x400)) { mant <<= 1; --e; }
+        bits = sign | ((uint32_t)e << 23) | ((mant & 0x3ff) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
 }
 
 #endif
