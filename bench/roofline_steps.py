@@ -234,21 +234,39 @@ def categorise(event) -> tuple[str, int] | None:
     return category, steps[0].id
 
 
+PROFILE_TRIES = 3
+
+
+def profiled_events(runner: ModelRunner, out: SchedulerOutput, steps: int) -> list:
+    """The profiler's events of `steps` labelled executes. NOTE: with_stack keeps Python
+    frame names as pointers into code objects; one freed inside the profiled region leaves
+    an event whose name is not UTF-8 when the results are parsed (pytorch/pytorch#64345,
+    seen once in CI). Such a capture is thrown away and taken again, up to PROFILE_TRIES."""
+    attempt = 0
+    while True:
+        attempt += 1
+        handles = label_attention(runner.model)
+        try:
+            with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+                for _ in range(steps):
+                    with record_function(STEP_LABEL):
+                        runner.execute(out)
+        finally:
+            for handle in handles:
+                handle.remove()
+        try:
+            return list(prof.events())
+        except UnicodeDecodeError:
+            if attempt == PROFILE_TRIES:
+                raise
+
+
 def profile_split(runner: ModelRunner, out: SchedulerOutput, steps: int) -> dict:
     """Per category, ms per profiled step: median and min over the steps (each step's own
     sum); the host time between ops (part of other); the costliest other ops (mean)."""
-    handles = label_attention(runner.model)
-    try:
-        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-            for _ in range(steps):
-                with record_function(STEP_LABEL):
-                    runner.execute(out)
-    finally:
-        for handle in handles:
-            handle.remove()
     per_step: dict[int, dict[str, float]] = {}  # step event id -> category -> µs
     other_ops: dict[str, float] = {}
-    for event in prof.events():
+    for event in profiled_events(runner, out, steps):
         found = categorise(event)
         if found is None:
             continue
