@@ -201,7 +201,7 @@ class Bed:
             # NOTE: no SLO shedding: the bench compares where requests go, and a replica that
             # refuses (429) a request a slow CPU would serve late would end the round
             engine_overrides={"num_kv_blocks": args.kv_blocks, "max_num_seqs": 8,
-                              "slo_shedding": False})
+                              "slo_unreachable": "serve"})
         self.replicas: list[EngineReplica] = []
         self.url = ""
 

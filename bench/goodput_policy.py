@@ -7,8 +7,9 @@ capacity, under each way of sizing steps, on the simulated engine with CPU-like 
 Sides (each on the same arrivals, prompts and seed):
   a_fitted    budgets fitted at start-up, no per-step law (as 865306f ran)
   b_law       today's step law: every step held to target_step_ms (step_policy fixed)
-  c_goodput   the goodput policy (step_policy goodput, shedding on; the default)
-  c_noshed    the goodput policy's step sizes alone (slo_shedding off)
+  c_goodput   the goodput policy (step_policy goodput, slo_unreachable defer; the default)
+  c_shed      the goodput policy, refusing at arrival what would miss its TTFT (shed)
+  c_noshed    the goodput policy's step sizes alone (slo_unreachable serve)
   fixed_N     fixed budgets, no law: max_num_batched_tokens N, a chunk of 2/3 of it
 The step costs are engine/sim/step_cost.py's CpuLikeStepCost (SmolLM2-135M on this CPU's two
 threads: fixed cost, tokens, attention quadratic in a prompt, decode attention per context
@@ -61,7 +62,10 @@ def sides(seed: int) -> list[Side]:
     out = [Side("a_fitted", fitted, None),
            Side("b_law", _live(fitted, step_policy="fixed"), fit.law),
            Side("c_goodput", _live(fitted, step_policy="goodput"), fit.law),
-           Side("c_noshed", _live(fitted, step_policy="goodput", slo_shedding=False), fit.law)]
+           Side("c_shed", _live(fitted, step_policy="goodput", slo_unreachable="shed"),
+                fit.law),
+           Side("c_noshed", _live(fitted, step_policy="goodput", slo_unreachable="serve"),
+                fit.law)]
     for n in FIXED_BUDGETS:
         chunk = 1 << int(math.log2(n * 2 / 3))
         out.append(Side(f"fixed_{n}", _live(fitted, max_num_batched_tokens=n,
@@ -141,7 +145,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
     base = load_trace(limit=args.requests, scale=TraceScale(output_div=args.output_div))
     scenarios = [("replay", False)] + ([("mixed", True)] if args.mixed else [])
     rows = []
-    total = args.seeds * len(args.loads) * len(scenarios) * (4 + len(FIXED_BUDGETS))
+    total = args.seeds * len(args.loads) * len(scenarios) * len(sides(0))
     bar = tqdm(total=total, desc="simulating", unit="run", disable=args.json)
     for seed in range(args.seeds):
         capacity = capacity_rps(base, seed)

@@ -24,7 +24,7 @@ from engine.calibration.step_law import StepLaw
 from engine.config import EngineConfig, LiveConfig
 from engine.fault_isolation import DEFAULT_MAX_EXTRA_RUNS, contain
 from engine.kv.block_manager import BlockManager, KVSnapshot
-from engine.lanes.admission import AdmissionContext, ThroughputEstimator, admit
+from engine.lanes.admission import SLO_DEFERRED, AdmissionContext, ThroughputEstimator, admit
 from engine.lanes.integrity import check_lanes
 from engine.lanes.routing import check_lane_moves, route
 from engine.records import (
@@ -38,7 +38,7 @@ from engine.records import (
 )
 from engine.reports import engine_gauges, step_output, step_record
 from engine.request import Request, RequestStatus, SamplingParams, TraceLink
-from engine.scheduling.goodput import predicted_ttft_s, slo_lane
+from engine.scheduling.goodput import deferred_start_s, predicted_ttft_s, slo_lane
 from engine.scheduling.scheduler import Scheduler
 from engine.scheduling.state import GROWABLE_BUDGETS
 
@@ -137,7 +137,8 @@ class Engine:
         ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
                                self.block_manager.usage, self.throughput.tokens_per_s, now,
                                self.scheduler.running,
-                               functools.partial(predicted_ttft_s, self.scheduler))
+                               functools.partial(predicted_ttft_s, self.scheduler),
+                               functools.partial(deferred_start_s, self.scheduler))
         decision = replace(admit(req, ctx), time=now, arrival_time=req.arrival_time,
                            tokenize_s=tokenize_s)
         self._pending_admissions.append(decision)
@@ -145,6 +146,7 @@ class Engine:
             self._finish(req, RequestStatus.REJECTED, now, decision.reason or "")
             return decision
         req.admitted_time = now
+        req.slo_deferred = decision.reason == SLO_DEFERRED
         self.requests[request_id] = req
         self.scheduler.add(req)
         return decision

@@ -146,7 +146,9 @@ class StepRecord:
 class AdmissionDecision:
     accepted: bool
     request_id: str
-    reason: str | None = None  # queue_full | deadline | kv_reject_watermark | too_long | ...
+    # rejected: queue_full | deadline | kv_reject_watermark | too_long | ...; admitted: None,
+    # or slo_deferred (queued behind the requests that can meet their SLO; the message: why)
+    reason: str | None = None
     message: str = ""
     retry_after_s: float | None = None
     lane: str = ""

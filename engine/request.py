@@ -182,6 +182,9 @@ class Request:
     deadline: float | None = None  # absolute engine-clock time by which it must finish
     eos_token_id: int | tuple[int, ...] | None = None  # a model may have several
     trace: TraceLink | None = None  # the caller's trace (control/otel), None: not traced
+    # Admitted past its lane's TTFT target (slo_unreachable: defer): queued behind every
+    # request of its lane that can still meet it (engine/lanes/admission.py, check_slo)
+    slo_deferred: bool = False
 
     token_ids: list[int] = field(default_factory=list)  # prompt + outputs
     num_prompt_tokens: int = 0

@@ -74,6 +74,7 @@ class ResponseFormat:
     continuous_usage: bool = False  # vLLM's continuous_usage_stats: usage on every chunk
     lane: str = ""  # admission's lane (the engine's record has the final word)
     estimated_wait_s: float | None = None
+    admission: str = ""  # an admitted request's admission reason (slo_deferred), or ""
     slo: SLOTargets | None = None  # the admitted lane's SLO, from the live config
     created: int = field(default_factory=lambda: int(time.time()))
     # Logprobs asked: N alternatives (chat: top_logprobs, 0 with logprobs=true alone;
@@ -113,6 +114,8 @@ class ResponseFormat:
             headers["X-Batchpilot-Trace-Id"] = self.trace_id
         if self.estimated_wait_s is not None:
             headers["X-Batchpilot-Estimated-Wait-S"] = f"{self.estimated_wait_s:.6f}"
+        if self.admission:
+            headers["X-Batchpilot-Admission"] = self.admission
         return headers
 
     def final_headers(self, info: BatchpilotInfo) -> dict[str, str]:
@@ -247,6 +250,7 @@ def from_decision(fmt: ResponseFormat, decision: AdmissionDecision,
     """`live`: the config the request was admitted under (its lane's SLO)."""
     fmt.lane = decision.lane or fmt.lane  # a draining refusal names no lane
     fmt.estimated_wait_s = decision.estimated_wait_s
+    fmt.admission = decision.reason or "" if decision.accepted else ""
     if live is not None and fmt.lane in live.lane_names:
         slo = live.lane_slo(live.lane(fmt.lane))
         fmt.slo = SLOTargets(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s) if slo.is_set else None

@@ -43,13 +43,13 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OTHER = "other"
 WAIT_REASONS = ("token_budget", "max_num_seqs", "kv_high_watermark", "kv_blocks",
                 "step_time", "lane_max_running", "static_batch", "fair_share", "not_yet_scheduled",
-                "sibling_prefill")
+                "sibling_prefill", "slo_deferred")
 # End and rejection reasons a label may carry (slugs of finish details); others: "other".
 REASONS = frozenset({
     "stop", "length", "stop_string", "client_disconnected", "request_timeout",
     "stream_idle_timeout", "server_shutting_down", "engine_error", "queue_timeout",
     "deadline_passed_while_queued", "deadline_passed_while_running", "queue_full", "deadline",
-    "kv_reject_watermark", "slo_unreachable",
+    "kv_reject_watermark", "slo_unreachable", "slo_deferred",
     "too_long", "empty_prompt", "unknown_lane", "draining", "admission_paused", "cancelled",
     "timeout", "error", "step_failed",
     "operator", "choice_rejected",
@@ -209,7 +209,7 @@ class ServingMetrics:
 
     def observe_admission(self, d: AdmissionDecision) -> None:
         decision = "admitted" if d.accepted else "rejected"
-        reason = reason_label(d.reason or "") if not d.accepted else "none"
+        reason = reason_label(d.reason) if d.reason else "none"  # admitted: slo_deferred
         self.admissions.labels(self.model, self.lane(d.lane), self.tenant(d.tenant),
                                decision, reason).inc()
 

@@ -18,6 +18,7 @@ LANE_POLICIES = ("fcfs", "priority", "deadline")
 BATCHING_MODES = ("continuous", "static")
 SCHEDULE_POLICIES = ("decode_first", "mixed")
 STEP_POLICIES = ("goodput", "fixed")  # engine/scheduling/goodput.py
+SLO_UNREACHABLE = ("defer", "shed", "serve")  # engine/lanes/admission.py, check_slo
 MAX_NUM_SEQS_LIMIT = 8192
 PREFIX_CACHE_SHARING = ("tenant", "global")  # see engine/kv/prefix_hash.py
 
@@ -137,9 +138,11 @@ class LiveConfig:
     # lane's SLO (engine/scheduling/goodput.py); fixed: every step held to target_step_ms.
     # Both need the start-up step law (budgets fitted); without it the budgets rule.
     step_policy: str = "goodput"
-    # Refuse at arrival (429 slo_unreachable) a request whose lane's TTFT target the queue
-    # ahead of it already rules out, rather than serving it late.
-    slo_shedding: bool = True
+    # A request whose lane's TTFT target the queue ahead of it already rules out (under
+    # step_policy goodput): defer: queued behind the requests that can still meet theirs,
+    # refused (429 slo_unreachable) only when it would not start by its queue timeout;
+    # shed: refused at arrival; serve: queued in its place like any other.
+    slo_unreachable: str = "defer"
     version: int = 0  # assigned by the engine when the snapshot is installed
 
     def __post_init__(self) -> None:
@@ -203,6 +206,8 @@ class LiveConfig:
                  f"one of {', '.join(BATCHING_MODES)}")
         _require(self.step_policy in STEP_POLICIES, "step_policy", self.step_policy,
                  f"one of {', '.join(STEP_POLICIES)}")
+        _require(self.slo_unreachable in SLO_UNREACHABLE, "slo_unreachable",
+                 self.slo_unreachable, f"one of {', '.join(SLO_UNREACHABLE)}")
         self.default_slo.validate("default_slo")
         self._validate_lanes()
         _require(self.long_context_threshold >= 1, "long_context_threshold",

@@ -14,10 +14,15 @@ has (TIMEOUT, "deadline passed while running": `engine/scheduling/deadlines.py`)
 step has measured a throughput, nothing is estimated: only a deadline already past is
 refused.
 
-SLO rule (`slo_unreachable`): with a step law and step_policy goodput, a request whose
-lane has a TTFT target is refused when the goodput model's TTFT for it, at the largest step
-and its lane's fair share, passes the target (engine/scheduling/goodput.py); Retry-After is
-the excess.
+SLO rule, with a step law and step_policy goodput: a request whose lane's TTFT target the
+goodput model rules out (its TTFT at the largest step and its lane's fair share, behind the
+queued requests that can still meet theirs: engine/scheduling/goodput.py) is handled as
+`slo_unreachable` says. `defer` (the default) admits it deferred (reason `slo_deferred`):
+behind every request of its lane that is not, shorter prompts first, so the requests that
+can meet their SLO keep it and the device's spare time still serves the late ones; it is
+refused (`slo_unreachable`) only when, so queued, it would not start within its queue
+timeout. `shed` refuses it at once; `serve` admits it in its place. Retry-After is the
+estimated excess.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ class AdmissionContext:
     running: Sequence[Request] = ()  # the scheduler's running set (read only)
     # req, now -> its TTFT by the goodput model (engine/scheduling/goodput.py), None: none
     predicted_ttft_s: Callable[[Request, float], float | None] | None = None
+    # req, now -> when it would start, deferred (goodput.deferred_start_s), None: unknown
+    deferred_start_s: Callable[[Request, float], float | None] | None = None
 
 
 def estimated_wait_s(req: Request, ctx: AdmissionContext) -> float | None:
@@ -167,22 +174,59 @@ def check_deadline(req: Request, ctx: AdmissionContext) -> AdmissionDecision | N
 
 
 def check_slo(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
-    """Shed a request whose lane's TTFT target the queue ahead of it already rules out,
-    even at the largest step (engine/scheduling/goodput.py), while slo_shedding is on:
-    served, it would miss its SLO and take the time of requests that can still meet
-    theirs."""
-    if not ctx.live.slo_shedding or ctx.predicted_ttft_s is None:
+    """A request whose lane's TTFT target the queue ahead of it already rules out, even at
+    the largest step (engine/scheduling/goodput.py), by `slo_unreachable`: `defer` admits
+    it behind every request that can still meet its target while it would start before
+    its queue timeout, and refuses it otherwise; `shed` refuses it; `serve` admits it in
+    its place. Served in its place it would miss its SLO and take the time of requests
+    that can still meet theirs."""
+    if ctx.live.slo_unreachable == "serve" or ctx.predicted_ttft_s is None:
         return None
     ttft = ctx.live.lane_slo(ctx.lanes[req.lane].config).ttft_s
     predicted = ctx.predicted_ttft_s(req, ctx.now) if ttft is not None else None
     if predicted is None or predicted <= ttft:
         return None
+    if ctx.live.slo_unreachable == "defer" and ctx.deferred_start_s is not None:
+        return _defer(req, ctx, ttft)
     retry = max(1.0, round(predicted - ttft, 1)) if math.isfinite(predicted) else 1.0
     return _reject(req, "slo_unreachable",
                    f"lane {req.lane!r} aims at a first token within {ttft:g}s (slo.ttft_s)"
                    f" but the work queued ahead of this request takes an estimated"
                    f" {predicted:.1f}s at the fastest this server runs; retry later or"
                    " elsewhere", retry, predicted)
+
+
+def _defer(req: Request, ctx: AdmissionContext, ttft: float) -> AdmissionDecision:
+    """Admit `req` deferred when it would start within its lane's queue timeout behind the
+    requests that can still meet their target; else refuse it (slo_unreachable)."""
+    timeout_s = ctx.lanes[req.lane].queue_timeout_s(ctx.live)
+    start = ctx.deferred_start_s(req, ctx.now) if ctx.deferred_start_s else None
+    if start is not None and start <= timeout_s:
+        return _accept(req, ctx, deferred=(
+            f"lane {req.lane!r} aims at a first token within {ttft:g}s (slo.ttft_s), which"
+            f" the work queued ahead of this request rules out: it is served after the"
+            f" requests that can still meet it, shorter prompts first, and starts in an"
+            f" estimated {start:.1f}s (queue timeout {timeout_s:g}s)"))
+    start = start if start is not None else math.inf
+    retry = max(1.0, round(start - timeout_s, 1)) if math.isfinite(start) else 1.0
+    return _reject(req, "slo_unreachable",
+                   f"lane {req.lane!r} aims at a first token within {ttft:g}s (slo.ttft_s),"
+                   f" which the work queued ahead of this request rules out; queued behind"
+                   f" the requests that can still meet it, it would start in an estimated"
+                   f" {start:.1f}s, past the queue timeout ({timeout_s:g}s); retry later"
+                   " or elsewhere", retry, start)
+
+
+SLO_DEFERRED = "slo_deferred"  # an admission's reason: admitted behind those on time
+
+
+def _accept(req: Request, ctx: AdmissionContext, deferred: str = "") -> AdmissionDecision:
+    """Admitted; `deferred`: why it goes behind the requests that can meet their target
+    (the decision's reason is then SLO_DEFERRED)."""
+    return AdmissionDecision(True, req.request_id, SLO_DEFERRED if deferred else None,
+                             deferred, lane=req.lane,
+                             estimated_wait_s=estimated_wait_s(req, ctx), tenant=req.tenant,
+                             priority=req.priority, num_prompt_tokens=req.num_prompt_tokens)
 
 
 def _retry_after(req: Request, ctx: AdmissionContext) -> float:
@@ -204,6 +248,4 @@ def admit(req: Request, ctx: AdmissionContext) -> AdmissionDecision:
         decision = rule(req, ctx)
         if decision is not None:
             return decision
-    return AdmissionDecision(True, req.request_id, lane=req.lane,
-                             estimated_wait_s=estimated_wait_s(req, ctx), tenant=req.tenant,
-                             priority=req.priority, num_prompt_tokens=req.num_prompt_tokens)
+    return _accept(req, ctx)

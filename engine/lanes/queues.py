@@ -31,12 +31,20 @@ _ALL_TENANTS = ""  # the single bucket of a lane without tenant fair share
 
 
 def queue_key(policy: str, req: Request) -> tuple:
+    """A request's place in its lane's queue, by the lane's policy. A deferred one (its
+    TTFT target out of reach at admission: engine/lanes/admission.py) goes behind every
+    one that is not, and among the deferred the shorter prompt first: they have missed
+    their target already, so the order that serves the most of them before their queue
+    timeout is the one that counts."""
     if policy == "priority":
-        return (req.priority, req.arrival_time, req.queue_seq)
-    if policy == "deadline":
-        deadline = req.deadline if req.deadline is not None else math.inf
-        return (deadline, req.arrival_time, req.queue_seq)
-    return (req.arrival_time, req.queue_seq)
+        key: tuple = (req.priority,)
+    elif policy == "deadline":
+        key = (req.deadline if req.deadline is not None else math.inf,)
+    else:
+        key = ()
+    if req.slo_deferred:
+        return (True, *key, req.num_prompt_tokens, req.arrival_time, req.queue_seq)
+    return (False, *key, req.arrival_time, req.queue_seq)
 
 
 def join_vtime(own: float, queued: list[float], everyone: list[float]) -> float:
@@ -174,6 +182,12 @@ class LaneQueue:
         if not self.num_waiting:
             return []  # the usual idle lane (its timeout entries were cleared with the last)
         return self.timeouts.expired(now, timeout_s, self.num_waiting)
+
+    def queue_timeout_s(self, live: LiveConfig) -> float:
+        """Seconds a never-scheduled request may wait here: the lane's queue_timeout_ms,
+        else the global one."""
+        ms = self.config.queue_timeout_ms
+        return (ms if ms is not None else live.queue_timeout_ms) / 1000.0
 
     def queue_slo_share(self, now: float, ttft_s: float | None) -> float:
         """How much of the lane's TTFT target `ttft_s` its longest-waiting never-scheduled

@@ -51,6 +51,9 @@ def schedule_new_prefills(state: SchedulerState, step: StepPlan, charges: StepCh
         if req.waits_for_sibling:  # n > 1: its prompt's blocks come from the first choice
             blocked[lane.name] = "sibling_prefill"
             continue
+        if req.slo_deferred and _computes_on_time_prompt(state, lane.name):
+            blocked[lane.name] = "slo_deferred"
+            continue
         # NOTE: the first request that cannot start ends this step's starts, even if a
         # smaller one in another lane would fit: skipping it could starve it for good.
         # Only lanes that may preempt to start go on past one the watermark holds back.
@@ -72,6 +75,14 @@ def schedule_new_prefills(state: SchedulerState, step: StepPlan, charges: StepCh
             blocked[lane.name] = "lane_max_running"
     step.decisions.waiting_by_reason, step.decisions.waiting_reason_by_lane = (
         state.lanes.waiting_reasons(blocked, stop_reason))
+
+
+def _computes_on_time_prompt(state: SchedulerState, lane: str) -> bool:
+    """Whether a running request of `lane` that is not deferred is still computing its
+    prompt: a deferred request (engine/lanes/admission.py) starts only once none is, so
+    its chunks never share a step with, and lengthen, one that can still meet its TTFT."""
+    return any(r.lane == lane and not r.slo_deferred
+               and r.num_computed_tokens < r.num_prompt_tokens for r in state.running)
 
 
 def _try_start(state: SchedulerState, req: Request, step: StepPlan, charges: StepCharges,

@@ -170,11 +170,8 @@ class Scheduler(SchedulerState):
         Returns them, each with its finish detail, in that order."""
         ended: list[Request] = []
         timeout = RequestStatus.TIMEOUT
-        default_s = self.live.queue_timeout_ms / 1000.0
         for lane in self.lanes:
-            timeout_ms = lane.config.queue_timeout_ms
-            timeout_s = timeout_ms / 1000.0 if timeout_ms is not None else default_s
-            for req in lane.expired(now, timeout_s):
+            for req in lane.expired(now, lane.queue_timeout_s(self.live)):
                 passed = req.deadline is not None and req.deadline < now
                 self.finish(req, timeout, now,
                             "deadline passed while queued" if passed else "queue timeout")

@@ -79,6 +79,7 @@ class SchedulerState:
 
     # ---- queue side ------------------------------------------------------------------
     def add(self, req: Request) -> None:
+        """A request just admitted (Engine.add_request) joins its lane's queue."""
         self.lanes.push(req)
 
     def set_live(self, live: LiveConfig, moves: dict[str, str],

@@ -1,7 +1,8 @@
 """Goodput-aware step sizing and SLO shedding (engine/scheduling/goodput.py): the model's
 algebra, each of its three choices, the budgets a grown step may take, and on the simulated
 engine whose steps cost what the law says: more requests meet their SLO than with steps held
-to the target, and a request the queue keeps from its TTFT is refused at arrival."""
+to the target, and a request the queue keeps from its TTFT is refused at arrival (shed).
+Deferral (the default) is tested in test_slo_deferral.py."""
 
 from __future__ import annotations
 
@@ -119,8 +120,8 @@ def met(records) -> int:
 
 
 def test_a_burst_meets_more_slos_with_grown_steps_than_held_to_the_target():
-    fixed, _, fixed_steps = run_burst(live(step_policy="fixed", slo_shedding=False), 30, 200)
-    grown, _, grown_steps = run_burst(live(slo_shedding=False), 30, 200)
+    fixed, _, fixed_steps = run_burst(live(step_policy="fixed", slo_unreachable="serve"), 30, 200)
+    grown, _, grown_steps = run_burst(live(slo_unreachable="serve"), 30, 200)
     assert met(grown) > met(fixed)  # 15 and 12 when written
     assert {s.step_reason for s in fixed_steps} == {"fixed"}
     assert {s.target_step_s for s in fixed_steps} == {BASE}
@@ -142,19 +143,21 @@ def test_the_operators_budgets_never_grow():
 
 
 def test_a_request_the_queue_keeps_from_its_ttft_is_shed_with_retry_after():
-    records, rejected, _ = run_burst(live(), n=30)
+    records, rejected, _ = run_burst(live(slo_unreachable="shed"), n=30)
     assert rejected and {d.reason for d in rejected} == {"slo_unreachable"}
     for d in rejected:
         assert d.retry_after_s >= 1.0 and d.estimated_wait_s > SLO.ttft_s
         assert "slo.ttft_s" in d.message
-    kept, _, _ = run_burst(live(slo_shedding=False), n=30)
+    kept, _, _ = run_burst(live(slo_unreachable="serve"), n=30)
     assert met(records) >= met(kept)  # shedding the hopeless never costs goodput here
 
 
-@pytest.mark.parametrize("changes", [{"slo_shedding": False}, {"step_policy": "fixed"}])
+@pytest.mark.parametrize("changes", [{"slo_unreachable": "serve"}, {"step_policy": "fixed"}])
 def test_no_shedding_when_turned_off_or_steps_fixed(changes):
-    _, rejected, _ = run_burst(live(**changes), n=30)
-    assert rejected == []
+    engine, _ = timed_engine(live(**changes))
+    for i in range(30):
+        d = engine.add_request(f"r{i}", prompt(i, 600), SamplingParams(max_tokens=4))
+        assert d.accepted and d.reason is None  # neither refused nor deferred
 
 
 def test_a_lane_without_a_ttft_target_and_a_prompt_too_long_alone_are_never_shed():

@@ -89,7 +89,7 @@ def test_steps_without_a_law_or_time_are_not_counted():
 
 STATIC = StaticConfig(num_kv_blocks=4096, max_model_len=8192, target_step_ms=250)
 # every step held to the target, nothing shed or timed out: the steps differ by the law only
-LIVE = LiveConfig(step_policy="fixed", slo_shedding=False, queue_timeout_ms=10**9,
+LIVE = LiveConfig(step_policy="fixed", slo_unreachable="serve", queue_timeout_ms=10**9,
                   max_waiting_requests=10**5)
 
 

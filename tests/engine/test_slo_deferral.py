@@ -1,0 +1,101 @@
+"""SLO deferral (slo_unreachable: defer, the default; engine/lanes/admission.py): a request
+the queue keeps from its lane's TTFT target is admitted behind every request that can still
+meet its own, shorter prompts first, and refused only when so queued it would not start
+within its queue timeout. On the simulated engine whose steps cost what the law says, it
+meets as many SLOs as shedding and finishes more requests."""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import prompt
+from test_goodput_policy import live, met, run_burst, timed_engine
+
+from engine.config import LaneConfig
+from engine.lanes.admission import SLO_DEFERRED
+from engine.lanes.queues import LaneQueue
+from engine.request import Request, SamplingParams
+
+
+def queued(policy: str, *specs: tuple[str, bool, int, int]) -> list[str]:
+    """Push (id, deferred, prompt tokens, priority) in order; the ids in start order."""
+    lane = LaneQueue(LaneConfig("chat", policy=policy))
+    for i, (rid, deferred, tokens, priority) in enumerate(specs):
+        req = Request(rid, list(range(1, tokens + 1)), SamplingParams(), float(i),
+                      lane="chat", priority=priority)
+        req.slo_deferred = deferred
+        lane.push(req)
+    order = []
+    while (head := lane.peek()) is not None:
+        lane.pop(head)
+        order.append(head.request_id)
+    return order
+
+
+@pytest.mark.parametrize("policy", ["fifo", "deadline"])
+def test_deferred_requests_start_after_the_others_and_the_shortest_first(policy):
+    order = queued(policy, ("late-long", True, 50, 0), ("a", False, 90, 0),
+                   ("late-short", True, 5, 0), ("b", False, 10, 0))
+    assert order == ["a", "b", "late-short", "late-long"]
+
+
+def test_priority_still_orders_the_deferred_before_their_length():
+    order = queued("priority", ("late-short-p1", True, 5, 1), ("late-long-p0", True, 50, 0),
+                   ("on-time-p9", False, 90, 9))
+    assert order == ["on-time-p9", "late-long-p0", "late-short-p1"]
+
+
+def burst_decisions(**changes) -> tuple[list, list]:
+    """30 prompts of 600 tokens at once: (admission decisions, request records)."""
+    engine, _ = timed_engine(live(**changes))
+    decisions = [engine.add_request(f"r{i}", prompt(i, 600), SamplingParams(max_tokens=4,
+                                                                          ignore_eos=True))
+                 for i in range(30)]
+    records = []
+    while engine.has_unfinished_requests():
+        records += engine.step().finished
+    return decisions, records
+
+
+def test_a_burst_defers_what_would_miss_its_ttft_and_serves_it_after_the_rest():
+    decisions, records = burst_decisions()
+    deferred = {d.request_id for d in decisions if d.reason == SLO_DEFERRED}
+    on_time = {d.request_id for d in decisions if d.accepted} - deferred
+    assert deferred and on_time and all(d.accepted for d in decisions)
+    for d in decisions:
+        if d.request_id in deferred:
+            assert "slo.ttft_s" in d.message and "queue timeout" in d.message
+    started = {r.request_id: r.first_scheduled_time for r in records}
+    assert max(started[i] for i in on_time) <= min(started[i] for i in deferred)
+    assert {r.outcome for r in records} == {"finished"}  # nothing lost: all 30 served
+
+
+def test_deferral_meets_as_many_slos_as_shedding_and_finishes_more():
+    deferred, _, _ = run_burst(live(), n=30)
+    shed, refused, _ = run_burst(live(slo_unreachable="shed"), n=30)
+    assert refused  # shedding refused some of this burst
+    assert met(deferred) >= met(shed)
+    finished = [sum(r.outcome == "finished" for r in rs) for rs in (deferred, shed)]
+    assert finished[0] > finished[1]
+
+
+def test_a_request_that_would_not_start_within_its_queue_timeout_is_refused():
+    """With a 4 s queue timeout the burst's tail cannot start in time even deferred."""
+    decisions, records = burst_decisions(queue_timeout_ms=4000)
+    refused = [d for d in decisions if not d.accepted]
+    assert refused and {d.reason for d in refused} == {"slo_unreachable"}
+    for d in refused:
+        assert "queue timeout (4s)" in d.message and d.retry_after_s >= 1.0
+        assert d.estimated_wait_s > 4.0  # the estimated start it was refused for
+    assert any(d.reason == SLO_DEFERRED for d in decisions)  # others were deferred
+
+
+def test_a_lane_whose_ttft_is_met_defers_nothing():
+    engine, _ = timed_engine(live())
+    for i in range(3):
+        d = engine.add_request(f"r{i}", prompt(i, 100), SamplingParams(max_tokens=4))
+        assert d.accepted and d.reason is None
+
+
+def test_slo_unreachable_takes_only_its_three_values():
+    with pytest.raises(ValueError, match="slo_unreachable.*one of defer, shed, serve"):
+        live(slo_unreachable="drop").validate_fields()
