@@ -21,8 +21,9 @@ queued requests that can still meet theirs: engine/scheduling/goodput.py) is han
 behind every request of its lane that is not, shorter prompts first, so the requests that
 can meet their SLO keep it and the device's spare time still serves the late ones; it is
 refused (`slo_unreachable`) only when, so queued, it would not start within its queue
-timeout. `shed` refuses it at once; `serve` admits it in its place. Retry-After is the
-estimated excess.
+timeout, by the queue as it stands or by the device time deferred requests have lately got
+(engine/scheduling/spare_rate.py). `shed` refuses it at once; `serve` admits it in its
+place. Retry-After is the estimated excess.
 """
 
 from __future__ import annotations

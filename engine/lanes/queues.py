@@ -75,6 +75,7 @@ class LaneQueue:
         self.num_running = 0
         self.num_decoding = 0  # running requests past their prompt (1 token a step)
         self.waiting_tokens = 0  # tokens of the queued requests (all still to compute)
+        self.num_deferred = 0  # queued requests admitted deferred (engine/lanes/admission.py)
         self.tenants = TenantBook()
         self.batch_closed = False  # static batching: the current batch takes no newcomers
         # bucket -> heap of (queue key, request); a bucket exists iff it has a queued
@@ -100,6 +101,7 @@ class LaneQueue:
         heapq.heappush(self._buckets.setdefault(self.bucket_name(req), []),
                        (queue_key(self.config.policy, req), req))
         self.num_waiting += 1
+        self.num_deferred += req.slo_deferred
         self.waiting_tokens += req.num_tokens  # queued requests hold no KV yet
         self.timeouts.push(req)
 
@@ -141,6 +143,7 @@ class LaneQueue:
     def _count_out(self, req: Request, *, finished: bool) -> None:
         # num_tokens, as in push(): by now a start may have counted prefix hits as computed
         self.num_waiting -= 1
+        self.num_deferred -= req.slo_deferred
         self.waiting_tokens -= req.num_tokens
         self.tenants.unqueued(req.tenant, finished=finished)
         name = self.bucket_name(req)
@@ -208,6 +211,7 @@ class LaneQueue:
             waiting = self.waiting_requests()
             self._buckets.clear()
             self.num_waiting = 0
+            self.num_deferred = 0
             self.waiting_tokens = 0
             self.tenants.clear_queue(fair=config.tenant_fair_share)
             self.timeouts.clear()

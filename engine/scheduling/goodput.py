@@ -255,12 +255,10 @@ def predicted_ttft_s(state: SchedulerState, req: Request, now: float) -> float |
 def deferred_start_s(state: SchedulerState, req: Request, now: float) -> float | None:
     """When req, deferred (engine/lanes/admission.py), would have its first token, counted
     from its arrival: behind the queued requests that are not deferred and its lane's
-    deferred ones with prompts no longer than its own (their order: engine/lanes/queues.py);
-    None as for `predicted_ttft_s`. Optimistic: requests that arrive later and are not
-    deferred go ahead of it too, so a request this admits may still time out queued. A
-    forecast of those arrivals (their recent rate) made it refuse 83 of the goodput bench's
-    200 requests at 1.5x capacity, against 11, and finish 117 against 147
-    (bench/RESULTS.md)."""
+    deferred ones with prompts no longer than its own (their order: engine/lanes/queues.py),
+    and no sooner than the device time deferred requests have lately got allows
+    (`spare_rate`: the queue as it stands cannot show the requests that arrive later and
+    go ahead of it); None as for `predicted_ttft_s`."""
     model = _admission_model(state, req)
     if model is None:
         return None
@@ -268,7 +266,14 @@ def deferred_start_s(state: SchedulerState, req: Request, now: float) -> float |
     deferred = sum(law.chunk_s(0, r.num_tokens) for r in lane.waiting_requests()
                    if r.slo_deferred and r.num_prompt_tokens <= req.num_prompt_tokens)
     weights = {q.name: q.config.weight for q in state.lanes}
-    return model.predicted_ttft_s(req, queue_work(law, state.lanes), weights, now, deferred)
+    start = model.predicted_ttft_s(req, queue_work(law, state.lanes), weights, now, deferred)
+    spare = state.spare_rate.per_s()
+    if spare is None:
+        return start
+    waited = max(0.0, now - req.arrival_time)
+    own = law.chunk_s(0, req.num_tokens)
+    measured = waited + (deferred + own) / spare if spare > 0 else math.inf
+    return max(start, measured)
 
 
 def _admission_model(state: SchedulerState, req: Request) -> QueueModel | None:

@@ -53,6 +53,7 @@ class Scheduler(SchedulerState):
     def schedule(self, now: float) -> tuple[SchedulerOutput, SchedulingDecisions]:
         """This step's work, and what the scheduling decided besides it."""
         self.step_id += 1
+        self.observe_deferred(now)
         target = choose_step_target(self, now)  # None: no step law, the budgets rule
         tokens, chunk = grown_budgets(self, target.growth if target else 1.0)
         step = StepPlan.new(self.step_id, self.live, self.step_law,  # one config snapshot

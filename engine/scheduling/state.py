@@ -31,6 +31,7 @@ from engine.lanes.queues import LaneSet
 from engine.records import SchedulingDecisions
 from engine.request import Request, RequestStatus
 from engine.scheduling.deadlines import DeadlineHeap
+from engine.scheduling.spare_rate import SpareRate
 from engine.scheduling.step_time import LawSlowdown
 
 log = logging.getLogger("batchpilot.engine")
@@ -58,6 +59,11 @@ class SchedulerState:
         self.running: list[Request] = []  # admission order
         self.step_id = 0
         self.deadlines = DeadlineHeap()  # started requests with a deadline (deadlines.py)
+        # device time deferred requests get (spare_rate.py): their work started since the
+        # last step, and whether one waited then
+        self.spare_rate = SpareRate()
+        self._deferred_work = 0.0
+        self._deferred_waited = False
 
     def observe_step(self, predicted_s: float | None,
                      features: tuple[int, int, int] | None, measured_s: float) -> Refit | None:
@@ -82,6 +88,12 @@ class SchedulerState:
         """A request just admitted (Engine.add_request) joins its lane's queue."""
         self.lanes.push(req)
 
+    def observe_deferred(self, now: float) -> None:
+        """At a step's start: what deferred requests got since the last one (spare_rate)."""
+        self.spare_rate.observe(now, self._deferred_waited, self._deferred_work)
+        self._deferred_work = 0.0
+        self._deferred_waited = any(lane.num_deferred for lane in self.lanes)
+
     def set_live(self, live: LiveConfig, moves: dict[str, str],
                  requests: list[Request]) -> None:
         self.lanes.reconfigure(live.lanes, moves, requests)
@@ -105,6 +117,8 @@ class SchedulerState:
         lane.add_running(req)
         if req.first_scheduled_time is None:
             req.first_scheduled_time = now
+            if req.slo_deferred and self.step_law is not None:
+                self._deferred_work += self.step_law.chunk_s(0, req.num_tokens)
             decisions.admitted.append(req.request_id)
             if req.deadline is not None:
                 self.deadlines.push(req, len(self.running) + self.lanes.num_waiting)

@@ -1,7 +1,8 @@
 """SLO deferral (slo_unreachable: defer, the default; engine/lanes/admission.py): a request
 the queue keeps from its lane's TTFT target is admitted behind every request that can still
 meet its own, shorter prompts first, and refused only when so queued it would not start
-within its queue timeout. On the simulated engine whose steps cost what the law says, it
+within its queue timeout, by the queue as it stands or by the device time deferred
+requests have lately got. On the simulated engine whose steps cost what the law says, it
 meets as many SLOs as shedding and finishes more requests."""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from engine.config import LaneConfig
 from engine.lanes.admission import SLO_DEFERRED
 from engine.lanes.queues import LaneQueue
 from engine.request import Request, SamplingParams
+from engine.scheduling.goodput import deferred_start_s, predicted_ttft_s
+from engine.scheduling.spare_rate import MIN_WAIT_S, TAU_S, SpareRate
 
 
 def queued(policy: str, *specs: tuple[str, bool, int, int]) -> list[str]:
@@ -99,3 +102,32 @@ def test_a_lane_whose_ttft_is_met_defers_nothing():
 def test_slo_unreachable_takes_only_its_three_values():
     with pytest.raises(ValueError, match="slo_unreachable.*one of defer, shed, serve"):
         live(slo_unreachable="drop").validate_fields()
+
+
+def test_the_spare_rate_is_unknown_until_deferred_requests_have_waited_a_while():
+    rate = SpareRate()
+    rate.observe(0.0, False, 0.0)
+    rate.observe(3.0, True, 0.6)  # 3 s of waiting: under MIN_WAIT_S
+    assert rate.per_s() is None
+    rate.observe(3.0 + MIN_WAIT_S, True, 0.4)
+    assert rate.per_s() == pytest.approx(1.0 / (3.0 + MIN_WAIT_S), rel=0.2)
+    rate.observe(3.0 + MIN_WAIT_S + 10 * TAU_S, False, 0.0)  # an old overload fades
+    assert rate.per_s() is None
+
+
+def test_deferred_requests_that_got_no_device_time_lately_mean_the_next_is_refused():
+    """The queue alone would let the request start in time; what deferred requests got
+    lately (nothing, over 10 s of waiting) says it would not."""
+    engine, clock = timed_engine(live())
+    for i in range(30):
+        engine.add_request(f"r{i}", prompt(i, 600), SamplingParams(max_tokens=4))
+    state = engine.scheduler
+    model_says = deferred_start_s(state, Request("x", prompt(99, 600), SamplingParams(),
+                                                 clock(), lane="chat"), clock())
+    assert model_says is not None and model_says < 30.0  # the queue timeout
+    assert predicted_ttft_s(state, Request("y", prompt(99, 600), SamplingParams(), clock(),
+                                           lane="chat"), clock()) > 3.0  # so: deferred
+    state.spare_rate.observe(clock() - 10.0, False, 0.0)
+    state.spare_rate.observe(clock(), True, 0.0)
+    d = engine.add_request("x", prompt(99, 600), SamplingParams(max_tokens=4))
+    assert not d.accepted and d.reason == "slo_unreachable" and "queue timeout" in d.message
