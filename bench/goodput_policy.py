@@ -7,8 +7,8 @@ capacity, under each way of sizing steps, on the simulated engine with CPU-like 
 Sides (each on the same arrivals, prompts and seed):
   a_fitted    budgets fitted at start-up, no per-step law (as 865306f ran)
   b_law       today's step law: every step held to target_step_ms (step_policy fixed)
-  c_goodput   the goodput policy (step_policy goodput, slo_unreachable defer; the default)
-  c_shed      the goodput policy, refusing at arrival what would miss its TTFT (shed)
+  c_goodput   the goodput policy (step_policy goodput, slo_unreachable shed; the default)
+  c_defer     the goodput policy, deferring what would miss its TTFT (slo_unreachable defer)
   c_noshed    the goodput policy's step sizes alone (slo_unreachable serve)
   fixed_N     fixed budgets, no law: max_num_batched_tokens N, a chunk of 2/3 of it
 The step costs are engine/sim/step_cost.py's CpuLikeStepCost (SmolLM2-135M on this CPU's two
@@ -62,7 +62,7 @@ def sides(seed: int) -> list[Side]:
     out = [Side("a_fitted", fitted, None),
            Side("b_law", _live(fitted, step_policy="fixed"), fit.law),
            Side("c_goodput", _live(fitted, step_policy="goodput"), fit.law),
-           Side("c_shed", _live(fitted, step_policy="goodput", slo_unreachable="shed"),
+           Side("c_defer", _live(fitted, step_policy="goodput", slo_unreachable="defer"),
                 fit.law),
            Side("c_noshed", _live(fitted, step_policy="goodput", slo_unreachable="serve"),
                 fit.law)]

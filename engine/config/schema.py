@@ -139,10 +139,11 @@ class LiveConfig:
     # Both need the start-up step law (budgets fitted); without it the budgets rule.
     step_policy: str = "goodput"
     # A request whose lane's TTFT target the queue ahead of it already rules out (under
-    # step_policy goodput): defer: queued behind the requests that can still meet theirs,
-    # refused (429 slo_unreachable) only when it would not start by its queue timeout;
-    # shed: refused at arrival; serve: queued in its place like any other.
-    slo_unreachable: str = "defer"
+    # step_policy goodput): shed: refused at arrival (429 slo_unreachable); defer: queued
+    # behind the requests that can still meet theirs, refused only when it would not start
+    # by its queue timeout (finishes more, meets fewer: bench/RESULTS.md); serve: queued
+    # in its place like any other.
+    slo_unreachable: str = "shed"
     version: int = 0  # assigned by the engine when the snapshot is installed
 
     def __post_init__(self) -> None:

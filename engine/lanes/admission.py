@@ -17,13 +17,15 @@ refused.
 SLO rule, with a step law and step_policy goodput: a request whose lane's TTFT target the
 goodput model rules out (its TTFT at the largest step and its lane's fair share, behind the
 queued requests that can still meet theirs: engine/scheduling/goodput.py) is handled as
-`slo_unreachable` says. `defer` (the default) admits it deferred (reason `slo_deferred`):
-behind every request of its lane that is not, shorter prompts first, so the requests that
-can meet their SLO keep it and the device's spare time still serves the late ones; it is
-refused (`slo_unreachable`) only when, so queued, it would not start within its queue
-timeout, by the queue as it stands or by the device time deferred requests have lately got
-(engine/scheduling/spare_rate.py). `shed` refuses it at once; `serve` admits it in its
-place. Retry-After is the estimated excess.
+`slo_unreachable` says. `shed` (the default) refuses it (`slo_unreachable`): served, it
+would miss its SLO and take the time of requests that can still meet theirs. `defer`
+admits it deferred (reason `slo_deferred`): behind every request of its lane that is not,
+shorter prompts first, its prompt computed with what their steps leave; it is refused only
+when, so queued, it would not start within its queue timeout, by the queue as it stands or
+by the device time deferred requests have lately got (engine/scheduling/spare_rate.py).
+Deferral finishes more requests and meets fewer SLOs on this CPU (bench/RESULTS.md, "Late
+requests deferred or refused"). `serve` admits it in its place. Retry-After is the
+estimated excess.
 """
 
 from __future__ import annotations
@@ -176,9 +178,9 @@ def check_deadline(req: Request, ctx: AdmissionContext) -> AdmissionDecision | N
 
 def check_slo(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
     """A request whose lane's TTFT target the queue ahead of it already rules out, even at
-    the largest step (engine/scheduling/goodput.py), by `slo_unreachable`: `defer` admits
-    it behind every request that can still meet its target while it would start before
-    its queue timeout, and refuses it otherwise; `shed` refuses it; `serve` admits it in
+    the largest step (engine/scheduling/goodput.py), by `slo_unreachable`: `shed` refuses
+    it; `defer` admits it behind every request that can still meet its target while it
+    would start before its queue timeout, and refuses it otherwise; `serve` admits it in
     its place. Served in its place it would miss its SLO and take the time of requests
     that can still meet theirs."""
     if ctx.live.slo_unreachable == "serve" or ctx.predicted_ttft_s is None:

@@ -68,7 +68,7 @@ class QueueModel:
     base_s: float  # target_step_ms / 1000
     cap_s: float  # the largest step allowed (>= base_s)
     overhead_s: float  # F: the fixed cost and the running set's decodes, law seconds
-    ahead_s: float  # the running set's unfinished prompts, law seconds
+    ahead_s: float  # the running set's unfinished prompts, deferred ones not, law seconds
 
     @classmethod
     def of(cls, law: StepLaw, slowdown: float, base_s: float, running: list[Request],
@@ -78,7 +78,8 @@ class QueueModel:
         tpot_cap = math.inf
         for req in running:
             context += len(req.token_ids)
-            if req.num_computed_tokens < req.num_prompt_tokens:
+            if req.num_computed_tokens < req.num_prompt_tokens and not req.slo_deferred:
+                # (a deferred prompt under way runs after the queue: Scheduler.schedule)
                 ahead += law.chunk_s(req.num_computed_tokens,
                                      req.num_tokens - req.num_computed_tokens)
             tpot = live.lane_slo(lanes[req.lane].config).tpot_s if req.lane in lanes.lanes \

@@ -58,20 +58,33 @@ class Scheduler(SchedulerState):
         tokens, chunk = grown_budgets(self, target.growth if target else 1.0)
         step = StepPlan.new(self.step_id, self.live, self.step_law,  # one config snapshot
                             target, self.law_slowdown, tokens=tokens, chunk=chunk)
-        self._schedule_running(step)
+        late = self._schedule_running(step, now)
         charges = tally_running(self.lanes, step.out)  # the running set's work is final now
         schedule_new_prefills(self, step, charges, now)
+        for req in late:  # deferred prompts: what the rest left of the step
+            if req.status is RequestStatus.RUNNING:  # else preempted as a victim
+                chunks = len(step.out.prefills)
+                self._schedule_chunk(req, step)
+                if len(step.out.prefills) > chunks:
+                    charges.add(self.lanes[req.lane], req.tenant,
+                                step.out.prefills[-1].num_tokens)
         charge(self.lanes, charges)
         step.decisions.tokens_by_lane = charges.by_lane
         return step.output(), step.decisions
 
-    def _schedule_running(self, step: StepPlan) -> None:
-        """The one pass over the running set, in the policy's order, within the budget."""
+    def _schedule_running(self, step: StepPlan, now: float) -> list[Request]:
+        """The one pass over the running set, in the policy's order, within the budget.
+        Returns the deferred requests (engine/lanes/admission.py) still computing their
+        prompt, unscheduled: their chunks take what the step has left once the queued
+        requests have started, so a long deferred prompt under way never holds back a
+        request that can still meet its TTFT. Once one has waited its lane's queue
+        timeout since arrival it runs in its place: started in time, it is served."""
         budget, decodes = step.budget, step.out.decodes
         # NOTE: decode_first holds prompt chunks back until every decode has its token, so
         # a long prompt never delays the token of every running stream.
         defer_chunks = step.live.schedule_policy == "decode_first"
         deferred: list[Request] = []
+        late: list[Request] = []
         bm = self.block_manager
         block_size = bm.block_size
         running_status = RequestStatus.RUNNING
@@ -86,6 +99,11 @@ class Scheduler(SchedulerState):
                 continue  # preempted as a victim earlier in this pass
             computed = req.num_computed_tokens
             if len(req.token_ids) - computed > 1 or computed < req.num_prompt_tokens:
+                if req.slo_deferred and computed < req.num_prompt_tokens and (
+                        now - req.arrival_time < self.lanes[req.lane].queue_timeout_s(
+                            step.live)):
+                    late.append(req)
+                    continue
                 if defer_chunks:
                     deferred.append(req)
                     continue
@@ -110,6 +128,7 @@ class Scheduler(SchedulerState):
                 self._schedule_chunk(req, step)
         if in_turn:
             self._advance_turn(order, step)
+        return late
 
     # NOTE: when more run than a step can serve even at one token each (a limit lowered
     # live under load), a pass starts just after the last request the previous one served:

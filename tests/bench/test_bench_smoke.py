@@ -214,7 +214,7 @@ def check_step_cost_drift(result: dict) -> None:
 def check_goodput_policy(result: dict) -> None:
     """Every side at every load, figures finite and in range; the ratios are printed by
     the bench (goals against other sides), never asserted here."""
-    sides = {"a_fitted", "b_law", "c_goodput", "c_shed", "c_noshed", "fixed_256", "fixed_512",
+    sides = {"a_fitted", "b_law", "c_goodput", "c_defer", "c_noshed", "fixed_256", "fixed_512",
              "fixed_1024", "fixed_2048"}
     assert result["summary"], "no load was run"
     for verdict in result["summary"]:

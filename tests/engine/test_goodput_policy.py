@@ -1,8 +1,8 @@
 """Goodput-aware step sizing and SLO shedding (engine/scheduling/goodput.py): the model's
 algebra, each of its three choices, the budgets a grown step may take, and on the simulated
 engine whose steps cost what the law says: more requests meet their SLO than with steps held
-to the target, and a request the queue keeps from its TTFT is refused at arrival (shed).
-Deferral (the default) is tested in test_slo_deferral.py."""
+to the target, and a request the queue keeps from its TTFT is refused at arrival (shed,
+the default). Deferral (slo_unreachable: defer) is tested in test_slo_deferral.py."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def test_the_operators_budgets_never_grow():
 
 
 def test_a_request_the_queue_keeps_from_its_ttft_is_shed_with_retry_after():
-    records, rejected, _ = run_burst(live(slo_unreachable="shed"), n=30)
+    records, rejected, _ = run_burst(live(), n=30)
     assert rejected and {d.reason for d in rejected} == {"slo_unreachable"}
     for d in rejected:
         assert d.retry_after_s >= 1.0 and d.estimated_wait_s > SLO.ttft_s

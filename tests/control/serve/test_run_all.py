@@ -67,7 +67,7 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
             time.sleep(0.1)
         said = next(line for line in rest if "steps:" in line)
         assert "steps: goodput policy from 250 ms up to 8x for the lanes' SLOs" in said, said
-        assert "interactive TTFT 5 s/TPOT 0.5 s" in said and "slo_unreachable defer" in said, said
+        assert "interactive TTFT 5 s/TPOT 0.5 s" in said and "slo_unreachable shed" in said, said
         assert wait_for(f"http://127.0.0.1:{port}/_stcore/health") == 200
     finally:
         proc.send_signal(signal.SIGINT)
