@@ -38,8 +38,9 @@ from engine.records import (
 )
 from engine.reports import engine_gauges, step_output, step_record
 from engine.request import Request, RequestStatus, SamplingParams, TraceLink
-from engine.scheduling.goodput import deferred_start_s, predicted_ttft_s, slo_lane
+from engine.scheduling.goodput import slo_lane
 from engine.scheduling.scheduler import Scheduler
+from engine.scheduling.slo_estimates import deferred_start_s, predicted_ttft_s
 from engine.scheduling.state import GROWABLE_BUDGETS
 
 __all__ = ["Engine", "Executor"]

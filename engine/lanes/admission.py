@@ -70,7 +70,7 @@ class AdmissionContext:
     running: Sequence[Request] = ()  # the scheduler's running set (read only)
     # req, now -> its TTFT by the goodput model (engine/scheduling/goodput.py), None: none
     predicted_ttft_s: Callable[[Request, float], float | None] | None = None
-    # req, now -> when it would start, deferred (goodput.deferred_start_s), None: unknown
+    # req, now -> when it would start, deferred (slo_estimates.deferred_start_s), None: unknown
     deferred_start_s: Callable[[Request, float], float | None] | None = None
 
 

@@ -1,7 +1,8 @@
 """Each step, which requests run how many tokens: the scheduler (`scheduler.py`) on its
 state (`state.py`: `SchedulerState`, the running set and the three verbs start, preempt,
 finish), the step's token and time budgets (`budget.py`, `step_time.py`), each step's time target
-for the lanes' SLOs and shedding's TTFT estimate (`goodput.py`), new prefills from
+for the lanes' SLOs (`goodput.py`), admission's SLO estimates (`slo_estimates.py`: a
+request's TTFT, and a deferred one's start, with `spare_rate.py`), new prefills from
 the lanes (`new_prefills.py`), preemption victims (`preemption.py`), fair-share charges
 (`fair_share.py`), started requests' deadlines (`deadlines.py`) and the sampled tokens
 applied after execute (`apply_sampled.py`). It owns the running set, the installed

@@ -1,7 +1,7 @@
 """The device time deferred requests actually get: prompt work (law seconds) of deferred
 requests started per second while some waited (engine/lanes/admission.py defers them).
 
-Admission's estimate of when a deferred request starts (goodput.deferred_start_s) counts
+Admission's estimate of when a deferred request starts (slo_estimates.deferred_start_s) counts
 the queue as it stands; it cannot see the requests that arrive later and go ahead of the
 deferred ones. This rate can: measured while deferred requests wait, it is what was left
 for them after everything that went first. Both sums decay with time constant TAU_S (the

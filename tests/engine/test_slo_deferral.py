@@ -17,7 +17,7 @@ from engine.config import LaneConfig
 from engine.lanes.admission import SLO_DEFERRED
 from engine.lanes.queues import LaneQueue
 from engine.request import Request, SamplingParams
-from engine.scheduling.goodput import deferred_start_s, predicted_ttft_s
+from engine.scheduling.slo_estimates import deferred_start_s, predicted_ttft_s
 from engine.scheduling.spare_rate import MIN_WAIT_S, TAU_S, SpareRate
 
 
