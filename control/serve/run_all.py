@@ -14,6 +14,8 @@ before anything starts, unless --allow-public-dashboard (control/cli/dashboard.p
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -63,10 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     server, url = start_server(args)
     public = ["--allow-public-dashboard"] if args.allow_public_dashboard else []
+    # NOTE: its own process group, signalled whole: `batchpilot dashboard` runs Streamlit
+    # as its child, which a signal to the dashboard's pid alone could leave running
     dashboard = subprocess.Popen(
         [sys.executable, "-m", "control.cli.main", "dashboard", "--url", url,
          "--host", args.dashboard_host, "--port", str(args.dashboard_port), *public],
-        stdout=subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, start_new_session=True)
     print(f"\n  API        {url}   (OpenAI-compatible; /metrics; /control)\n"
           f"  dashboard  http://{args.dashboard_host}:{args.dashboard_port}\n"
           f"  trace      {args.trace_db}\n\nCtrl+C stops both.", flush=True)
@@ -83,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         stop.set()  # Ctrl+C: stop both, below
     finally:
-        for proc in (dashboard, server):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+        _signal_group(dashboard, signal.SIGINT)
+        if server.poll() is None:
+            server.send_signal(signal.SIGINT)
         deadline = time.monotonic() + STOP_TIMEOUT_S  # one deadline for both, not one each
         for proc in (dashboard, server):
             try:
@@ -93,7 +97,14 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        _signal_group(dashboard, signal.SIGKILL)  # whatever of its group outlived it
     return server.returncode or 0
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """`sig` to every process of proc's group (its own: start_new_session), if any is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,8 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
             tail = "".join(lines + rest)[-4000:] if "rest" in locals() else "".join(lines)
             pytest.fail(f"run_all did not stop within 120 s of Ctrl+C; its output:\n{tail}")
     assert code == 0
+    # Streamlit, the dashboard's own child, goes too: none left serving the port
+    assert processes_with(f"--server.port\0{port}\0") == [], "the dashboard outlived run_all"
     assert (tmp_path / "t.duckdb").exists()
     con = duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True)
     try:
@@ -89,3 +91,17 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
     # choice: on a fast CPU the tiny model's per-token term fitted to 0, its attention not)
     law = StepLaw.from_dict(json.loads(settings)["step_law"])
     assert law.step_s(512, chunk_pairs(0, 512), 0) > law.step_s(16, chunk_pairs(0, 16), 0)
+
+
+def processes_with(needle: str) -> list[str]:
+    """Command lines (NUL-separated, as /proc has them) of live processes containing
+    `needle`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        if needle in text:
+            found.append(text.replace("\0", " "))
+    return found
