@@ -62,12 +62,9 @@ class Scheduler(SchedulerState):
         charges = tally_running(self.lanes, step.out)  # the running set's work is final now
         schedule_new_prefills(self, step, charges, now)
         for req in late:  # deferred prompts: what the rest left of the step
-            if req.status is RequestStatus.RUNNING:  # else preempted as a victim
-                chunks = len(step.out.prefills)
-                self._schedule_chunk(req, step)
-                if len(step.out.prefills) > chunks:
-                    charges.add(self.lanes[req.lane], req.tenant,
-                                step.out.prefills[-1].num_tokens)
+            if req.status is RequestStatus.RUNNING and (  # else preempted as a victim
+                    num_new := self._schedule_chunk(req, step)):
+                charges.add(self.lanes[req.lane], req.tenant, num_new)
         charge(self.lanes, charges)
         step.decisions.tokens_by_lane = charges.by_lane
         return step.output(), step.decisions
@@ -151,17 +148,18 @@ class Scheduler(SchedulerState):
                 self._turn = self.running.index(req) + 1
                 return
 
-    def _schedule_chunk(self, req: Request, step: StepPlan) -> None:
-        """A running request's next prompt chunk, if the budget allows."""
+    def _schedule_chunk(self, req: Request, step: StepPlan) -> int:
+        """A running request's next prompt chunk, if the budget allows: its tokens (0:
+        none)."""
         budget = step.budget
         if budget.room <= 0:
-            return
+            return 0
         num_new = min(req.num_tokens - req.num_computed_tokens, step.chunk_tokens,
                       budget.tokens_left, step.chunk_room(req))
-        if num_new <= 0:
-            return
-        if self._allocate_or_preempt(req, num_new, step):
-            step.add_chunk(req, num_new)
+        if num_new <= 0 or not self._allocate_or_preempt(req, num_new, step):
+            return 0
+        step.add_chunk(req, num_new)
+        return num_new
 
     def _allocate_or_preempt(self, req: Request, num_new: int, step: StepPlan) -> bool:
         """Allocate blocks for req, preempting victims as needed; False if req was the one."""
