@@ -2,9 +2,14 @@
 requests this ingress has in flight to it (counted at once, so a burst between two polls
 does not all land on one replica).
 
-A replica is healthy while its last poll answered in time and said ready, and no call to it
-has failed since. A failed call marks it down at once (a killed replica stops getting new
-requests before the next poll); a poll that answers ready brings it back (Serve restarted it).
+A replica is healthy while its last poll answered ready, none has failed since, fewer than
+MAX_LATE_POLLS in a row have gone unanswered past the poll timeout, and no call to it has
+failed since. A failed call or poll marks it down at once (a killed replica stops getting
+new requests before the next poll); a late poll alone does not: a replica whose CPU is
+saturated by its own steps answers slowly and is busy, not dead (on a 2-core machine a
+fleet smoke saw a lone replica's polls pass 1 s, and the ingress then refused every
+request with "no replica is healthy"). A poll that answers ready brings it back (Serve
+restarted it).
 It is routed to while healthy and not excluded (a rolling restart takes it out: restart.py).
 """
 
@@ -22,7 +27,8 @@ from control.fleet.router import ReplicaLoad
 log = logging.getLogger("batchpilot.fleet")
 
 POLL_S = 0.2  # between two polls of one replica
-POLL_TIMEOUT_S = 1.0  # a poll slower than this marks the replica down
+POLL_TIMEOUT_S = 1.0  # a poll slower than this is late
+MAX_LATE_POLLS = 3  # late polls in a row that mark the replica down (~4 s unanswered)
 
 
 @dataclass
@@ -33,6 +39,7 @@ class ReplicaView:
     polled: dict[str, Any] = field(default_factory=dict)
     polled_at: float | None = None  # time.monotonic() of the last answer
     failures: int = 0  # calls that failed (replica died under them), ever
+    late_polls: int = 0  # polls in a row not answered within the poll timeout
     routable: bool = True  # False while a rolling restart has taken it out (restart.py)
 
     def load(self, in_service: bool = True) -> ReplicaLoad:
@@ -75,7 +82,9 @@ class LoadTable:
         view.healthy = False
 
     def polled(self, replica_id: int, stats: dict[str, Any] | None) -> None:
+        """A poll's answer: stats, or None when it failed (down at once)."""
         view = self.views[replica_id]
+        view.late_polls = 0
         if stats is None:
             view.healthy = False
             return
@@ -83,6 +92,16 @@ class LoadTable:
             log.info("replica %d is up (pid %s)", replica_id, stats.get("pid"))
         view.polled, view.polled_at = stats, time.monotonic()
         view.healthy = bool(stats.get("ready"))
+
+
+    def poll_late(self, replica_id: int) -> None:
+        """A poll not answered within the timeout: down after MAX_LATE_POLLS in a row."""
+        view = self.views[replica_id]
+        view.late_polls += 1
+        if view.late_polls >= MAX_LATE_POLLS and view.healthy:
+            log.warning("replica %d marked down: %d polls in a row unanswered", replica_id,
+                        view.late_polls)
+            view.healthy = False
 
 
 async def poll_forever(table: LoadTable, replica_id: int,
@@ -97,16 +116,22 @@ async def poll_forever(table: LoadTable, replica_id: int,
             table.polled(replica_id, None)
             await asyncio.sleep(poll_s)
             continue
+        late = False
         try:
             stats = await asyncio.wait_for(fetch(), timeout_s)
         except asyncio.CancelledError:
             raise
-        except Exception:  # down, restarting, or too slow: not routed to until it answers
+        except asyncio.TimeoutError:  # busy or gone: down only after several in a row
+            stats, late = None, True
+        except Exception:  # down or restarting: not routed to until it answers
             stats = None
         task = asyncio.current_task()
         if task is not None and getattr(task, "cancelling", lambda: 0)():  # 3.11+
             # NOTE: Python 3.11's wait_for may swallow a cancel that lands as fetch()
             # completes; without this the loop would poll on and stop_polls never return
             raise asyncio.CancelledError
-        table.polled(replica_id, stats)
+        if late:
+            table.poll_late(replica_id)
+        else:
+            table.polled(replica_id, stats)
         await asyncio.sleep(poll_s)

@@ -72,6 +72,7 @@ def test_make_run_keeps_the_dashboard_on_loopback_when_the_server_is_public(monk
 
     class Proc:
         returncode = 0
+        pid = 2**22 + 1  # above Linux's largest pid: run_all's killpg finds no such group
 
         def __init__(self, cmd, *args, **kwargs):
             started.append(list(cmd))

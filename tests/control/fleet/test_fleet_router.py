@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import random
 from collections import Counter
 
 import pytest
 
-from control.fleet.loads import LoadTable
+from control.fleet.loads import MAX_LATE_POLLS, LoadTable, poll_forever
 from control.fleet.router import (
     Decision,
     NoReplicaAvailable,
@@ -135,6 +137,53 @@ def test_load_table_marks_a_failed_replica_down_until_it_polls_ready():
     assert table.snapshot()[0].healthy and table.views[0].failures == 1
     table.polled(1, {"ready": False, "reason": "draining"})
     assert not table.snapshot()[1].healthy
+
+
+def test_a_busy_replica_whose_polls_come_late_stays_up_for_a_few_polls():
+    """A saturated replica answers late; only MAX_LATE_POLLS late polls in a row mark it
+    down, an answer in between starts the count over, and a failed poll is down at once."""
+    table = LoadTable(1)
+    table.polled(0, {"ready": True})
+    for _ in range(MAX_LATE_POLLS - 1):
+        table.poll_late(0)
+    assert table.snapshot()[0].healthy
+    table.polled(0, {"ready": True})  # it answered: the count starts over
+    for _ in range(MAX_LATE_POLLS - 1):
+        table.poll_late(0)
+    assert table.snapshot()[0].healthy
+    table.poll_late(0)
+    assert not table.snapshot()[0].healthy
+    table.polled(0, {"ready": True})
+    table.polled(0, None)  # failed (not late): down at once
+    assert not table.snapshot()[0].healthy
+
+
+def test_poll_forever_counts_a_slow_answer_as_late_not_as_down():
+    table = LoadTable(1)
+    table.polled(0, {"ready": True})
+    calls = 0
+
+    async def slow_then_fast() -> dict:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.sleep(0.5)  # past the 0.05 s timeout below
+        return {"ready": True}
+
+    async def run() -> list[bool]:
+        seen = []
+        task = asyncio.ensure_future(poll_forever(table, 0, slow_then_fast, poll_s=0.01,
+                                                  timeout_s=0.05))
+        while calls < 3:
+            seen.append(table.snapshot()[0].healthy)
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return seen
+
+    assert all(asyncio.run(run()))  # never down: one late poll, then answers
+    assert table.views[0].late_polls == 0
 
 
 PRECISE = RoutingPolicy(mode="precise", max_imbalance=4, max_kv_imbalance=0.25)
