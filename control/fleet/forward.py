@@ -24,7 +24,7 @@ from starlette.responses import StreamingResponse
 from control.api.errors import APIError, retry_after
 from control.api.routed import ROUTED_HEADER
 
-ACCEPT_TIMEOUT_S = 3.0  # a replica that has not taken a request by then is treated as down
+ACCEPT_TIMEOUT_S = 3.0  # a replica that has not taken a request by then: late (loads.py)
 # the routing header is the ingress's to write (control/api/routed.py): a client's copy goes
 HOP_HEADERS = {b"host", b"content-length", b"connection", b"transfer-encoding",
                ROUTED_HEADER.encode()}
@@ -32,7 +32,12 @@ DROP_REPLY_HEADERS = {"content-length", "transfer-encoding", "connection"}
 
 
 class NotAccepted(Exception):
-    """The replica never took the request: nothing ran, another replica may take it."""
+    """The replica never took the request: nothing ran, another replica may take it.
+    `late`: it did not answer within ACCEPT_TIMEOUT_S (busy, or gone), rather than fail."""
+
+    def __init__(self, message: str, late: bool = False):
+        super().__init__(message)
+        self.late = late
 
 
 def replica_failed(replica_id: int, exc: BaseException) -> APIError:
@@ -49,6 +54,9 @@ async def open_call(gen: Any, replica_id: int) -> dict[str, Any]:
     except (asyncio.CancelledError, GeneratorExit):
         gen.cancel()
         raise
+    except asyncio.TimeoutError:
+        gen.cancel()
+        raise NotAccepted(f"not accepted within {ACCEPT_TIMEOUT_S:g} s", late=True) from None
     except Exception as exc:
         gen.cancel()
         raise NotAccepted(f"{type(exc).__name__}: {exc}") from None

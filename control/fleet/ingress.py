@@ -176,7 +176,10 @@ class FleetIngress:
             start = await open_call(gen, replica_id)
         except NotAccepted as exc:
             self.table.done(replica_id)
-            self.table.failed(replica_id, str(exc))
+            if exc.late:  # busy or gone: down only if it keeps not answering (loads.py)
+                self.table.late(replica_id, str(exc))
+            else:
+                self.table.failed(replica_id, str(exc))
             if not retry:
                 raise APIError(503, f"replica {replica_id} is not available ({exc})",
                                code="replica_unavailable", headers={"Retry-After": "1"}) \

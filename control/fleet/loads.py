@@ -2,14 +2,13 @@
 requests this ingress has in flight to it (counted at once, so a burst between two polls
 does not all land on one replica).
 
-A replica is healthy while its last poll answered ready, none has failed since, fewer than
-MAX_LATE_POLLS in a row have gone unanswered past the poll timeout, and no call to it has
-failed since. A failed call or poll marks it down at once (a killed replica stops getting
-new requests before the next poll); a late poll alone does not: a replica whose CPU is
-saturated by its own steps answers slowly and is busy, not dead (on a 2-core machine a
-fleet smoke saw a lone replica's polls pass 1 s, and the ingress then refused every
-request with "no replica is healthy"). A poll that answers ready brings it back (Serve
-restarted it).
+A replica is healthy while its last poll answered ready and no call to it has failed
+since, unless MAX_LATE_POLLS polls or calls in a row went unanswered in time (a poll past
+its timeout, a call not accepted within forward.ACCEPT_TIMEOUT_S). A failed call or poll
+marks it down at once (a killed replica stops getting new requests before the next poll);
+a late one alone does not: a replica whose CPU its own steps saturate answers slowly and is
+busy, not dead (a fleet smoke on 2 cores got 503 "no replica is healthy" while its lone
+replica served a burst). A poll that answers ready brings it back (Serve restarted it).
 It is routed to while healthy and not excluded (a rolling restart takes it out: restart.py).
 """
 
@@ -39,7 +38,7 @@ class ReplicaView:
     polled: dict[str, Any] = field(default_factory=dict)
     polled_at: float | None = None  # time.monotonic() of the last answer
     failures: int = 0  # calls that failed (replica died under them), ever
-    late_polls: int = 0  # polls in a row not answered within the poll timeout
+    late_polls: int = 0  # polls (or calls) in a row not answered in time
     routable: bool = True  # False while a rolling restart has taken it out (restart.py)
 
     def load(self, in_service: bool = True) -> ReplicaLoad:
@@ -94,13 +93,14 @@ class LoadTable:
         view.healthy = bool(stats.get("ready"))
 
 
-    def poll_late(self, replica_id: int) -> None:
-        """A poll not answered within the timeout: down after MAX_LATE_POLLS in a row."""
+    def late(self, replica_id: int, what: str = "poll") -> None:
+        """A poll or call not answered in time: down after MAX_LATE_POLLS in a row (an
+        answered poll starts the count over)."""
         view = self.views[replica_id]
         view.late_polls += 1
         if view.late_polls >= MAX_LATE_POLLS and view.healthy:
-            log.warning("replica %d marked down: %d polls in a row unanswered", replica_id,
-                        view.late_polls)
+            log.warning("replica %d marked down: %d polls or calls in a row unanswered in"
+                        " time (the last: %s)", replica_id, view.late_polls, what)
             view.healthy = False
 
 
@@ -131,7 +131,7 @@ async def poll_forever(table: LoadTable, replica_id: int,
             # completes; without this the loop would poll on and stop_polls never return
             raise asyncio.CancelledError
         if late:
-            table.poll_late(replica_id)
+            table.late(replica_id)
         else:
             table.polled(replica_id, stats)
         await asyncio.sleep(poll_s)

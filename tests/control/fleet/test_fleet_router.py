@@ -140,18 +140,19 @@ def test_load_table_marks_a_failed_replica_down_until_it_polls_ready():
 
 
 def test_a_busy_replica_whose_polls_come_late_stays_up_for_a_few_polls():
-    """A saturated replica answers late; only MAX_LATE_POLLS late polls in a row mark it
-    down, an answer in between starts the count over, and a failed poll is down at once."""
+    """A saturated replica answers late; only MAX_LATE_POLLS late polls (or calls) in a row
+    mark it down, an answer in between starts the count over, and a failed poll is down at
+    once."""
     table = LoadTable(1)
     table.polled(0, {"ready": True})
     for _ in range(MAX_LATE_POLLS - 1):
-        table.poll_late(0)
+        table.late(0)
     assert table.snapshot()[0].healthy
     table.polled(0, {"ready": True})  # it answered: the count starts over
     for _ in range(MAX_LATE_POLLS - 1):
-        table.poll_late(0)
+        table.late(0)
     assert table.snapshot()[0].healthy
-    table.poll_late(0)
+    table.late(0)
     assert not table.snapshot()[0].healthy
     table.polled(0, {"ready": True})
     table.polled(0, None)  # failed (not late): down at once
