@@ -10,10 +10,10 @@ step (+11% on its GPU-like engine), with the engine thread's own CPU time unchan
                                                      and every COUNTS_EVERY_S
 
 The child runs at a lower priority (CHILD_NICE). A child that died or does not read is
-never waited on: the batch is counted as dropped
-(`export_failed`, per request's spans not yet built: one per request) and the server goes
-on. `InProcessSpans` is the same interface in the server's own process, for an exporter
-object that cannot cross a process boundary (a test's in-memory exporter).
+never waited on: the batch is counted as dropped (`export_failed`, per request's spans not
+yet built: one per request) and the server goes on. `InProcessSpans` is the same interface
+in the server's own process, for an exporter object that cannot cross a process boundary
+(a test's in-memory exporter).
 """
 
 from __future__ import annotations

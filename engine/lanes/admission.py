@@ -205,7 +205,7 @@ def _defer(req: Request, ctx: AdmissionContext, ttft: float) -> AdmissionDecisio
     timeout_s = ctx.lanes[req.lane].queue_timeout_s(ctx.live)
     start = ctx.deferred_start_s(req, ctx.now) if ctx.deferred_start_s else None
     if start is not None and start <= timeout_s:
-        return _accept(req, ctx, deferred=(
+        return _accept(req, ctx, deferred_why=(
             f"lane {req.lane!r} aims at a first token within {ttft:g}s (slo.ttft_s), which"
             f" the work queued ahead of this request rules out: it is served after the"
             f" requests that can still meet it, shorter prompts first, and starts in an"
@@ -223,11 +223,11 @@ def _defer(req: Request, ctx: AdmissionContext, ttft: float) -> AdmissionDecisio
 SLO_DEFERRED = "slo_deferred"  # an admission's reason: admitted behind those on time
 
 
-def _accept(req: Request, ctx: AdmissionContext, deferred: str = "") -> AdmissionDecision:
-    """Admitted; `deferred`: why it goes behind the requests that can meet their target
-    (the decision's reason is then SLO_DEFERRED)."""
-    return AdmissionDecision(True, req.request_id, SLO_DEFERRED if deferred else None,
-                             deferred, lane=req.lane,
+def _accept(req: Request, ctx: AdmissionContext, deferred_why: str = "") -> AdmissionDecision:
+    """Admitted; with `deferred_why`, deferred: behind the requests that can meet their
+    target (the decision's reason SLO_DEFERRED, its message that text)."""
+    return AdmissionDecision(True, req.request_id, SLO_DEFERRED if deferred_why else None,
+                             deferred_why, lane=req.lane,
                              estimated_wait_s=estimated_wait_s(req, ctx), tenant=req.tenant,
                              priority=req.priority, num_prompt_tokens=req.num_prompt_tokens)
 

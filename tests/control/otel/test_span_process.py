@@ -1,8 +1,8 @@
 """The span process (control/otel/span_process.py) as the server uses it: it starts and
 says it is ready; a child that died costs its batches as counted drops and never blocks
 the caller; a child whose server went away exits by itself; the child yields the CPU to
-the server (a lower priority). (Spans reaching a real OTLP
-receiver through it: test_otlp_export.py, whose servers all export this way.)"""
+the server (a lower priority). (Spans reaching a real OTLP receiver through it:
+test_otlp_export.py, whose servers all export this way.)"""
 
 from __future__ import annotations
 
