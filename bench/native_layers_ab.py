@@ -10,6 +10,8 @@ auto: fp32 weights plus bf16 copies), alternating A B C D A B C D ... in one pro
     native_gguf   kernels/cpu_layers.c on the GGUF's own blocks (SmolLM2: Q4_1 layers, a
                   Q8_0 lm_head; engine/models/gguf_blocks.py), where the model has them
                   (the smoke run rounds the tiny model to Q4_1 blocks first)
+    native_tiles  the same layers multiplying on the Q4_1 blocks' AMX tiles (inputs rounded
+                  to bf16), where the model has them (else it runs as native_gguf)
 
 per step of N decodes at --context tokens, N in --rows. lm_head and sampling run as the
 engine runs them (on the bf16 copy where the side's layers use bf16, on the head's blocks
@@ -40,10 +42,11 @@ from engine.execution.model_runner import ModelRunner
 from engine.models import load_model
 from kernels import cpu_layers
 
-# side -> (native, bf16_min_rows, on the GGUF blocks)
-SIDES = {"torch_fp32": (False, None, False), "torch_bf16": (False, 1, False),
-         "native_fp32": (True, None, False), "native_bf16": (True, 1, False),
-         "native_gguf": (True, 1, True)}  # bf16: lm_head where the head blocks do not run
+# side -> (native, bf16_min_rows, on the GGUF blocks, on their AMX tiles)
+SIDES = {"torch_fp32": (False, None, False, False), "torch_bf16": (False, 1, False, False),
+         "native_fp32": (True, None, False, False), "native_bf16": (True, 1, False, False),
+         "native_gguf": (True, 1, True, False),  # bf16: lm_head where head blocks do not run
+         "native_tiles": (True, 1, True, True)}
 BLOCK_SIZE = 16
 SMOKE = {"rows": "1,3", "pairs": 2, "context": 20, "steps": 2}
 
@@ -54,18 +57,22 @@ def log(*parts: object) -> None:
 
 def time_side(runner: ModelRunner, out, side: tuple, steps_per_sample: int) -> float:
     """ms per step, the mean of `steps_per_sample` steps after one untimed step."""
-    native, min_rows, gguf = side
+    native, min_rows, gguf, tiles = side
     model = runner.model
     saved = (cpu_layers.NATIVE_LAYERS, cpu_layers.NATIVE_MAX_ROWS,
-             cpu_layers.NATIVE_GGUF_MAX_ROWS, model.bf16_min_rows)
+             cpu_layers.NATIVE_GGUF_MAX_ROWS, cpu_layers.NATIVE_TILES_MIN_ROWS,
+             cpu_layers.NATIVE_TILES_MAX_ROWS, model.bf16_min_rows)
     cpu_layers.NATIVE_LAYERS, model.bf16_min_rows = native, min_rows
     cpu_layers.NATIVE_MAX_ROWS = cpu_layers.NATIVE_GGUF_MAX_ROWS = cpu_layers.MAX_ROWS
+    cpu_layers.NATIVE_TILES_MAX_ROWS = cpu_layers.MAX_ROWS
+    cpu_layers.NATIVE_TILES_MIN_ROWS = 1 if tiles else cpu_layers.MAX_ROWS + 1
     try:
         with blocks_set_aside(model, aside=not gguf):
             return steps.ms_per_step(runner, out, steps_per_sample)
     finally:
         (cpu_layers.NATIVE_LAYERS, cpu_layers.NATIVE_MAX_ROWS,
-         cpu_layers.NATIVE_GGUF_MAX_ROWS, model.bf16_min_rows) = saved
+         cpu_layers.NATIVE_GGUF_MAX_ROWS, cpu_layers.NATIVE_TILES_MIN_ROWS,
+         cpu_layers.NATIVE_TILES_MAX_ROWS, model.bf16_min_rows) = saved
 
 
 def measure(model_name: str, args: argparse.Namespace) -> dict:
@@ -102,12 +109,17 @@ def measure(model_name: str, args: argparse.Namespace) -> dict:
             row["native_gguf_vs_native_bf16"] = (row["native_bf16"]["median"]
                                                  / row["native_gguf"]["median"])
             row["native_gguf_vs_best_torch"] = best_torch / row["native_gguf"]["median"]
+            row["native_tiles_vs_native_gguf"] = (row["native_gguf"]["median"]
+                                                  / row["native_tiles"]["median"])
+            row["native_tiles_vs_best_torch"] = best_torch / row["native_tiles"]["median"]
         results[n] = row
         log(f"  x{n:<3}" + "  ".join(
             f"{side} {r['median']:6.1f} [{r['min']:.1f}-{r['max']:.1f}]"
             for side, r in row.items() if isinstance(r, dict))
             + f"  native_bf16 vs best torch {row['native_bf16_vs_best_torch']:.2f}x"
-            + (f", native_gguf vs native_bf16 {row['native_gguf_vs_native_bf16']:.2f}x"
+            + (f", native_gguf vs native_bf16 {row['native_gguf_vs_native_bf16']:.2f}x,"
+               f" native_tiles vs native_gguf {row['native_tiles_vs_native_gguf']:.2f}x and"
+               f" vs best torch {row['native_tiles_vs_best_torch']:.2f}x"
                if "native_gguf" in row else ""))
     return {"model": model_name, "context": args.context, "threads": torch.get_num_threads(),
             "steps": results}

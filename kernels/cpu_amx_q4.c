@@ -76,6 +76,12 @@ int bp_q4_tile_unpack(const uint8_t *tiles, int64_t N, int64_t K, float *out) {
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* gcc 12's AMX intrinsics are asm statements with no memory operands: it does not see
+   tileloadd read, tilestored write or ldtilecfg read memory, and may drop or move the plain
+   stores and loads around them (a B tile loaded from a buffer never written). A compiler
+   barrier before each tile load from, and after each tile store to, ordinary memory. */
+#define AMX_MEMORY_FENCE() __asm__ __volatile__("" : : : "memory")
+
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -134,21 +140,67 @@ static inline void decode_tile(const uint8_t *tile, uint32_t *b) {
         if (G > 3) { _tile_loadd(4, a + 48 * K + kb * 32, a_stride); _tile_dpbf16ps(3, 4, 7); } \
     } while (0)
 
-/* Output columns 16 nb .. 16 nb + 15 of rows 0 .. 16 G - 1: float32 tiles to bf16 rows */
-static inline void store_groups(int G, float *c, uint16_t *out, int64_t N, int64_t nb,
+/* Output columns 16 nb .. 16 nb + 15 of rows 0 .. M - 1: c's float32 tiles to bf16 rows */
+static inline void store_groups(int G, const float *c, uint16_t *out, int64_t N, int64_t nb,
                                 int64_t M) {
-    for (int g = 0; g < G; ++g) {
-        switch (g) { /* tile numbers are immediates */
-        case 0: _tile_stored(0, c, 64); break;
-        case 1: _tile_stored(1, c, 64); break;
-        case 2: _tile_stored(2, c, 64); break;
-        default: _tile_stored(3, c, 64); break;
-        }
+    for (int g = 0; g < G; ++g)
         for (int r = 0; r < 16 && g * 16 + r < M; ++r) {
-            const __m256i h = _mm512_cvtepi32_epi16(round_bf16(_mm512_loadu_ps(c + 16 * r)));
+            const __m512 v = _mm512_loadu_ps(c + 256 * g + 16 * r);
+            const __m256i h = _mm512_cvtepi32_epi16(round_bf16(v));
             _mm256_storeu_si256((__m256i *)(out + (g * 16 + r) * N + nb * 16), h);
         }
+}
+
+/* This thread's tile palette: C 0-3 16 x 16 fp32, A 4-6 16 x 32 bf16, B 7 (the kernels
+   below); bp_q4_amx_end releases it. Per thread, inside each parallel region that multiplies. */
+void bp_q4_amx_begin(void) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; ++t) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
     }
+    AMX_MEMORY_FENCE(); /* else gcc 12 drops the stores above: a config of stack garbage */
+    _tile_loadconfig(&cfg);
+}
+
+void bp_q4_amx_end(void) { _tile_release(); }
+
+/* Output columns 16 nb .. 16 nb + 15 of all 16 G rows of a (bf16 [16 G][K], any finite values
+   past the rows used) x W^T (the tiled layout), as float32 tiles c[g][16][16] (the tiles'
+   own layout: row r of group g at c + 256 g + 16 r). The calling thread has run
+   bp_q4_amx_begin. */
+static void amx_columns(const uint16_t *a, int G, int64_t K, const uint8_t *tiles, int64_t nb,
+                        float *c) {
+    const int64_t kbs = K / 32, a_stride = K * 2;
+    uint32_t b[256] __attribute__((aligned(64))); /* tile_loadd copies it: one buffer */
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const uint8_t *tile = tiles + nb * kbs * Q4_TILE_BYTES;
+    for (int64_t kb = 0; kb < kbs; ++kb, tile += Q4_TILE_BYTES) {
+        if (kb + 1 < kbs) /* the next tile's 5 cache lines */
+            for (int line = 0; line < Q4_TILE_BYTES; line += 64)
+                _mm_prefetch((const char *)(tile + Q4_TILE_BYTES + line), _MM_HINT_T0);
+        decode_tile(tile, b);
+        AMX_MEMORY_FENCE();
+        switch (G) {
+        case 1: MULTIPLY_GROUPS(1); break;
+        case 2: MULTIPLY_GROUPS(2); break;
+        case 3: MULTIPLY_GROUPS(3); break;
+        default: MULTIPLY_GROUPS(4); break;
+        }
+    }
+    for (int g = 0; g < G; ++g)
+        switch (g) { /* tile numbers are immediates */
+        case 0: _tile_stored(0, c, 64); break;
+        case 1: _tile_stored(1, c + 256, 64); break;
+        case 2: _tile_stored(2, c + 512, 64); break;
+        default: _tile_stored(3, c + 768, 64); break;
+        }
+    AMX_MEMORY_FENCE();
 }
 
 /* out[M][N] bf16 = a[M][K] bf16 x W^T, W [N][K] in the tiled layout; a holds 16 G rows
@@ -159,43 +211,52 @@ int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *til
     const int G = (int)((M + 15) / 16);
     if (M < 1 || G > MAX_GROUPS || N % 16 != 0 || K % 32 != 0 || !bp_q4_amx_ready())
         return -1;
-    const int64_t kbs = K / 32, a_stride = K * 2;
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1)
     {
-        tile_config cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.palette = 1;
-        for (int t = 0; t < 8; ++t) { /* C 0-3: 16 x 16 fp32; A 4-6: 16 x 32 bf16; B 7 */
-            cfg.rows[t] = 16;
-            cfg.colsb[t] = 64;
-        }
-        _tile_loadconfig(&cfg);
-        uint32_t b[256] __attribute__((aligned(64))); /* tile_loadd copies it: one buffer */
-        float c[256] __attribute__((aligned(64)));
+        bp_q4_amx_begin();
+        float c[MAX_GROUPS * 256] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
         for (int64_t nb = 0; nb < N / 16; ++nb) {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            const uint8_t *tile = tiles + nb * kbs * Q4_TILE_BYTES;
-            for (int64_t kb = 0; kb < kbs; ++kb, tile += Q4_TILE_BYTES) {
-                if (kb + 1 < kbs) /* the next tile's 5 cache lines */
-                    for (int line = 0; line < Q4_TILE_BYTES; line += 64)
-                        _mm_prefetch((const char *)(tile + Q4_TILE_BYTES + line), _MM_HINT_T0);
-                decode_tile(tile, b);
-                switch (G) {
-                case 1: MULTIPLY_GROUPS(1); break;
-                case 2: MULTIPLY_GROUPS(2); break;
-                case 3: MULTIPLY_GROUPS(3); break;
-                default: MULTIPLY_GROUPS(4); break;
-                }
-            }
+            amx_columns(a, G, K, tiles, nb, c);
             store_groups(G, c, out, N, nb, M);
         }
-        _tile_release();
+        bp_q4_amx_end();
     }
     return 0;
+}
+
+/* in float [T][K] -> out bf16 [T_pad][K], rounded to nearest even (as torch's
+   .to(bfloat16) for finite values); rows T .. T_pad - 1 zero. K % 16 == 0. */
+static void rows_to_bf16(const float *in, int64_t T, int64_t K, int64_t T_pad, uint16_t *out) {
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = 0; k < K; k += 16) {
+            const __m512i h = round_bf16(_mm512_loadu_ps(in + t * K + k));
+            _mm256_storeu_si256((__m256i *)(out + t * K + k), _mm512_cvtepi32_epi16(h));
+        }
+    memset(out + T * K, 0, (size_t)((T_pad - T) * K) * sizeof(uint16_t));
+}
+
+/* For the native decode layers (cpu_layers.c, weights_format 4), called by every thread of
+   their parallel region, each having run bp_q4_amx_begin: y[t, o] = (accumulate ? y[t, o] :
+   0) + (in[t] . W[o] + b[o]) for t < T <= 32, o < N; in float [T][K] rounded to bf16 into
+   a16 ([16 ceil(T / 16)][K]) by one thread, then 16 output columns at a time over the team. */
+void bp_q4_amx_project(const uint8_t *tiles, const float *bias, const float *in, int64_t T,
+                       int64_t K, int64_t N, float *y, int64_t ldy, int accumulate,
+                       uint16_t *a16) {
+    const int G = (int)((T + 15) / 16);
+#pragma omp single
+    rows_to_bf16(in, T, K, 16 * (int64_t)G, a16);
+#pragma omp for schedule(static)
+    for (int64_t nb = 0; nb < N / 16; ++nb) {
+        float c[2 * 256] __attribute__((aligned(64))); /* G <= 2 */
+        amx_columns(a16, G, K, tiles, nb, c);
+        for (int64_t t = 0; t < T; ++t) {
+            const float *ct = c + 256 * (t / 16) + 16 * (t % 16);
+            float *yt = y + t * ldy + nb * 16;
+            for (int n = 0; n < 16; ++n)
+                yt[n] = (accumulate ? yt[n] : 0.0f) + (ct[n] + (bias ? bias[nb * 16 + n] : 0.0f));
+        }
+    }
 }
 #else
 int bp_q4_amx_ready(void) { return 0; }
@@ -203,5 +264,14 @@ int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *til
                      int64_t N, uint16_t *out, int64_t num_threads) {
     (void)a; (void)M; (void)K; (void)tiles; (void)N; (void)out; (void)num_threads;
     return -1;
+}
+/* never called: callers check bp_q4_amx_ready first */
+void bp_q4_amx_begin(void) {}
+void bp_q4_amx_end(void) {}
+void bp_q4_amx_project(const uint8_t *tiles, const float *bias, const float *in, int64_t T,
+                       int64_t K, int64_t N, float *y, int64_t ldy, int accumulate,
+                       uint16_t *a16) {
+    (void)tiles; (void)bias; (void)in; (void)T; (void)K; (void)N; (void)y; (void)ldy;
+    (void)accumulate; (void)a16;
 }
 #endif

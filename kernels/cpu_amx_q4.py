@@ -5,7 +5,8 @@
 MAX_ROWS activation rows by it, in bf16 with float32 sums, reading 5 bits a weight where
 oneDNN reads the 16-bit copy. The weights it decodes are bit for bit the model's bf16
 copies (tests/kernels/test_cpu_amx_q4.py), so the result is the bf16 path's in another
-summation order.
+summation order. The native decode layers (kernels/cpu_layers.c) multiply on the same tiles
+for steps of NATIVE_TILES_MIN_ROWS..NATIVE_TILES_MAX_ROWS rows.
 """
 
 from __future__ import annotations

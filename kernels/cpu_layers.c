@@ -17,13 +17,16 @@
      x        float [T, D]: the residual stream, in place (in: embeddings, out: the last
               layer's output, before the final norm)
      weights  [out, in] in weights_format: 0 float32, 1 bfloat16 (uint16 bit patterns),
-              2 / 3 GGUF Q4_1 / Q8_0 blocks (cpu_quant_dot.c; in a multiple of 32);
+              2 / 3 GGUF Q4_1 / Q8_0 blocks (cpu_quant_dot.c; in a multiple of 32),
+              4 Q4_1 blocks in AMX tiles (cpu_amx_q4.c; out a multiple of 16, in of 32:
+              the projections' inputs rounded to bf16, float32 sums, as the bf16 path);
               biases float [out] or NULL; ln1, ln2 float [D]
      caches   float32 or bfloat16 (cache_bf16) [num_blocks, bs, kvh, d]
      cos, ssin float [T, d]: cos and sin with its first half negated (rope_for_rotate)
      slots    int64 [T] >= 0; tables int32 [T, table_stride]; ctx int32 [T], this step's
               token included; rows int32 [T] = 0 .. T-1 (row t is sequence t)
-     scratch  float [T * (D + (nh + 2 kvh) d + nh d + 3 I)]
+     scratch  float [T * (D + (nh + 2 kvh) d + nh d + 3 I)], then for format 4 the bf16
+              inputs of a projection: [16 ceil(T / 16)][max(D, nh d, I)] uint16
    Returns 0, or -1 when the shapes are outside the limits (nothing written then). */
 
 #include <math.h>
@@ -36,6 +39,7 @@
 #define GROUP 8     /* rows per pass over a weight row: accumulators in registers */
 #define MAX_H 128    /* as cpu_decode.c */
 #define MAX_HD 16384 /* as cpu_decode.c */
+#define FORMAT_Q4_TILES 4 /* weights_format: Q4_1 blocks in cpu_amx_q4.c's tiles */
 
 typedef struct {
     const void *qkv_w, *o_w, *gate_up_w, *down_w;
@@ -62,6 +66,12 @@ int64_t bp_attention_items_per_decode(int64_t num_decodes, int64_t kvh, int64_t 
 int64_t bp_quant_row_bytes(int64_t format, int64_t K);
 void bp_dot_group_quant(int64_t format, const uint8_t *w, int64_t row_bytes, int64_t K,
                         const float *in, float *out, int64_t n, int64_t m);
+int bp_q4_amx_ready(void);
+void bp_q4_amx_begin(void);
+void bp_q4_amx_end(void);
+void bp_q4_amx_project(const uint8_t *tiles, const float *bias, const float *in, int64_t T,
+                       int64_t K, int64_t N, float *y, int64_t ldy, int accumulate,
+                       uint16_t *a16);
 
 static inline float bf16_to_f32(uint16_t x) {
     uint32_t bits = (uint32_t)x << 16;
@@ -143,9 +153,14 @@ static void dot_group_bf16(const uint16_t *w, int64_t K, const float *in, float 
 /* y[t, o] = (accumulate ? y[t, o] : 0) + (dot(W[o], in[t]) + b[o]) for o < N, t < T;
    W in `format` (see the header), in [T, K], y rows ldy apart. Pairs of output rows are
    split over the team (omp for); rows of the step go GROUP at a time (the weight rows stay
-   in L1 between groups). */
+   in L1 between groups). a16: format 4's bf16 inputs (see the header), else unused. */
 static void project(const void *w, int format, const float *bias, const float *in,
-                    int64_t T, int64_t K, int64_t N, float *y, int64_t ldy, int accumulate) {
+                    int64_t T, int64_t K, int64_t N, float *y, int64_t ldy, int accumulate,
+                    uint16_t *a16) {
+    if (format == FORMAT_Q4_TILES) {
+        bp_q4_amx_project((const uint8_t *)w, bias, in, T, K, N, y, ldy, accumulate, a16);
+        return;
+    }
     const int64_t row_bytes = format == 0 ? K * 4 : format == 1 ? K * 2
                                                                 : bp_quant_row_bytes(format, K);
 #pragma omp for schedule(static)
@@ -173,8 +188,10 @@ static void project(const void *w, int format, const float *bias, const float *i
     }
 }
 
-/* Whether `format` is one project() reads, with K a whole number of its blocks. */
-static int format_fits(int64_t format, int64_t K) {
+/* Whether `format` is one project() reads, with K a whole number of its blocks (and for
+   tiles N of 16-row tiles, AMX granted). */
+static int format_fits(int64_t format, int64_t K, int64_t N) {
+    if (format == FORMAT_Q4_TILES) return K % 32 == 0 && N % 16 == 0 && bp_q4_amx_ready();
     return format == 0 || format == 1 || bp_quant_row_bytes(format, K) > 0;
 }
 
@@ -213,13 +230,13 @@ static void rope_and_store(const bp_step *s, float *qkv, int64_t qkv_width, void
 }
 
 static void layer(const bp_layer *L, const bp_step *s, float *x, float *h, float *qkv,
-                  float *att, float *gu, float *act, int64_t per_seq) {
+                  float *att, float *gu, float *act, uint16_t *a16, int64_t per_seq) {
     const int64_t T = s->rows, D = s->hidden, nh = s->heads, d = s->head_dim;
     const int64_t I = s->inter, qkv_width = (nh + 2 * s->kv_heads) * d;
     const int fmt = (int)s->weights_format;
 #pragma omp single
     rmsnorm_rows(x, L->ln1, T, D, s->eps, h);
-    project(L->qkv_w, fmt, L->qkv_b, h, T, D, qkv_width, qkv, qkv_width, 0);
+    project(L->qkv_w, fmt, L->qkv_b, h, T, D, qkv_width, qkv, qkv_width, 0, a16);
 #pragma omp single
     rope_and_store(s, qkv, qkv_width, L->k_cache, L->v_cache);
 #pragma omp for schedule(dynamic, 1)
@@ -227,32 +244,38 @@ static void layer(const bp_layer *L, const bp_step *s, float *x, float *h, float
         bp_attention_item(it, per_seq, qkv, qkv_width, L->k_cache, L->v_cache,
                           s->cache_bf16, nh, s->kv_heads, d, s->block_size, s->tables,
                           s->table_stride, s->seq_rows, s->seq_rows, s->ctx, s->scale, att);
-    project(L->o_w, fmt, L->o_b, att, T, nh * d, D, x, D, 1);
+    project(L->o_w, fmt, L->o_b, att, T, nh * d, D, x, D, 1, a16);
 #pragma omp single
     rmsnorm_rows(x, L->ln2, T, D, s->eps, h);
-    project(L->gate_up_w, fmt, L->gate_up_b, h, T, D, 2 * I, gu, 2 * I, 0);
+    project(L->gate_up_w, fmt, L->gate_up_b, h, T, D, 2 * I, gu, 2 * I, 0, a16);
 #pragma omp for schedule(static)
     for (int64_t e = 0; e < T * I; ++e) {
         const int64_t t = e / I, i = e % I;
         const float g = gu[t * 2 * I + i];
         act[e] = g / (1.0f + expf(-g)) * gu[t * 2 * I + I + i];
     }
-    project(L->down_w, fmt, L->down_b, act, T, I, D, x, D, 1);
+    project(L->down_w, fmt, L->down_b, act, T, I, D, x, D, 1, a16);
 }
 
 int bp_decode_layers(const bp_layer *layers, int64_t num_layers, const bp_step *s, float *x) {
     const int64_t T = s->rows, D = s->hidden, nh = s->heads, kvh = s->kv_heads;
     const int64_t d = s->head_dim, I = s->inter;
+    const int64_t fmt = s->weights_format;
     if (T < 1 || T > MAX_ROWS || nh > MAX_H || nh * d > MAX_HD || d % 2 != 0 ||
-        kvh < 1 || nh % kvh != 0 || !format_fits(s->weights_format, D) ||
-        !format_fits(s->weights_format, nh * d) || !format_fits(s->weights_format, I))
+        kvh < 1 || nh % kvh != 0 || !format_fits(fmt, D, (nh + 2 * kvh) * d) ||
+        !format_fits(fmt, nh * d, D) || !format_fits(fmt, D, 2 * I) || !format_fits(fmt, I, D))
         return -1;
     float *h = s->scratch, *qkv = h + T * D, *att = qkv + T * (nh + 2 * kvh) * d;
     float *gu = att + T * nh * d, *act = gu + T * 2 * I;
+    uint16_t *a16 = (uint16_t *)(act + T * I);
     const int64_t per_seq = bp_attention_items_per_decode(T, kvh, s->num_threads);
 #pragma omp parallel num_threads(s->num_threads) if (s->num_threads > 1)
-    for (int64_t l = 0; l < num_layers; ++l)
-        layer(&layers[l], s, x, h, qkv, att, gu, act, per_seq);
+    {
+        if (fmt == FORMAT_Q4_TILES) bp_q4_amx_begin(); /* each thread's tile palette */
+        for (int64_t l = 0; l < num_layers; ++l)
+            layer(&layers[l], s, x, h, qkv, att, gu, act, a16, per_seq);
+        if (fmt == FORMAT_Q4_TILES) bp_q4_amx_end();
+    }
     return 0;
 }
 
@@ -261,8 +284,11 @@ int bp_decode_layers(const bp_layer *layers, int64_t num_layers, const bp_step *
    is outside 1..MAX_ROWS or K does not fit the format (nothing written). */
 int bp_project_rows(const void *w, int64_t weights_format, const float *bias, const float *in,
                     int64_t T, int64_t K, int64_t N, float *y, int64_t num_threads) {
-    if (T < 1 || T > MAX_ROWS || !format_fits(weights_format, K)) return -1;
+    /* lm_head's GGUF blocks are not tiled: tiles are the decoder layers' alone */
+    if (T < 1 || T > MAX_ROWS || weights_format == FORMAT_Q4_TILES ||
+        !format_fits(weights_format, K, N))
+        return -1;
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1)
-    project(w, (int)weights_format, bias, in, T, K, N, y, N, 0);
+    project(w, (int)weights_format, bias, in, T, K, N, y, N, 0, NULL);
     return 0;
 }

@@ -34,6 +34,15 @@ MAX_ROWS = 32  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
 # the blocks natively up to 7 rows (1.05x there, even at 8).
 NATIVE_MAX_ROWS = 4
 NATIVE_GGUF_MAX_ROWS = 7
+# Steps of these many rows run natively on a GGUF model's Q4_1 AMX tiles
+# (Projection.weight_q4_tiles) where it has them: the projections' inputs rounded to bf16 as
+# on the torch side, the rest of the layer in float32. bench/native_layers_ab.py, ms at 1 /
+# 2 / 3 / 4 / 8 / 16 / 24 / 32 rows: tiles 10.6 / 11.7 / 12.1 / 12.3 / 14.8 / 19.0 / 25.1 /
+# 29.7, the blocks in float32 11.2 / 12.8 / 13.8 / 14.8 / 19.2 / 31.2 / 44.0 / 57.9, torch on
+# the tiles 15.6 / 16.4 / 16.6 / 16.2 / 18.3 / 20.7 / 26.5 / 28.7. One row stays on the
+# blocks: 1.05x is not worth single-stream decode leaving float32.
+NATIVE_TILES_MIN_ROWS = 2
+NATIVE_TILES_MAX_ROWS = 24
 # lm_head through project_rows up to this many rows (native_decode.native_logits), SmolLM2's
 # 57 MB head streamed from memory, ms at 1 / 2 / 4 / 8 rows: the bf16 copy natively 2.6 /
 # 3.1 / 3.5 / 5.0, its Q8_0 blocks 2.2 / 2.5 / 3.0 / 3.8, oneDNN on the packed copy 2.7 /
@@ -43,9 +52,11 @@ NATIVE_GGUF_LOGITS_MAX_ROWS = 2
 # False: the torch layers always (A/B runs, tests of the torch path).
 NATIVE_LAYERS = True
 # Weight formats of the kernel (weights_format of cpu_layers.c): float32, bfloat16, and
-# GGUF blocks (uint8 [out, row_bytes], kernels/cpu_quant_dot.c), by their GGUF type name.
+# GGUF blocks (uint8 [out, row_bytes], kernels/cpu_quant_dot.c), by their GGUF type name;
+# and Q4_1 blocks in the AMX kernel's tiles (Projection.weight_q4_tiles, kernels/cpu_amx_q4.c)
 FORMAT_FLOAT32, FORMAT_BFLOAT16 = 0, 1
 GGUF_FORMATS = {"Q4_1": 2, "Q8_0": 3}
+FORMAT_Q4_TILES = 4
 
 _PTR, _I64 = ctypes.c_void_p, ctypes.c_int64
 _local = threading.local()  # .seq_rows: {rows: int32 arange}
@@ -60,7 +71,8 @@ def available() -> bool:
 @dataclass(frozen=True)
 class LayerTensors:
     """One decoder layer as the kernel reads it: weights [out, in] contiguous, all float32,
-    all bfloat16 or all uint8 rows of GGUF blocks of one format; biases float32 [out] or
+    all bfloat16, all uint8 rows of GGUF blocks of one format, or all Q4_1 AMX tiles (uint8,
+    kernels/cpu_amx_q4.py `pack`); biases float32 [out] or
     None; norms float32 [D]; caches contiguous [num_blocks, block_size, kvh, d], float32 or
     bfloat16 (every layer's the same)."""
 
@@ -114,21 +126,27 @@ class LayerTable:
     cache_bf16: int  # 1: the caches are bfloat16
 
 
-def weights_format_of(weight: torch.Tensor, gguf_type: str | None = None) -> int:
-    """The kernel's format code of a weight: its GGUF block type for uint8 block rows,
-    else by dtype (float32 or bfloat16). ValueError for anything else."""
-    if weight.dtype == torch.uint8 and gguf_type in GGUF_FORMATS:
+def weights_format_of(weight: torch.Tensor, gguf_type: str | None = None,
+                      tiled: bool = False) -> int:
+    """The kernel's format code of a weight: Q4_1 tiles (`tiled`, uint8), its GGUF block
+    type for uint8 block rows, else by dtype (float32 or bfloat16). ValueError for anything
+    else."""
+    if tiled and weight.dtype == torch.uint8 and gguf_type == "Q4_1":
+        return FORMAT_Q4_TILES
+    if not tiled and weight.dtype == torch.uint8 and gguf_type in GGUF_FORMATS:
         return GGUF_FORMATS[gguf_type]
     if weight.dtype in (torch.float32, torch.bfloat16) and gguf_type is None:
         return FORMAT_FLOAT32 if weight.dtype == torch.float32 else FORMAT_BFLOAT16
-    raise ValueError(f"weight of dtype {weight.dtype} with {gguf_type=} must be float32, "
-                     f"bfloat16, or uint8 blocks of one of {sorted(GGUF_FORMATS)}")
+    raise ValueError(f"weight of dtype {weight.dtype} with {gguf_type=} ({tiled=}) must be"
+                     f" float32, bfloat16, uint8 blocks of one of {sorted(GGUF_FORMATS)}, or"
+                     " uint8 tiles of Q4_1")
 
 
-def layer_table(layers: list[LayerTensors], gguf_type: str | None = None) -> LayerTable:
-    """The table of `layers`, whose weights are uint8 blocks of `gguf_type` (else float32
-    or bfloat16). It holds no reference to the tensors: the caller keeps them alive and in
-    place while the table is used."""
+def layer_table(layers: list[LayerTensors], gguf_type: str | None = None,
+                tiled: bool = False) -> LayerTable:
+    """The table of `layers`, whose weights are uint8 blocks of `gguf_type` (`tiled`: Q4_1
+    in the AMX tiles), else float32 or bfloat16. It holds no reference to the tensors: the
+    caller keeps them alive and in place while the table is used."""
     structs = (_Layer * len(layers))()
     for entry, layer in zip(structs, layers, strict=True):
         for f in fields(layer):
@@ -137,7 +155,8 @@ def layer_table(layers: list[LayerTensors], gguf_type: str | None = None) -> Lay
     cache = layers[0].k_cache
     if cache.dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"KV caches of dtype {cache.dtype}: float32 or bfloat16 only")
-    return LayerTable(structs, cache.shape[1], weights_format_of(layers[0].qkv_w, gguf_type),
+    return LayerTable(structs, cache.shape[1],
+                      weights_format_of(layers[0].qkv_w, gguf_type, tiled),
                       int(cache.dtype == torch.bfloat16))
 
 
@@ -160,8 +179,11 @@ def decode_layers(table: LayerTable, dims: Dims, x: torch.Tensor, cos: torch.Ten
     caches (the caller checks: C reads raw memory)."""
     rows = x.shape[0]
     qkv_width = (dims.heads + 2 * dims.kv_heads) * dims.head_dim
-    scratch = torch.empty(rows * (dims.hidden + qkv_width + dims.heads * dims.head_dim
-                                  + 3 * dims.inter), dtype=torch.float32)
+    floats = rows * (dims.hidden + qkv_width + dims.heads * dims.head_dim + 3 * dims.inter)
+    if table.weights_format == FORMAT_Q4_TILES:  # a projection's bf16 inputs, 16-row groups
+        widest = max(dims.hidden, dims.heads * dims.head_dim, dims.inter)
+        floats += -(-rows // 16) * 16 * widest // 2
+    scratch = torch.empty(floats, dtype=torch.float32)
     seq_rows = _seq_rows(rows)
     step = _Step(rows, dims.hidden, dims.heads, dims.kv_heads, dims.head_dim, dims.inter,
                  table.block_size, block_tables.stride(0), table.weights_format,
@@ -175,7 +197,8 @@ def decode_layers(table: LayerTable, dims: Dims, x: torch.Tensor, cos: torch.Ten
         raise ValueError(f"{rows=} and {dims} are outside the native kernel's limits"
                          f" (rows <= {MAX_ROWS}, heads <= {native_library.MAX_HEADS},"
                          f" heads * head_dim <= {native_library.MAX_HEADS_X_DIM}, even head_dim;"
-                         " GGUF blocks: hidden, heads * head_dim and inter multiples of 32)")
+                         " GGUF blocks: hidden, heads * head_dim and inter multiples of 32;"
+                         " tiles: and every projection's outputs of 16, AMX granted)")
 
 
 def project_rows(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor,

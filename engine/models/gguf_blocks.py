@@ -56,10 +56,13 @@ def attach_gguf_blocks(model, gguf_path: str | Path) -> str | None:
     for proj, blocks, _ in layers:
         proj.weight_gguf, proj.gguf_type = blocks, gguf_type
     model.gguf_layers_type = gguf_type
-    described = (f"GGUF {gguf_type} blocks for decode steps of <="
-                 f" {cpu_layers.NATIVE_GGUF_MAX_ROWS} rows")
     if _tile_for_amx(model, layers):
-        described += f", on AMX for steps of <= {cpu_amx_q4.MAX_ROWS} rows"
+        described = (f"GGUF {gguf_type} blocks for decode steps of 1 row, on AMX for steps of"
+                     f" <= {cpu_amx_q4.MAX_ROWS} rows (in the native layers"
+                     f" {cpu_layers.NATIVE_TILES_MIN_ROWS}-{cpu_layers.NATIVE_TILES_MAX_ROWS})")
+    else:
+        described = (f"GGUF {gguf_type} blocks for decode steps of <="
+                     f" {cpu_layers.NATIVE_GGUF_MAX_ROWS} rows")
     head = _head_blocks(model, tensors)
     if isinstance(head, str):
         log.info("GGUF blocks not used for lm_head: %s", head)

@@ -7,7 +7,8 @@ torch layers then run). It takes a step when:
 - the native library builds here (kernels/native_library.py) and kernels.cpu_layers.NATIVE_LAYERS;
 - the model's attention backend is "cpu" (another one, asked for, is honoured);
 - every row is one sequence's decode (one query token each), at most NATIVE_MAX_ROWS rows
-  (NATIVE_GGUF_MAX_ROWS on GGUF blocks);
+  (NATIVE_GGUF_MAX_ROWS on GGUF blocks; NATIVE_TILES_MIN_ROWS..NATIVE_TILES_MAX_ROWS on the
+  AMX tiles of Q4_1 blocks, where engine/models/gguf_blocks.py made them);
 - the activations are float32 on CPU, the KV caches contiguous and all float32 or all
   bfloat16 (kv_cache_dtype);
 - the weights the step uses are all GGUF blocks of one type where the model keeps them
@@ -16,7 +17,9 @@ torch layers then run). It takes a step when:
 - every slot and every block the decodes own lies inside the caches (C reads raw memory).
 
 The arithmetic is the torch layers' (engine/models/llama.py) in float32, in another
-summation order: tests/kernels/test_cpu_layers.py holds the two within float32 rounding.
+summation order: tests/kernels/test_cpu_layers.py holds the two within float32 rounding. On
+the tiles each projection's input is rounded to bf16 first, as the torch layers' bf16 steps
+do (tests/kernels/test_cpu_amx_q4.py).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.models.attention import AttentionMetadata, KVCache
-from kernels import cpu_layers, native_library
+from kernels import cpu_amx_q4, cpu_layers, native_library
 from kernels.cpu_plan import attention_plan
 
 
@@ -38,14 +41,17 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
     """x: float32 [T, D] embeddings -> the last layer's output, in place (True); or False
     with nothing done when the step is not one the native layers take."""
     rows, gguf_type = x.shape[0], model.gguf_layers_type
-    max_rows = cpu_layers.NATIVE_GGUF_MAX_ROWS if gguf_type else cpu_layers.NATIVE_MAX_ROWS
+    tiled = _uses_tiles(model, rows)
+    max_rows = (cpu_layers.NATIVE_TILES_MAX_ROWS if tiled else cpu_layers.NATIVE_GGUF_MAX_ROWS
+                if gguf_type else cpu_layers.NATIVE_MAX_ROWS)
     if not (cpu_layers.NATIVE_LAYERS and x.device.type == "cpu" and x.dtype == torch.float32
             and 1 <= rows <= max_rows and meta.max_query_len == 1
             and meta.num_seqs == rows and x.is_contiguous()
             and model.model.layers[0].self_attn.attn.backend.name == "cpu"):
         return False
     view = _model_view(model)
-    kind = "weight_gguf" if gguf_type else "weight_bf16" if bf16 else "weight"
+    kind = ("weight_q4_tiles" if tiled else "weight_gguf" if gguf_type
+            else "weight_bf16" if bf16 else "weight")
     table = (None if view.dims is None
              else _layer_table(view.sources, kv_caches, kind, gguf_type))
     if table is None or native_library.load() is None or not _metadata_ok(meta, kv_caches[0][0]):
@@ -54,6 +60,15 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
     cpu_layers.decode_layers(table, view.dims, x, cos, ssin, meta.slot_mapping,
                              meta.block_tables, meta.context_lens)
     return True
+
+
+def _uses_tiles(model, rows: int) -> bool:
+    """Whether a step of `rows` decodes multiplies on the layers' Q4_1 AMX tiles
+    (cpu_layers.NATIVE_TILES_MIN_ROWS .. NATIVE_TILES_MAX_ROWS rows, where
+    engine/models/gguf_blocks.py tiled them), rather than on the blocks in float32."""
+    return (cpu_layers.NATIVE_TILES_MIN_ROWS <= rows <= cpu_layers.NATIVE_TILES_MAX_ROWS
+            and model.gguf_layers_type == "Q4_1" and cpu_amx_q4.ENABLED
+            and model.model.layers[0].self_attn.qkv_proj.weight_q4_tiles is not None)
 
 
 def native_logits(model, hidden: torch.Tensor) -> torch.Tensor | None:
@@ -90,7 +105,7 @@ def _metadata_ok(meta: AttentionMetadata, k_cache: torch.Tensor) -> bool:
                 and ids[1] < k_cache.shape[0])
 
 
-_local = threading.local()  # .layers: (key tensors, C table) of the last step
+_local = threading.local()  # .layers: {kind: (key tensors, C table) of its last step}
 
 
 @dataclass(frozen=True)
@@ -128,11 +143,12 @@ def _model_view(model) -> _ModelView:
 
 def _layer_table(sources: list[tuple[dict, ...]], kv_caches: list[KVCache], kind: str,
                  gguf_type: str | None):
-    """The kernel's layer table for the weights of `kind` ("weight", "weight_bf16" or
-    "weight_gguf": blocks of gguf_type), or None when some weight is missing or in another
-    dtype than the rest, or a tensor is not laid out as the kernel reads it. Checked once
-    per set of tensors: a step passing the very same tensors as the last reuses its table
-    (the cache holds the tensors, so their ids cannot be reused)."""
+    """The kernel's layer table for the weights of `kind` ("weight", "weight_bf16",
+    "weight_gguf": blocks of gguf_type, or "weight_q4_tiles"), or None when some weight is
+    missing or in another dtype than the rest, or a tensor is not laid out as the kernel
+    reads it. Checked once per set of tensors: a step passing the very same tensors as the
+    last of its kind reuses its table (the cache holds the tensors, so their ids cannot be
+    reused)."""
     buffer = kind != "weight"  # the copies and blocks are buffers, the weight a parameter
     key = []
     for (qp, qb, op, ob, gp, gb, dp, db, ln1, ln2), (k_cache, v_cache) in zip(
@@ -141,14 +157,18 @@ def _layer_table(sources: list[tuple[dict, ...]], kv_caches: list[KVCache], kind
                 op["bias"], (gb if buffer else gp)[kind], gp["bias"],
                 (db if buffer else dp)[kind], dp["bias"], ln1["weight"], ln2["weight"],
                 k_cache, v_cache)
-    cached = getattr(_local, "layers", None)
+    tables = getattr(_local, "layers", None)
+    if tables is None:
+        tables = _local.layers = {}
+    cached = tables.get(kind)
     if cached is not None and len(cached[0]) == len(key) and all(
             map(operator.is_, cached[0], key)):
         return cached[1]
     dtype = {"weight": torch.float32, "weight_bf16": torch.bfloat16}.get(kind, torch.uint8)
     layers = _checked_layers(key, dtype)
-    table = None if layers is None else cpu_layers.layer_table(layers, gguf_type)
-    _local.layers = (key, table)
+    table = None if layers is None else cpu_layers.layer_table(
+        layers, gguf_type, tiled=kind == "weight_q4_tiles")
+    tables[kind] = (key, table)
     return table
 
 

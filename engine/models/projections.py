@@ -58,6 +58,7 @@ class Projection(nn.Linear):
 
     weight_bf16: torch.Tensor | None
     weight_gguf: torch.Tensor | None
+    weight_q4_tiles: torch.Tensor | None
 
     def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
         super().__init__(in_features, out_features, bias=bias)
@@ -68,8 +69,9 @@ class Projection(nn.Linear):
         # buffer: module.to() and state_dict() must not touch a layout only oneDNN reads.
         self.weight_packed: torch.Tensor | None = None
         # weight_gguf's Q4_1 blocks tiled for the AMX kernel (kernels/cpu_amx_q4.py), or
-        # None; set by engine/models/gguf_blocks.py. It decodes to weight_bf16 exactly.
-        self.weight_q4_tiles: torch.Tensor | None = None
+        # None; set by engine/models/gguf_blocks.py. It decodes to weight_bf16 exactly. A
+        # buffer (not in the state dict) so the native layers find it with the others.
+        self.register_buffer("weight_q4_tiles", None, persistent=False)
 
     def keep_bf16_copy(self, keep: bool) -> None:
         """Make (or drop) the bf16 copy of the current weight, and its prepacked twin where

@@ -94,3 +94,44 @@ def test_a_gguf_model_multiplies_mid_sized_steps_on_the_tiles(amx, tiny_llama_di
                                rtol=2e-2)
     assert proj(torch.randn(cpu_amx_q4.MAX_ROWS + 1, proj.in_features), bf16=True).shape[0] \
         == cpu_amx_q4.MAX_ROWS + 1  # more rows: oneDNN again
+
+
+@pytest.mark.parametrize("rows", [2, 7, 17])
+def test_small_decode_steps_of_a_gguf_model_run_natively_on_the_tiles(amx, tiny_llama_dir,
+                                                                        tmp_path, rows):
+    """A step of NATIVE_TILES_MIN_ROWS..MAX_ROWS decodes runs the native layers on the tiles
+    (17 rows: two 16-row groups). They round only the projections' inputs to bf16, so the
+    step stays within bf16 rounding of the same native layers on the blocks in float32; one
+    row stays on the blocks."""
+    from fixtures.native_steps import decode_step, run
+
+    from kernels import cpu_layers
+
+    model = load_model(tiny_llama_dir, dtype=torch.float32).model
+    path = quantize_to_gguf(model, tmp_path / "blocks.gguf")
+    model.keep_bf16_copies(1)
+    attach_gguf_blocks(model, path)
+    assert model.model.layers[0].self_attn.qkv_proj.weight_q4_tiles is not None
+    assert cpu_layers.NATIVE_TILES_MIN_ROWS <= rows <= cpu_layers.NATIVE_TILES_MAX_ROWS
+    step = decode_step(model, rows, seed=rows)
+    formats = []
+    original = cpu_layers.decode_layers
+
+    def recording(table, *args):
+        formats.append(table.weights_format)
+        return original(table, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu_layers, "decode_layers", recording)
+        tiles = run(model, step, native=True)
+        patch.setattr(cpu_layers, "NATIVE_TILES_MIN_ROWS", rows + 1)
+        patch.setattr(cpu_layers, "NATIVE_GGUF_MAX_ROWS", cpu_layers.MAX_ROWS)
+        blocks = run(model, step, native=True)
+        run(model, decode_step(model, 1), native=True)
+    assert formats == [cpu_layers.FORMAT_Q4_TILES, cpu_layers.GGUF_FORMATS["Q4_1"],
+                       cpu_layers.GGUF_FORMATS["Q4_1"]]
+    scale = blocks[0].abs().max()
+    assert (tiles[0] - blocks[0]).abs().max() <= 2e-2 * scale  # bf16 inputs: ~2^-9 each
+    for (kt, vt), (kb, vb) in zip(tiles[1], blocks[1], strict=True):
+        torch.testing.assert_close(kt, kb, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(vt, vb, atol=2e-2, rtol=2e-2)
