@@ -225,30 +225,33 @@ int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *til
     return 0;
 }
 
-/* in float [T][K] -> out bf16 [T_pad][K], rounded to nearest even (as torch's
+/* Row t of in float [T][K] -> out bf16 [T_pad][K], rounded to nearest even (as torch's
    .to(bfloat16) for finite values); rows T .. T_pad - 1 zero. K % 16 == 0. */
-static void rows_to_bf16(const float *in, int64_t T, int64_t K, int64_t T_pad, uint16_t *out) {
-    for (int64_t t = 0; t < T; ++t)
-        for (int64_t k = 0; k < K; k += 16) {
-            const __m512i h = round_bf16(_mm512_loadu_ps(in + t * K + k));
-            _mm256_storeu_si256((__m256i *)(out + t * K + k), _mm512_cvtepi32_epi16(h));
-        }
-    memset(out + T * K, 0, (size_t)((T_pad - T) * K) * sizeof(uint16_t));
+static void row_to_bf16(const float *in, int64_t t, int64_t T, int64_t K, uint16_t *out) {
+    if (t >= T) {
+        memset(out + t * K, 0, (size_t)K * sizeof(uint16_t));
+        return;
+    }
+    for (int64_t k = 0; k < K; k += 16) {
+        const __m512i h = round_bf16(_mm512_loadu_ps(in + t * K + k));
+        _mm256_storeu_si256((__m256i *)(out + t * K + k), _mm512_cvtepi32_epi16(h));
+    }
 }
 
 /* For the native decode layers (cpu_layers.c, weights_format 4), called by every thread of
    their parallel region, each having run bp_q4_amx_begin: y[t, o] = (accumulate ? y[t, o] :
-   0) + (in[t] . W[o] + b[o]) for t < T <= 32, o < N; in float [T][K] rounded to bf16 into
-   a16 ([16 ceil(T / 16)][K]) by one thread, then 16 output columns at a time over the team. */
+   0) + (in[t] . W[o] + b[o]) for t < T <= 64, o < N; in float [T][K] rounded to bf16 into
+   a16 ([16 ceil(T / 16)][K]), then 16 output columns at a time, each split over the team. */
 void bp_q4_amx_project(const uint8_t *tiles, const float *bias, const float *in, int64_t T,
                        int64_t K, int64_t N, float *y, int64_t ldy, int accumulate,
                        uint16_t *a16) {
     const int G = (int)((T + 15) / 16);
-#pragma omp single
-    rows_to_bf16(in, T, K, 16 * (int64_t)G, a16);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < 16 * (int64_t)G; ++t)
+        row_to_bf16(in, t, T, K, a16);
 #pragma omp for schedule(static)
     for (int64_t nb = 0; nb < N / 16; ++nb) {
-        float c[2 * 256] __attribute__((aligned(64))); /* G <= 2 */
+        float c[MAX_GROUPS * 256] __attribute__((aligned(64)));
         amx_columns(a16, G, K, tiles, nb, c);
         for (int64_t t = 0; t < T; ++t) {
             const float *ct = c + 256 * (t / 16) + 16 * (t % 16);

@@ -25,28 +25,6 @@
 
 #define ROW_MAX 16384 /* widest row a call takes (D, I or (nh + 2 kvh) * d): 64 KiB of stack */
 
-typedef union {
-    float f;
-    uint32_t u;
-} bits32;
-
-/* silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), computed from e = exp(-|g|) (never
-   overflows): sigmoid = 1 / (1 + e) for g >= 0, e / (1 + e) below. Past |g| = 87, e is
-   taken as 0 (the true value is below 1.7e-38, so silu is off by at most |g| * 1.7e-38,
-   and exactly 0 for huge negative g, as float64 gives). A NaN stays NaN. The selects are
-   on the bit patterns (as unsigned ints, -a orders like a for a >= 0): they vectorise. */
-static inline float silu(float g) {
-    const bits32 in = {.f = g}, one = {.f = 1.0f};
-    const uint32_t neg_abs = in.u | 0x80000000u; /* -|g| */
-    const uint32_t far = neg_abs > 0xC2AE0000u ? ~0u : 0u; /* -|g| < -87 (or a NaN) */
-    const bits32 minus_abs = {.u = neg_abs};
-    const bits32 exp_clamped = {.f = exp_nonpos(minus_abs.f)}; /* a NaN in: masked below */
-    const bits32 e = {.u = exp_clamped.u & ~far};
-    const uint32_t negative = (uint32_t)((int32_t)in.u >> 31); /* all ones where g < 0 */
-    const bits32 numerator = {.u = (one.u & ~negative) | (e.u & negative)};
-    return g * (numerator.f / (1.0f + e.f));
-}
-
 /* x[t] += delta[t] (delta NULL: nothing added), then, with w, h[t] = x[t] * rsqrt(mean
    (x[t]^2) + eps) * w in h's type. x float [T, D]; delta act [T, D]; w float [D].
    Returns -1 (nothing done) when D > ROW_MAX. */

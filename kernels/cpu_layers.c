@@ -35,7 +35,7 @@
 
 #include "cpu_vector_math.h"
 
-#define MAX_ROWS 32 /* rows of a step */
+#define MAX_ROWS 64 /* rows of a step */
 #define GROUP 8     /* rows per pass over a weight row: accumulators in registers */
 #define MAX_H 128    /* as cpu_decode.c */
 #define MAX_HD 16384 /* as cpu_decode.c */
@@ -195,8 +195,10 @@ static int format_fits(int64_t format, int64_t K, int64_t N) {
     return format == 0 || format == 1 || bp_quant_row_bytes(format, K) > 0;
 }
 
+/* Rows split over the team (an orphaned omp for: called inside the layers' region) */
 static void rmsnorm_rows(const float *x, const float *w, int64_t T, int64_t D, float eps,
                          float *h) {
+#pragma omp for schedule(static)
     for (int64_t t = 0; t < T; ++t) {
         const float *xt = x + t * D;
         float ss = 0.0f;
@@ -208,12 +210,14 @@ static void rmsnorm_rows(const float *x, const float *w, int64_t T, int64_t D, f
 }
 
 /* q and k heads of each row rotated in place (x * cos + roll(x, d / 2) * ssin), then the
-   row's k and v heads written to its cache slot (float32 or rounded to bfloat16). */
+   row's k and v heads written to its cache slot (float32 or rounded to bfloat16). Rows
+   split over the team, as rmsnorm_rows. */
 static void rope_and_store(const bp_step *s, float *qkv, int64_t qkv_width, void *kc,
                            void *vc) {
     const size_t cache_size = s->cache_bf16 ? sizeof(uint16_t) : sizeof(float);
     const int64_t d = s->head_dim, half = d / 2, kvd = s->kv_heads * d;
     float tmp[MAX_HD];
+#pragma omp for schedule(static)
     for (int64_t t = 0; t < s->rows; ++t) {
         float *row = qkv + t * qkv_width;
         const float *c = s->cos + t * d, *sn = s->ssin + t * d;
@@ -234,10 +238,8 @@ static void layer(const bp_layer *L, const bp_step *s, float *x, float *h, float
     const int64_t T = s->rows, D = s->hidden, nh = s->heads, d = s->head_dim;
     const int64_t I = s->inter, qkv_width = (nh + 2 * s->kv_heads) * d;
     const int fmt = (int)s->weights_format;
-#pragma omp single
     rmsnorm_rows(x, L->ln1, T, D, s->eps, h);
     project(L->qkv_w, fmt, L->qkv_b, h, T, D, qkv_width, qkv, qkv_width, 0, a16);
-#pragma omp single
     rope_and_store(s, qkv, qkv_width, L->k_cache, L->v_cache);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < T * per_seq; ++it)
@@ -245,14 +247,14 @@ static void layer(const bp_layer *L, const bp_step *s, float *x, float *h, float
                           s->cache_bf16, nh, s->kv_heads, d, s->block_size, s->tables,
                           s->table_stride, s->seq_rows, s->seq_rows, s->ctx, s->scale, att);
     project(L->o_w, fmt, L->o_b, att, T, nh * d, D, x, D, 1, a16);
-#pragma omp single
     rmsnorm_rows(x, L->ln2, T, D, s->eps, h);
     project(L->gate_up_w, fmt, L->gate_up_b, h, T, D, 2 * I, gu, 2 * I, 0, a16);
 #pragma omp for schedule(static)
-    for (int64_t e = 0; e < T * I; ++e) {
-        const int64_t t = e / I, i = e % I;
-        const float g = gu[t * 2 * I + i];
-        act[e] = g / (1.0f + expf(-g)) * gu[t * 2 * I + I + i];
+    for (int64_t t = 0; t < T; ++t) {
+        const float *gate = gu + t * 2 * I, *up = gate + I;
+        float *a = act + t * I;
+#pragma omp simd
+        for (int64_t i = 0; i < I; ++i) a[i] = silu(gate[i]) * up[i];
     }
     project(L->down_w, fmt, L->down_b, act, T, I, D, x, D, 1, a16);
 }

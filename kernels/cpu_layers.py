@@ -21,7 +21,7 @@ import torch
 
 from kernels import native_library
 
-MAX_ROWS = 32  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
+MAX_ROWS = 64  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
 # The most rows of a step that engine/models/native_decode.py runs here. The torch side
 # multiplies on oneDNN's prepacked bf16 weights (engine/models/projections.py), or, for a
 # GGUF model's Q4_1 blocks, on the AMX kernel over them (kernels/cpu_amx_q4.c), with the
@@ -37,12 +37,12 @@ NATIVE_GGUF_MAX_ROWS = 7
 # Steps of these many rows run natively on a GGUF model's Q4_1 AMX tiles
 # (Projection.weight_q4_tiles) where it has them: the projections' inputs rounded to bf16 as
 # on the torch side, the rest of the layer in float32. bench/native_layers_ab.py, ms at 1 /
-# 2 / 3 / 4 / 8 / 16 / 24 / 32 rows: tiles 10.6 / 11.7 / 12.1 / 12.3 / 14.8 / 19.0 / 25.1 /
-# 29.7, the blocks in float32 11.2 / 12.8 / 13.8 / 14.8 / 19.2 / 31.2 / 44.0 / 57.9, torch on
-# the tiles 15.6 / 16.4 / 16.6 / 16.2 / 18.3 / 20.7 / 26.5 / 28.7. One row stays on the
-# blocks: 1.05x is not worth single-stream decode leaving float32.
+# 2 / 8 / 16 / 32 / 48 / 64 rows: tiles 10.6 / 11.5 / 14.2 / 17.4 / 24.8 / 34.3 / 45.5, the
+# blocks in float32 10.8 / 12.2 / 18.2 / 30.0 / 51.7 / 80.4 / 105.5, torch on the tiles
+# 15.9 / 16.7 / 18.9 / 22.0 / 29.5 / 38.6 / 46.9. One row stays on the blocks: ~1.02x is
+# not worth single-stream decode leaving float32.
 NATIVE_TILES_MIN_ROWS = 2
-NATIVE_TILES_MAX_ROWS = 24
+NATIVE_TILES_MAX_ROWS = MAX_ROWS
 # lm_head through project_rows up to this many rows (native_decode.native_logits), SmolLM2's
 # 57 MB head streamed from memory, ms at 1 / 2 / 4 / 8 rows: the bf16 copy natively 2.6 /
 # 3.1 / 3.5 / 5.0, its Q8_0 blocks 2.2 / 2.5 / 3.0 / 3.8, oneDNN on the packed copy 2.7 /

@@ -96,13 +96,13 @@ def test_a_gguf_model_multiplies_mid_sized_steps_on_the_tiles(amx, tiny_llama_di
         == cpu_amx_q4.MAX_ROWS + 1  # more rows: oneDNN again
 
 
-@pytest.mark.parametrize("rows", [2, 7, 17])
+@pytest.mark.parametrize("rows", [2, 17, 50])
 def test_small_decode_steps_of_a_gguf_model_run_natively_on_the_tiles(amx, tiny_llama_dir,
                                                                         tmp_path, rows):
     """A step of NATIVE_TILES_MIN_ROWS..MAX_ROWS decodes runs the native layers on the tiles
-    (17 rows: two 16-row groups). They round only the projections' inputs to bf16, so the
-    step stays within bf16 rounding of the same native layers on the blocks in float32; one
-    row stays on the blocks."""
+    (17 rows: two 16-row groups; 50: four). They round only the projections' inputs to
+    bf16, so the step stays within bf16 rounding of the same native layers on the blocks in
+    float32; one row stays on the blocks."""
     from fixtures.native_steps import decode_step, run
 
     from kernels import cpu_layers
