@@ -72,9 +72,9 @@ def available() -> bool:
 class LayerTensors:
     """One decoder layer as the kernel reads it: weights [out, in] contiguous, all float32,
     all bfloat16, all uint8 rows of GGUF blocks of one format, or all Q4_1 AMX tiles (uint8,
-    kernels/cpu_amx_q4.py `pack`); biases float32 [out] or
-    None; norms float32 [D]; caches contiguous [num_blocks, block_size, kvh, d], float32 or
-    bfloat16 (every layer's the same)."""
+    kernels/cpu_amx_q4.py `pack`); biases float32 [out] or None; norms float32 [D]; caches
+    contiguous [num_blocks, block_size, kvh, d], float32 or bfloat16 (every layer's the
+    same)."""
 
     qkv_w: torch.Tensor
     o_w: torch.Tensor
