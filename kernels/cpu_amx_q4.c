@@ -1,75 +1,28 @@
-/* Projections of mid-sized decode steps on AMX, reading GGUF Q4_1 weights (built with the
-   other sources by kernels/native_library.py, driven by kernels/cpu_amx_q4.py).
+/* Projections of decode steps on AMX, reading GGUF Q4_1 or Q8_0 weights in the tiled layouts
+   of cpu_amx_tiles.c (built with the other sources by kernels/native_library.py, driven by
+   kernels/cpu_amx_q4.py and, inside the native decode layers, kernels/cpu_layers.c).
 
-   Why: a decode step of 9-64 rows through oneDNN reads every projection's bf16 copy (2
+   Why: a decode step of 2-64 rows through oneDNN reads every projection's bf16 copy (2
    bytes a weight; SmolLM2-135M: 212 MB a step, ~16-24 ms on this VM), while the GGUF's own
-   Q4_1 blocks are 4.5 bits a weight. The native GEMV (cpu_quant_dot.c) reads the blocks but
-   multiplies in float32 FMAs, which costs more than the bytes it saves past ~8 rows. Here
-   each 32 x 16 tile of weights is decoded once into bf16, straight into AMX's B-tile layout,
-   and multiplied with up to 64 activation rows by TDPBF16PS.
+   Q4_1 blocks are 4.5 bits a weight (Q8_0, its head: 8.5). The native GEMV (cpu_quant_dot.c)
+   reads the blocks but multiplies in float32 FMAs, which costs more than the bytes it saves
+   past a row or two. Here each 32 x 16 tile of weights is decoded once into bf16, straight
+   into AMX's B-tile layout, and multiplied with up to 64 activation rows by TDPBF16PS.
 
-   Exactness: a Q4_1 weight is d * q + m in float32 (one rounding, as gguf-py decodes it),
-   then rounded to bf16 to nearest even: bit for bit the model's bf16 copy of that weight
-   (Projection.weight_bf16). Activations are bf16, sums float32 (as oneDNN's bf16 GEMM), the
-   output rounded to bf16 to nearest even: the oneDNN path's result in another summation
-   order.
-
-   Tiled layout (bp_q4_tile_pack; N % 16 == 0, K % 32 == 0): tile (nb, kb) covers weight rows
-   16 nb .. 16 nb + 15 and columns 32 kb .. 32 kb + 31, tiles in order nb-major, each 320 B:
-     fp16 d[16], fp16 m[16]   the Q4_1 block scale and minimum of each of the 16 rows
-     uint8 q[16][16]          q[p][n] = the row n's weights 2p (low nibble), 2p + 1 (high)
-   so that B-tile row p (columns 2p, 2p + 1 of 16 weight rows, as pairs) decodes from 16
-   bytes with vector ops. */
+   Exactness: a Q4_1 weight is d * q + m in float32 (one rounding, as gguf-py decodes it), a
+   Q8_0 weight d * q (exact), then rounded to bf16 to nearest even: bit for bit the model's
+   bf16 copy of that weight (Projection.weight_bf16). Activations are bf16, sums float32 (as
+   oneDNN's bf16 GEMM), the output rounded to bf16 to nearest even: the oneDNN path's result
+   in another summation order. */
 
 #include <stdint.h>
 #include <string.h>
 
 #include "cpu_vector_math.h" /* half_to_f32 */
 
-#define Q4_TILE_BYTES 320
+#define Q4_TILE_BYTES 320 /* as cpu_amx_tiles.c */
+#define Q8_TILE_BYTES 544
 #define MAX_GROUPS 4 /* 16-row groups of activations: up to 64 rows a call */
-
-/* GGUF Q4_1 rows [N][K / 32 blocks of 20 bytes] -> the tiled layout above; -1 on bad sizes */
-int bp_q4_tile_pack(const uint8_t *blocks, int64_t N, int64_t K, uint8_t *out) {
-    if (N % 16 != 0 || K % 32 != 0 || N <= 0 || K <= 0) return -1;
-    const int64_t row_bytes = K / 32 * 20, kbs = K / 32;
-    for (int64_t nb = 0; nb < N / 16; ++nb)
-        for (int64_t kb = 0; kb < kbs; ++kb) {
-            uint8_t *tile = out + (nb * kbs + kb) * Q4_TILE_BYTES;
-            for (int n = 0; n < 16; ++n) {
-                const uint8_t *b = blocks + (nb * 16 + n) * row_bytes + kb * 20;
-                memcpy(tile + 2 * n, b, 2);       /* d */
-                memcpy(tile + 32 + 2 * n, b + 2, 2); /* m */
-                for (int p = 0; p < 16; ++p) {
-                    const int k0 = 2 * p, k1 = 2 * p + 1; /* weight j < 16: low nibble of b[4+j] */
-                    const int q0 = k0 < 16 ? b[4 + k0] & 15 : b[4 + k0 - 16] >> 4;
-                    const int q1 = k1 < 16 ? b[4 + k1] & 15 : b[4 + k1 - 16] >> 4;
-                    tile[64 + p * 16 + n] = (uint8_t)(q0 | q1 << 4);
-                }
-            }
-        }
-    return 0;
-}
-
-/* The float32 weights of a tiled matrix, [N][K] (tests) */
-int bp_q4_tile_unpack(const uint8_t *tiles, int64_t N, int64_t K, float *out) {
-    if (N % 16 != 0 || K % 32 != 0) return -1;
-    const int64_t kbs = K / 32;
-    for (int64_t nb = 0; nb < N / 16; ++nb)
-        for (int64_t kb = 0; kb < kbs; ++kb) {
-            const uint8_t *tile = tiles + (nb * kbs + kb) * Q4_TILE_BYTES;
-            for (int n = 0; n < 16; ++n) {
-                const float d = half_to_f32(tile + 2 * n), m = half_to_f32(tile + 32 + 2 * n);
-                for (int p = 0; p < 16; ++p) {
-                    const uint8_t q = tile[64 + p * 16 + n];
-                    float *row = out + (nb * 16 + n) * K + kb * 32;
-                    row[2 * p] = d * (float)(q & 15) + m;
-                    row[2 * p + 1] = d * (float)(q >> 4) + m;
-                }
-            }
-        }
-    return 0;
-}
 
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -126,6 +79,25 @@ static inline void decode_tile(const uint8_t *tile, uint32_t *b) {
     }
 }
 
+/* decode_tile for a Q8_0 tile: B-tile row p's 32 int8 (pairs of 16 rows, cpu_amx_tiles.c)
+   times their row's scale, exact in float32, then rounded to bf16 in that order */
+static inline void decode_tile_q8(const uint8_t *tile, uint32_t *b) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tile));
+    const __m512 d_lo = _mm512_permutexvar_ps( /* rows 0-7, each twice: its pair */
+        _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), d);
+    const __m512 d_hi = _mm512_permutexvar_ps(
+        _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), d);
+    for (int p = 0; p < 16; ++p) {
+        const uint8_t *q = tile + 32 + 32 * p;
+        const __m512 lo = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))), d_lo);
+        const __m512 hi = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16)))),
+            d_hi);
+        _mm512_store_si512((__m512i *)(b + 16 * p), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
 /* C tiles 0 .. G-1 (16 rows each) += A group g x B (tile 7); G a constant. A load into a
    tile a product still reads waits for that product, so A groups take tiles 4, 5, 6, 4 (at
    4 groups through one A tile the kernel ran 2.2x slower); B's reload waits for the last
@@ -171,20 +143,23 @@ void bp_q4_amx_end(void) { _tile_release(); }
    past the rows used) x W^T (the tiled layout), as float32 tiles c[g][16][16] (the tiles'
    own layout: row r of group g at c + 256 g + 16 r). The calling thread has run
    bp_q4_amx_begin. */
-static void amx_columns(const uint16_t *a, int G, int64_t K, const uint8_t *tiles, int64_t nb,
-                        float *c) {
-    const int64_t kbs = K / 32, a_stride = K * 2;
+static void amx_columns(const uint16_t *a, int G, int64_t K, const uint8_t *tiles, int q8,
+                        int64_t nb, float *c) {
+    const int64_t kbs = K / 32, a_stride = K * 2, bytes = q8 ? Q8_TILE_BYTES : Q4_TILE_BYTES;
     uint32_t b[256] __attribute__((aligned(64))); /* tile_loadd copies it: one buffer */
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
-    const uint8_t *tile = tiles + nb * kbs * Q4_TILE_BYTES;
-    for (int64_t kb = 0; kb < kbs; ++kb, tile += Q4_TILE_BYTES) {
-        if (kb + 1 < kbs) /* the next tile's 5 cache lines */
-            for (int line = 0; line < Q4_TILE_BYTES; line += 64)
-                _mm_prefetch((const char *)(tile + Q4_TILE_BYTES + line), _MM_HINT_T0);
-        decode_tile(tile, b);
+    const uint8_t *tile = tiles + nb * kbs * bytes;
+    for (int64_t kb = 0; kb < kbs; ++kb, tile += bytes) {
+        if (kb + 1 < kbs) /* the next tile's cache lines */
+            for (int line = 0; line < bytes; line += 64)
+                _mm_prefetch((const char *)(tile + bytes + line), _MM_HINT_T0);
+        if (q8)
+            decode_tile_q8(tile, b);
+        else
+            decode_tile(tile, b);
         AMX_MEMORY_FENCE();
         switch (G) {
         case 1: MULTIPLY_GROUPS(1); break;
@@ -203,11 +178,11 @@ static void amx_columns(const uint16_t *a, int G, int64_t K, const uint8_t *tile
     AMX_MEMORY_FENCE();
 }
 
-/* out[M][N] bf16 = a[M][K] bf16 x W^T, W [N][K] in the tiled layout; a holds 16 G rows
-   (G = ceil(M / 16) <= MAX_GROUPS; rows past M are any finite values). 0, or -1 when the
-   sizes are outside its limits or AMX is not granted (nothing written then). */
-int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
-                     int64_t N, uint16_t *out, int64_t num_threads) {
+/* out[M][N] bf16 = a[M][K] bf16 x W^T, W [N][K] in Q4_1 (q8 0) or Q8_0 tiles; a holds 16 G
+   rows (G = ceil(M / 16) <= MAX_GROUPS; rows past M are any finite values). 0, or -1 when
+   the sizes are outside its limits or AMX is not granted (nothing written then). */
+static int amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles, int q8,
+                      int64_t N, uint16_t *out, int64_t num_threads) {
     const int G = (int)((M + 15) / 16);
     if (M < 1 || G > MAX_GROUPS || N % 16 != 0 || K % 32 != 0 || !bp_q4_amx_ready())
         return -1;
@@ -217,12 +192,22 @@ int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *til
         float c[MAX_GROUPS * 256] __attribute__((aligned(64)));
 #pragma omp for schedule(static)
         for (int64_t nb = 0; nb < N / 16; ++nb) {
-            amx_columns(a, G, K, tiles, nb, c);
+            amx_columns(a, G, K, tiles, q8, nb, c);
             store_groups(G, c, out, N, nb, M);
         }
         bp_q4_amx_end();
     }
     return 0;
+}
+
+int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
+                     int64_t N, uint16_t *out, int64_t num_threads) {
+    return amx_matmul(a, M, K, tiles, 0, N, out, num_threads);
+}
+
+int bp_q8_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
+                     int64_t N, uint16_t *out, int64_t num_threads) {
+    return amx_matmul(a, M, K, tiles, 1, N, out, num_threads);
 }
 
 /* Row t of in float [T][K] -> out bf16 [T_pad][K], rounded to nearest even (as torch's
@@ -252,7 +237,7 @@ void bp_q4_amx_project(const uint8_t *tiles, const float *bias, const float *in,
 #pragma omp for schedule(static)
     for (int64_t nb = 0; nb < N / 16; ++nb) {
         float c[MAX_GROUPS * 256] __attribute__((aligned(64)));
-        amx_columns(a16, G, K, tiles, nb, c);
+        amx_columns(a16, G, K, tiles, 0, nb, c);
         for (int64_t t = 0; t < T; ++t) {
             const float *ct = c + 256 * (t / 16) + 16 * (t % 16);
             float *yt = y + t * ldy + nb * 16;
@@ -264,6 +249,11 @@ void bp_q4_amx_project(const uint8_t *tiles, const float *bias, const float *in,
 #else
 int bp_q4_amx_ready(void) { return 0; }
 int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
+                     int64_t N, uint16_t *out, int64_t num_threads) {
+    (void)a; (void)M; (void)K; (void)tiles; (void)N; (void)out; (void)num_threads;
+    return -1;
+}
+int bp_q8_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
                      int64_t N, uint16_t *out, int64_t num_threads) {
     (void)a; (void)M; (void)K; (void)tiles; (void)N; (void)out; (void)num_threads;
     return -1;

@@ -35,7 +35,7 @@ MAX_ROWS = 64  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
 NATIVE_MAX_ROWS = 4
 NATIVE_GGUF_MAX_ROWS = 7
 # Steps of these many rows run natively on a GGUF model's Q4_1 AMX tiles
-# (Projection.weight_q4_tiles) where it has them: the projections' inputs rounded to bf16 as
+# (Projection.weight_tiles) where it has them: the projections' inputs rounded to bf16 as
 # on the torch side, the rest of the layer in float32. bench/native_layers_ab.py, ms at 1 /
 # 2 / 8 / 16 / 32 / 48 / 64 rows: tiles 10.6 / 11.5 / 14.2 / 17.4 / 24.8 / 34.3 / 45.5, the
 # blocks in float32 10.8 / 12.2 / 18.2 / 30.0 / 51.7 / 80.4 / 105.5, torch on the tiles
@@ -53,7 +53,7 @@ NATIVE_GGUF_LOGITS_MAX_ROWS = 2
 NATIVE_LAYERS = True
 # Weight formats of the kernel (weights_format of cpu_layers.c): float32, bfloat16, and
 # GGUF blocks (uint8 [out, row_bytes], kernels/cpu_quant_dot.c), by their GGUF type name;
-# and Q4_1 blocks in the AMX kernel's tiles (Projection.weight_q4_tiles, kernels/cpu_amx_q4.c)
+# and Q4_1 blocks in the AMX kernel's tiles (Projection.weight_tiles, kernels/cpu_amx_q4.c)
 FORMAT_FLOAT32, FORMAT_BFLOAT16 = 0, 1
 GGUF_FORMATS = {"Q4_1": 2, "Q8_0": 3}
 FORMAT_Q4_TILES = 4

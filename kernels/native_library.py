@@ -50,11 +50,11 @@ log = logging.getLogger(__name__)
 
 # cpu_decode.c: decode attention; cpu_layers.c: whole small decode steps (uses the former
 # and cpu_quant_dot.c, its GEMV over GGUF blocks); cpu_elementwise.c: the work between the
-# projections of the other steps; cpu_amx_q4.c: mid-sized decode steps' projections on AMX
-# over GGUF Q4_1 weights
+# projections of the other steps; cpu_amx_q4.c: decode steps' projections on AMX over GGUF
+# Q4_1 and Q8_0 weights, re-laid as tiles by cpu_amx_tiles.c
 SOURCES = tuple(Path(__file__).with_name(name) for name in
                 ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c", "cpu_elementwise.c",
-                 "cpu_prefill.c", "cpu_amx_q4.c"))
+                 "cpu_prefill.c", "cpu_amx_q4.c", "cpu_amx_tiles.c"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in  # included by the sources
                 ("cpu_vector_math.h", "cpu_decode_tiled.h"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
@@ -196,10 +196,12 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.bp_project_rows.restype = ctypes.c_int
     lib.bp_dequantize_rows.argtypes = [_I64, _PTR, _I64, _I64, _PTR]
     lib.bp_dequantize_rows.restype = ctypes.c_int
-    lib.bp_q4_tile_pack.argtypes = [_PTR, _I64, _I64, _PTR]
-    lib.bp_q4_tile_unpack.argtypes = [_PTR, _I64, _I64, _PTR]
+    for fmt in ("q4", "q8"):
+        getattr(lib, f"bp_{fmt}_tile_pack").argtypes = [_PTR, _I64, _I64, _PTR]
+        getattr(lib, f"bp_{fmt}_tile_unpack").argtypes = [_PTR, _I64, _I64, _PTR]
+        getattr(lib, f"bp_{fmt}_amx_matmul").argtypes = [_PTR, _I64, _I64, _PTR, _I64, _PTR,
+                                                         _I64]
     lib.bp_q4_amx_ready.argtypes = []
-    lib.bp_q4_amx_matmul.argtypes = [_PTR, _I64, _I64, _PTR, _I64, _PTR, _I64]
     lib.bp_quant_row_bytes.argtypes = [_I64, _I64]
     lib.bp_quant_row_bytes.restype = _I64
     lib.bp_add_rmsnorm.argtypes = [_PTR, _PTR, _I64, _PTR, _F32, _PTR, _I64, _I64, _I64, _I64]
@@ -210,7 +212,8 @@ def _declare(lib: ctypes.CDLL) -> None:
                                          _PTR, _I64, _I64, _I64, _I64, _PTR, _I64, _F32,
                                          _PTR, _I64]
     for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_rope_store", "bp_prefill_attention",
-                 "bp_q4_tile_pack", "bp_q4_tile_unpack", "bp_q4_amx_ready", "bp_q4_amx_matmul"):
+                 "bp_q4_tile_pack", "bp_q4_tile_unpack", "bp_q4_amx_ready", "bp_q4_amx_matmul",
+                 "bp_q8_tile_pack", "bp_q8_tile_unpack", "bp_q8_amx_matmul"):
         getattr(lib, name).restype = ctypes.c_int
 
 

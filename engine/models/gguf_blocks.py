@@ -56,7 +56,7 @@ def attach_gguf_blocks(model, gguf_path: str | Path) -> str | None:
     for proj, blocks, _ in layers:
         proj.weight_gguf, proj.gguf_type = blocks, gguf_type
     model.gguf_layers_type = gguf_type
-    if _tile_for_amx(model, layers):
+    if gguf_type == "Q4_1" and _tile_for_amx(model, layers):  # the native layers read Q4_1 tiles
         described = (f"GGUF {gguf_type} blocks for decode steps of 1 row, on AMX for steps of"
                      f" <= {cpu_amx_q4.MAX_ROWS} rows (in the native layers"
                      f" {cpu_layers.NATIVE_TILES_MIN_ROWS}-{cpu_layers.NATIVE_TILES_MAX_ROWS})")
@@ -68,18 +68,20 @@ def attach_gguf_blocks(model, gguf_path: str | Path) -> str | None:
         log.info("GGUF blocks not used for lm_head: %s", head)
         return described
     model.lm_head.weight_gguf, model.lm_head.gguf_type = head
-    return f"{described} (lm_head {head[1]})"
+    on_amx = ", on AMX" if _tile_for_amx(model, [(model.lm_head, *head)]) else ""
+    return f"{described} (lm_head {head[1]}{on_amx})"
 
 
-def _tile_for_amx(model, layers: list[tuple[Projection, torch.Tensor, str]]) -> bool:
-    """Tile the Q4_1 blocks for the AMX kernel (Projection.weight_q4_tiles) where the model
-    runs its steps on bf16 copies (which the tiles decode to) and AMX is granted here."""
-    if not (layers[0][2] == "Q4_1" and model.bf16_min_rows is not None
+def _tile_for_amx(model, projections: list[tuple[Projection, torch.Tensor, str]]) -> bool:
+    """Tile the blocks (Q4_1, or Q8_0) for the AMX kernel (Projection.weight_tiles) where
+    the model runs its steps on bf16 copies (which the tiles decode to) and AMX is granted
+    here."""
+    if not (projections[0][2] in cpu_amx_q4.TILE_BYTES and model.bf16_min_rows is not None
             and cpu_amx_q4.available()
-            and all(cpu_amx_q4.packs(*proj.weight.shape) for proj, _, _ in layers)):
+            and all(cpu_amx_q4.packs(*proj.weight.shape) for proj, _, _ in projections)):
         return False
-    for proj, blocks, _ in layers:
-        proj.weight_q4_tiles = cpu_amx_q4.pack(blocks, proj.in_features)
+    for proj, blocks, gguf_type in projections:
+        proj.weight_tiles = cpu_amx_q4.pack(blocks, proj.in_features, gguf_type)
     return True
 
 

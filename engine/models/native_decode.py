@@ -50,7 +50,7 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
             and model.model.layers[0].self_attn.attn.backend.name == "cpu"):
         return False
     view = _model_view(model)
-    kind = ("weight_q4_tiles" if tiled else "weight_gguf" if gguf_type
+    kind = ("weight_tiles" if tiled else "weight_gguf" if gguf_type
             else "weight_bf16" if bf16 else "weight")
     table = (None if view.dims is None
              else _layer_table(view.sources, kv_caches, kind, gguf_type))
@@ -68,7 +68,7 @@ def _uses_tiles(model, rows: int) -> bool:
     engine/models/gguf_blocks.py tiled them), rather than on the blocks in float32."""
     return (cpu_layers.NATIVE_TILES_MIN_ROWS <= rows <= cpu_layers.NATIVE_TILES_MAX_ROWS
             and model.gguf_layers_type == "Q4_1" and cpu_amx_q4.ENABLED
-            and model.model.layers[0].self_attn.qkv_proj.weight_q4_tiles is not None)
+            and model.model.layers[0].self_attn.qkv_proj.weight_tiles is not None)
 
 
 def native_logits(model, hidden: torch.Tensor) -> torch.Tensor | None:
@@ -144,7 +144,7 @@ def _model_view(model) -> _ModelView:
 def _layer_table(sources: list[tuple[dict, ...]], kv_caches: list[KVCache], kind: str,
                  gguf_type: str | None):
     """The kernel's layer table for the weights of `kind` ("weight", "weight_bf16",
-    "weight_gguf": blocks of gguf_type, or "weight_q4_tiles"), or None when some weight is
+    "weight_gguf": blocks of gguf_type, or "weight_tiles"), or None when some weight is
     missing or in another dtype than the rest, or a tensor is not laid out as the kernel
     reads it. Checked once per set of tensors: a step passing the very same tensors as the
     last of its kind reuses its table (the cache holds the tensors, so their ids cannot be
@@ -167,7 +167,7 @@ def _layer_table(sources: list[tuple[dict, ...]], kv_caches: list[KVCache], kind
     dtype = {"weight": torch.float32, "weight_bf16": torch.bfloat16}.get(kind, torch.uint8)
     layers = _checked_layers(key, dtype)
     table = None if layers is None else cpu_layers.layer_table(
-        layers, gguf_type, tiled=kind == "weight_q4_tiles")
+        layers, gguf_type, tiled=kind == "weight_tiles")
     tables[kind] = (key, table)
     return table
 

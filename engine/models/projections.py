@@ -26,9 +26,10 @@ steps of up to PACKED_MAX_ROWS rows multiply on it: the same products in the sam
 rows on SmolLM2's 30 layers with the weights streamed from memory (23.6 -> 15.9 ms at 64
 rows), and no faster from 512 rows, where the GEMM's own work hides the reorder.
 
-Q4_1 tiles. A GGUF model whose projections keep Q4_1 blocks (gguf_blocks.py) also keeps
-them tiled for kernels/cpu_amx_q4.c, and steps of up to cpu_amx_q4.MAX_ROWS rows multiply
-on those: 5 bits a weight read instead of 16, decoded to the bf16 copy's values exactly
+Tiles. A GGUF model whose projections keep Q4_1 blocks (gguf_blocks.py), or whose head keeps
+Q8_0 blocks, also keeps them tiled for kernels/cpu_amx_q4.c, and steps of up to
+cpu_amx_q4.MAX_ROWS rows multiply on those: 5 (Q4_1) or 8.5 (Q8_0) bits a weight read
+instead of 16, decoded to the bf16 copy's values exactly
 (SmolLM2's 30 layers: 6.3-6.5 ms at 1-16 rows against oneDNN's 11.4-11.8; at 64 rows
 about even, 13.5-16.6 against 16.0).
 """
@@ -58,7 +59,7 @@ class Projection(nn.Linear):
 
     weight_bf16: torch.Tensor | None
     weight_gguf: torch.Tensor | None
-    weight_q4_tiles: torch.Tensor | None
+    weight_tiles: torch.Tensor | None
 
     def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
         super().__init__(in_features, out_features, bias=bias)
@@ -68,10 +69,11 @@ class Projection(nn.Linear):
         # weight_bf16 in oneDNN's blocked layout (an opaque mkldnn tensor), or None. Not a
         # buffer: module.to() and state_dict() must not touch a layout only oneDNN reads.
         self.weight_packed: torch.Tensor | None = None
-        # weight_gguf's Q4_1 blocks tiled for the AMX kernel (kernels/cpu_amx_q4.py), or
-        # None; set by engine/models/gguf_blocks.py. It decodes to weight_bf16 exactly. A
-        # buffer (not in the state dict) so the native layers find it with the others.
-        self.register_buffer("weight_q4_tiles", None, persistent=False)
+        # weight_gguf's blocks (Q4_1 or Q8_0: gguf_type) tiled for the AMX kernel
+        # (kernels/cpu_amx_q4.py), or None; set by engine/models/gguf_blocks.py. It decodes to
+        # weight_bf16 exactly. A buffer (not in the state dict) so the native layers find it
+        # with the others.
+        self.register_buffer("weight_tiles", None, persistent=False)
 
     def keep_bf16_copy(self, keep: bool) -> None:
         """Make (or drop) the bf16 copy of the current weight, and its prepacked twin where
@@ -85,9 +87,9 @@ class Projection(nn.Linear):
         if not bf16 or self.weight_bf16 is None:
             return F.linear(x, self.weight, self.bias)
         x = x.to(torch.bfloat16)
-        if (self.weight_q4_tiles is not None and cpu_amx_q4.ENABLED
+        if (self.weight_tiles is not None and cpu_amx_q4.ENABLED
                 and x.shape[0] <= cpu_amx_q4.MAX_ROWS):
-            out = cpu_amx_q4.matmul(x, self.weight_q4_tiles, self.out_features)
+            out = cpu_amx_q4.matmul(x, self.weight_tiles, self.out_features, self.gguf_type)
         elif self.weight_packed is not None and x.shape[0] <= PACKED_MAX_ROWS:
             out = torch.ops.mkldnn._linear_pointwise(x, self.weight_packed, None, "none", [], "")
         else:

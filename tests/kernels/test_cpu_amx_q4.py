@@ -29,19 +29,23 @@ def amx() -> None:
     require_amx()
 
 
-def q4_blocks(rows: int, cols: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(uint8 Q4_1 blocks [rows, cols / 32 * 20], the float32 weights they decode to)."""
+def q4_blocks(rows: int, cols: int, seed: int,
+              gguf_type: str = "Q4_1") -> tuple[torch.Tensor, torch.Tensor]:
+    """(uint8 blocks of gguf_type [rows, cols / 32 * block bytes], the float32 weights they
+    decode to)."""
+    qtype = getattr(GGMLQuantizationType, gguf_type)
     weights = np.random.default_rng(seed).standard_normal((rows, cols), dtype=np.float32)
-    blocks = quants.quantize(weights, GGMLQuantizationType.Q4_1)
-    decoded = quants.dequantize(blocks, GGMLQuantizationType.Q4_1).astype(np.float32)
+    blocks = quants.quantize(weights, qtype)
+    decoded = quants.dequantize(blocks, qtype).astype(np.float32)
     return torch.from_numpy(blocks), torch.from_numpy(decoded)
 
 
-def test_tiles_hold_the_blocks_weights_exactly():
-    blocks, decoded = q4_blocks(48, 96, seed=0)
-    tiles = cpu_amx_q4.pack(blocks, 96)
-    assert tiles.numel() == 48 // 16 * 96 // 32 * cpu_amx_q4.TILE_BYTES
-    assert torch.equal(cpu_amx_q4.unpack(tiles, 48, 96), decoded)
+@pytest.mark.parametrize("gguf_type", ["Q4_1", "Q8_0"])
+def test_tiles_hold_the_blocks_weights_exactly(gguf_type):
+    blocks, decoded = q4_blocks(48, 96, seed=0, gguf_type=gguf_type)
+    tiles = cpu_amx_q4.pack(blocks, 96, gguf_type)
+    assert tiles.numel() == 48 // 16 * 96 // 32 * cpu_amx_q4.TILE_BYTES[gguf_type]
+    assert torch.equal(cpu_amx_q4.unpack(tiles, 48, 96, gguf_type), decoded)
 
 
 def test_sizes_that_do_not_tile_are_refused():
@@ -51,12 +55,13 @@ def test_sizes_that_do_not_tile_are_refused():
     assert not cpu_amx_q4.packs(40, 64) and cpu_amx_q4.packs(48, 64)
 
 
+@pytest.mark.parametrize("gguf_type", ["Q4_1", "Q8_0"])
 @pytest.mark.parametrize("rows", [1, 7, 16, 17, 33, 48, 64])
-def test_product_equals_onednn_on_the_bf16_weights(amx, rows):
-    blocks, decoded = q4_blocks(64, 160, seed=rows)
-    tiles = cpu_amx_q4.pack(blocks, 160)
+def test_product_equals_onednn_on_the_bf16_weights(amx, rows, gguf_type):
+    blocks, decoded = q4_blocks(64, 160, seed=rows, gguf_type=gguf_type)
+    tiles = cpu_amx_q4.pack(blocks, 160, gguf_type)
     x = torch.randn(rows, 160).to(torch.bfloat16)  # whole 16-row groups: read in place
-    got = cpu_amx_q4.matmul(x, tiles, 64)
+    got = cpu_amx_q4.matmul(x, tiles, 64, gguf_type)
     assert got.dtype == torch.bfloat16 and got.shape == (rows, 64)
     exact = F.linear(x.to(torch.bfloat16).double(), decoded.to(torch.bfloat16).double())
     # float32 sums in another order, then one rounding to bf16 (a relative 2^-8 at most)
@@ -79,7 +84,7 @@ def test_a_gguf_model_multiplies_mid_sized_steps_on_the_tiles(amx, tiny_llama_di
     proj = model.model.layers[0].mlp.gate_up_proj
     assert cpu_amx_q4.packs(*proj.weight.shape)  # the tiny model's sizes tile
     assert "on AMX for steps of <= 64 rows" in described
-    assert torch.equal(cpu_amx_q4.unpack(proj.weight_q4_tiles, *proj.weight.shape),
+    assert torch.equal(cpu_amx_q4.unpack(proj.weight_tiles, *proj.weight.shape),
                        proj.weight)  # the tiles are the model's own weights
     x = torch.randn(12, proj.in_features)
     on_tiles = proj(x, bf16=True)
@@ -88,12 +93,42 @@ def test_a_gguf_model_multiplies_mid_sized_steps_on_the_tiles(amx, tiny_llama_di
                                rtol=2e-2)  # oneDNN on the bf16 copy
     monkeypatch.setattr(cpu_amx_q4, "ENABLED", True)
     other, decoded = q4_blocks(proj.out_features, proj.in_features, seed=3)
-    proj.weight_q4_tiles = cpu_amx_q4.pack(other, proj.in_features)  # the step reads these
+    proj.weight_tiles = cpu_amx_q4.pack(other, proj.in_features)  # the step reads these
     expected = F.linear(x.to(torch.bfloat16), decoded.to(torch.bfloat16))
     torch.testing.assert_close(proj(x, bf16=True).float(), expected.float(), atol=2e-2,
                                rtol=2e-2)
     assert proj(torch.randn(cpu_amx_q4.MAX_ROWS + 1, proj.in_features), bf16=True).shape[0] \
         == cpu_amx_q4.MAX_ROWS + 1  # more rows: oneDNN again
+
+
+def test_the_heads_q8_0_blocks_are_tiled_and_multiply_steps_past_the_native_gemv(
+        amx, tiny_llama_dir, tmp_path, monkeypatch):
+    """The head's Q8_0 blocks tile too: steps of more rows than the native GEMV takes
+    compute their logits on them, within bf16 rounding of oneDNN on the bf16 copy."""
+    from kernels import cpu_layers
+
+    model = load_model(tiny_llama_dir, dtype=torch.float32).model
+    path = quantize_to_gguf(model, tmp_path / "blocks.gguf")  # a Q8_0 head
+    model.keep_bf16_copies(1)
+    assert "(lm_head Q8_0, on AMX)" in attach_gguf_blocks(model, path)
+    head = model.lm_head
+    assert torch.equal(cpu_amx_q4.unpack(head.weight_tiles, *head.weight.shape, "Q8_0"),
+                       head.weight)
+    hidden = torch.randn(cpu_layers.NATIVE_GGUF_LOGITS_MAX_ROWS + 3, head.in_features)
+    calls = []
+    original = cpu_amx_q4.matmul
+
+    def recording(x, tiles, out_features, gguf_type="Q4_1"):
+        calls.append(gguf_type)
+        return original(x, tiles, out_features, gguf_type)
+
+    monkeypatch.setattr(cpu_amx_q4, "matmul", recording)
+    with torch.inference_mode():
+        on_tiles = model.compute_logits(hidden)
+        monkeypatch.setattr(cpu_amx_q4, "ENABLED", False)
+        on_onednn = model.compute_logits(hidden)
+    assert calls == ["Q8_0"]
+    torch.testing.assert_close(on_tiles, on_onednn, atol=2e-2, rtol=2e-2)
 
 
 @pytest.mark.parametrize("rows", [2, 17, 50])
@@ -111,7 +146,7 @@ def test_small_decode_steps_of_a_gguf_model_run_natively_on_the_tiles(amx, tiny_
     path = quantize_to_gguf(model, tmp_path / "blocks.gguf")
     model.keep_bf16_copies(1)
     attach_gguf_blocks(model, path)
-    assert model.model.layers[0].self_attn.qkv_proj.weight_q4_tiles is not None
+    assert model.model.layers[0].self_attn.qkv_proj.weight_tiles is not None
     assert cpu_layers.NATIVE_TILES_MIN_ROWS <= rows <= cpu_layers.NATIVE_TILES_MAX_ROWS
     step = decode_step(model, rows, seed=rows)
     formats = []
