@@ -243,6 +243,28 @@ void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_st
                                        h0, table, ctx[s], scale, oi);
 }
 
+/* Item `it`'s first tile of keys towards the shared cache (T2: L3, which the thread that
+   takes the item reads from, whichever it is), for the item two ahead of the one starting:
+   within an item each tile fetches the next, so without this the first tile of every item
+   waits on memory. */
+void bp_attention_prefetch_item(int64_t it, int64_t items, int64_t per_seq,
+                                const void *k_cache, const void *v_cache, int64_t elem,
+                                int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
+                                int64_t table_stride, const int32_t *seqs, const int32_t *ctx) {
+    if (it >= items) return;
+    const int64_t kv_per_item = kvh / per_seq, i = it / per_seq;
+    const int64_t h0 = (it % per_seq) * kv_per_item, s = seqs[i];
+    const int32_t *table = tables + s * table_stride;
+    const int64_t n = ctx[s] < TILE ? ctx[s] : TILE, row = kvh * d;
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t off = (((int64_t)table[j / bs] * bs + j % bs) * row + h0 * d) * elem;
+        for (int64_t b = 0; b < kv_per_item * d * elem; b += 64) {
+            __builtin_prefetch((const char *)k_cache + off + b, 0, 1); /* locality 1: T2 */
+            __builtin_prefetch((const char *)v_cache + off + b, 0, 1);
+        }
+    }
+}
+
 /* Items per decode: a whole decode (all heads: each K/V row is read once, in order) when
    there are at least 4 decodes per thread; else one KV head of a decode, so that a few
    long decodes still spread over the threads. */
@@ -260,8 +282,12 @@ int bp_decode_attention(const float *q, int64_t q_stride, const void *k_cache,
     const int64_t per_seq = bp_attention_items_per_decode(num_decodes, kvh, num_threads);
     const int64_t items = num_decodes * per_seq;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads) if (num_threads > 1)
-    for (int64_t it = 0; it < items; ++it)
+    for (int64_t it = 0; it < items; ++it) {
+        bp_attention_prefetch_item(it + 2, items, per_seq, k_cache, v_cache,
+                                   cache_is_bf16 ? 2 : 4, kvh, d, bs, tables, table_stride,
+                                   seqs, ctx);
         bp_attention_item(it, per_seq, q, q_stride, k_cache, v_cache, cache_is_bf16, nh, kvh,
                           d, bs, tables, table_stride, seqs, rows, ctx, scale, out);
+    }
     return 0;
 }
