@@ -210,17 +210,13 @@ int bp_q8_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *til
     return amx_matmul(a, M, K, tiles, 1, N, out, num_threads);
 }
 
-/* Row t of in float [T][K] -> out bf16 [T_pad][K], rounded to nearest even (as torch's
-   .to(bfloat16) for finite values); rows T .. T_pad - 1 zero. K % 16 == 0. */
+/* Row t of in float [T][K] -> out bf16 [T_pad][K] (cpu_vector_math.h's narrow: as torch's
+   .to(bfloat16)); rows T .. T_pad - 1 zero. */
 static void row_to_bf16(const float *in, int64_t t, int64_t T, int64_t K, uint16_t *out) {
-    if (t >= T) {
+    if (t < T)
+        narrow(in + t * K, out + t * K, 1, K);
+    else
         memset(out + t * K, 0, (size_t)K * sizeof(uint16_t));
-        return;
-    }
-    for (int64_t k = 0; k < K; k += 16) {
-        const __m512i h = round_bf16(_mm512_loadu_ps(in + t * K + k));
-        _mm256_storeu_si256((__m256i *)(out + t * K + k), _mm512_cvtepi32_epi16(h));
-    }
 }
 
 /* For the native decode layers (cpu_layers.c, weights_format 4), called by every thread of

@@ -247,10 +247,10 @@ void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_st
    takes the item reads from, whichever it is), for the item two ahead of the one starting:
    within an item each tile fetches the next, so without this the first tile of every item
    waits on memory. */
-void bp_attention_prefetch_item(int64_t it, int64_t items, int64_t per_seq,
-                                const void *k_cache, const void *v_cache, int64_t elem,
-                                int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
-                                int64_t table_stride, const int32_t *seqs, const int32_t *ctx) {
+static void prefetch_item(int64_t it, int64_t items, int64_t per_seq,
+                          const void *k_cache, const void *v_cache, int64_t elem, int64_t kvh,
+                          int64_t d, int64_t bs, const int32_t *tables, int64_t table_stride,
+                          const int32_t *seqs, const int32_t *ctx) {
     if (it >= items) return;
     const int64_t kv_per_item = kvh / per_seq, i = it / per_seq;
     const int64_t h0 = (it % per_seq) * kv_per_item, s = seqs[i];
@@ -283,9 +283,8 @@ int bp_decode_attention(const float *q, int64_t q_stride, const void *k_cache,
     const int64_t items = num_decodes * per_seq;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads) if (num_threads > 1)
     for (int64_t it = 0; it < items; ++it) {
-        bp_attention_prefetch_item(it + 2, items, per_seq, k_cache, v_cache,
-                                   cache_is_bf16 ? 2 : 4, kvh, d, bs, tables, table_stride,
-                                   seqs, ctx);
+        prefetch_item(it + 2, items, per_seq, k_cache, v_cache, cache_is_bf16 ? 2 : 4, kvh,
+                      d, bs, tables, table_stride, seqs, ctx);
         bp_attention_item(it, per_seq, q, q_stride, k_cache, v_cache, cache_is_bf16, nh, kvh,
                           d, bs, tables, table_stride, seqs, rows, ctx, scale, out);
     }

@@ -117,15 +117,16 @@ static void NAME(const float *q, const void *kc, const void *vc, int64_t kvh, in
         tile_rows(table, bs, row, h0 * d, k0 + TILE, nn, (const void **)kn,               \
                   (const void **)vn, kc, vc, (int64_t)sizeof(T));                         \
         for (int64_t kv = 0; kv < nq / g; ++kv) { /* the item's KV heads, h0 + kv */      \
-            for (int64_t j = 0; j < n; ++j)                                               \
+            for (int64_t j = 0; j < n; ++j) {                                             \
+                for (int64_t b = 0; j < nn && b < d * (int64_t)sizeof(T); b += 64) {      \
+                    __builtin_prefetch((const char *)(kn[j] + kv * d) + b);               \
+                    __builtin_prefetch((const char *)(vn[j] + kv * d) + b);               \
+                }                                                                         \
                 for (int64_t x = 0; x < d; x += 16) {                                     \
-                    if (j < nn && (x * (int64_t)sizeof(T)) % 64 == 0) {                   \
-                        __builtin_prefetch(kn[j] + kv * d + x);                           \
-                        __builtin_prefetch(vn[j] + kv * d + x);                           \
-                    }                                                                     \
                     _mm512_storeu_ps(kt + j * d + x, ld16_##SUFFIX(kr[j] + kv * d + x));  \
                     _mm512_storeu_ps(vt + j * d + x, ld16_##SUFFIX(vr[j] + kv * d + x));  \
                 }                                                                         \
+            }                                                                             \
             for (int64_t i = kv * g; i < (kv + 1) * g; ++i) {                             \
                 scores_tile(qs + i * d, kt, n, d, p);                                     \
                 float corr, sum;                                                          \

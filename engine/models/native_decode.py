@@ -41,7 +41,8 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
     """x: float32 [T, D] embeddings -> the last layer's output, in place (True); or False
     with nothing done when the step is not one the native layers take."""
     rows, gguf_type = x.shape[0], model.gguf_layers_type
-    tiled = _uses_tiles(model, rows)
+    view = _model_view(model)
+    tiled = _uses_tiles(view, gguf_type, rows)
     max_rows = (cpu_layers.NATIVE_TILES_MAX_ROWS if tiled else cpu_layers.NATIVE_GGUF_MAX_ROWS
                 if gguf_type else cpu_layers.NATIVE_MAX_ROWS)
     if not (cpu_layers.NATIVE_LAYERS and x.device.type == "cpu" and x.dtype == torch.float32
@@ -49,7 +50,6 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
             and meta.num_seqs == rows and x.is_contiguous()
             and model.model.layers[0].self_attn.attn.backend.name == "cpu"):
         return False
-    view = _model_view(model)
     kind = ("weight_tiles" if tiled else "weight_gguf" if gguf_type
             else "weight_bf16" if bf16 else "weight")
     table = (None if view.dims is None
@@ -62,13 +62,14 @@ def run_native_decode(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Te
     return True
 
 
-def _uses_tiles(model, rows: int) -> bool:
+def _uses_tiles(view: _ModelView, gguf_type: str | None, rows: int) -> bool:
     """Whether a step of `rows` decodes multiplies on the layers' Q4_1 AMX tiles
     (cpu_layers.NATIVE_TILES_MIN_ROWS .. NATIVE_TILES_MAX_ROWS rows, where
-    engine/models/gguf_blocks.py tiled them), rather than on the blocks in float32."""
+    engine/models/gguf_blocks.py tiled them), rather than on the blocks in float32. Read
+    from the view's buffer dicts: a module attribute walk costs ~1 us a lookup a step."""
     return (cpu_layers.NATIVE_TILES_MIN_ROWS <= rows <= cpu_layers.NATIVE_TILES_MAX_ROWS
-            and model.gguf_layers_type == "Q4_1" and cpu_amx_q4.ENABLED
-            and model.model.layers[0].self_attn.qkv_proj.weight_tiles is not None)
+            and gguf_type == "Q4_1" and cpu_amx_q4.ENABLED
+            and view.sources[0][1].get("weight_tiles") is not None)  # qkv_proj's buffers
 
 
 def native_logits(model, hidden: torch.Tensor) -> torch.Tensor | None:

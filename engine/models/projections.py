@@ -87,9 +87,9 @@ class Projection(nn.Linear):
         if not bf16 or self.weight_bf16 is None:
             return F.linear(x, self.weight, self.bias)
         x = x.to(torch.bfloat16)
-        if (self.weight_tiles is not None and cpu_amx_q4.ENABLED
-                and x.shape[0] <= cpu_amx_q4.MAX_ROWS):
-            out = cpu_amx_q4.matmul(x, self.weight_tiles, self.out_features, self.gguf_type)
+        tiles = self.weight_tiles  # (a buffer: one nn.Module lookup, not two)
+        if tiles is not None and cpu_amx_q4.ENABLED and x.shape[0] <= cpu_amx_q4.MAX_ROWS:
+            out = cpu_amx_q4.matmul(x, tiles, self.out_features, self.gguf_type)
         elif self.weight_packed is not None and x.shape[0] <= PACKED_MAX_ROWS:
             out = torch.ops.mkldnn._linear_pointwise(x, self.weight_packed, None, "none", [], "")
         else:

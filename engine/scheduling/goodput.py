@@ -28,10 +28,10 @@ token of every stream), and at most MAX_GROWTH x the base target. A grown step's
 budgets (those fitted at start-up, never the operator's) grow by the same factor, up to
 the built-in defaults. Admission sheds (or, with slo_unreachable: defer, defers) a request
 the queue ahead of it already keeps from its TTFT at the largest step (`slo_estimates.py`;
-engine/lanes/admission.py), and a
-prompt whose prefill alone misses the default lane's TTFT goes to the long-context lane
-where that lane's target allows it (`slo_lane`): in the default lane it would miss anyway
-and hold up every request behind it that can still make theirs.
+engine/lanes/admission.py), and a prompt whose prefill alone misses the default lane's TTFT
+goes to the long-context lane where that lane's target allows it (`slo_lane`): in the
+default lane it would miss anyway and hold up every request behind it that can still make
+theirs.
 """
 
 from __future__ import annotations
