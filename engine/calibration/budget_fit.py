@@ -123,7 +123,8 @@ def fit_step_budgets(config: EngineConfig, explicit: set[str], prober: StepProbe
     pool = static.num_kv_blocks * static.block_size
     max_context = min(static.max_model_len, pool)
     probes = measure(prober, target_s, max_tokens=min(live.prefill_chunk_size, max_context),
-                     max_context=max_context, pool_tokens=pool, max_batch=live.max_num_seqs)
+                     max_context=max_context, pool_tokens=pool, max_batch=live.max_num_seqs,
+                     block_size=static.block_size)
     law = fit_law(probes)
     step_tokens = max(law.affordable_chunk(0, target_s - law.fixed_s),
                       law.affordable_chunk(0, law.fixed_s))

@@ -40,11 +40,12 @@ class StepProber(Protocol):
 
 
 def measure(prober: StepProber, target_s: float, *, max_tokens: int, max_context: int,
-            pool_tokens: int, max_batch: int, clock: Callable[[], float] = time.perf_counter,
-            ) -> list[StepProbe]:
+            pool_tokens: int, max_batch: int, block_size: int = 1,
+            clock: Callable[[], float] = time.perf_counter) -> list[StepProbe]:
     """The probe steps of the three families (module docstring); `max_context`: the
-    longest sequence (model length, KV pool), `pool_tokens`: the KV pool's tokens (every
-    decode of a probe has blocks of its own), `max_batch`: the most decodes a step holds."""
+    longest sequence (model length, KV pool), `pool_tokens`: the KV pool's tokens, in
+    blocks of `block_size` (every decode of a probe has whole blocks of its own),
+    `max_batch`: the most decodes a step holds."""
     probes = _prefill_ramp(prober, target_s, max_tokens, clock)
     deep = min(DEEP_CHUNK, max_tokens)
     deepest = min(max_context, MAX_PROBE_CONTEXT) - deep
@@ -53,7 +54,8 @@ def measure(prober: StepProber, target_s: float, *, max_tokens: int, max_context
                       lambda n, s: prober.prefill(s, n),
                       lambda n, s, t: StepProbe(n, chunk_pairs(s, n), 0, t, f"prefill {n} @{s}"))
     batch = max(1, min(DECODE_BATCH, max_batch))
-    longest = min(pool_tokens // batch, max_context, MAX_PROBE_CONTEXT)
+    per_decode = pool_tokens // block_size // batch * block_size  # whole blocks each
+    longest = min(per_decode, max_context, MAX_PROBE_CONTEXT)
     contexts = sorted({max(1, longest // 4), longest})
     probes += _family([(batch, c) for c in contexts], prober.decodes,
                       lambda b, c, t: StepProbe(b, 0, b * c, t, f"decode {b} x {c}"))

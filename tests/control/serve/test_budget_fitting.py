@@ -177,6 +177,14 @@ def test_the_real_runner_probe_fits_the_tiny_model_and_leaves_the_pool_clean(tin
     assert out.token_ids  # the engine runs after the probe
 
 
+def test_decode_probes_fit_a_pool_that_does_not_split_evenly_into_their_batch(tiny_loaded):
+    # 95 blocks over 8 decodes: 190 tokens each would round up to 12 blocks, 96 in all
+    llm = LLM(tiny_loaded, num_kv_blocks=95, max_num_seqs=8, target_step_ms=250)
+    decodes = [p.label for p in llm.step_fit.probes if p.label.startswith("decode")]
+    assert decodes == ["decode 8 x 44", "decode 8 x 176"]  # 11 whole blocks each
+    assert llm.generate([[1, 2, 3]], use_tqdm=False)[0].token_ids
+
+
 def test_the_ready_banner_says_what_was_fitted():
     _, result = fit()
     text = banner("http://127.0.0.1:8000", "smollm2-135m", result.summary())
