@@ -140,8 +140,14 @@ def check_fleet_routing(result: dict) -> None:
     for mode in ("precise", "oracle", "affinity", "random"):
         assert 0.0 <= result[f"{mode}_prefix_hit_rate"] <= 1.0
         assert 0.0 < result[f"{mode}_ttft_p50_s"] <= result[f"{mode}_ttft_p99_s"] < 60
+        # pooled over the rounds it is at least the smallest round's p99
+        assert (result[f"{mode}_ttft_p99_s_range"][0] <= result[f"{mode}_ttft_p99_pooled_s"]
+                < 60)
+    # the pool was sized under the workload's live prefixes: there is pressure
+    assert 0 < result["kv_blocks"] < result["live_blocks"], result
     assert set(result["ratios"]) >= {"prefix_hit_rate:precise/oracle",
-                                     "ttft_p99_s:precise/affinity"}
+                                     "ttft_p99_s:precise/affinity",
+                                     "ttft_p99_pooled_s:precise/affinity"}
     assert all(0 < r < math.inf for r in result["ratios"].values())
     assert result["oracle_decisions"].get("precise", 0) > 0, result["oracle_decisions"]
     for mode in ("precise", "oracle", "affinity", "random"):
