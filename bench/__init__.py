@@ -66,8 +66,9 @@ transformers sides and its --against driver), quantized_models (a model rounded 
 blocks and written as a GGUF, for the block path's smoke runs and tests), poison_requests
 (hostile_traffic's malformed requests, by kind), poison_phase (its A B poison phase),
 raw_http (one request over a raw socket, bytes as given), openvino_peer (cpu_peers' peer:
-its venv, the export and its driver process) and otlp_sink (trace_overhead's OTLP receiver,
-in a process of its own).
+its venv, the export and its driver process), otlp_sink (trace_overhead's OTLP receiver,
+in a process of its own) and fleet_routing_bed (fleet_routing's replicas, ingress and
+workloads).
 
 Nothing here is imported by the engine; the GPU modules import only torch, triton,
 transformers (and what they bring) and this repository.
