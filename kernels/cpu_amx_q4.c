@@ -153,9 +153,8 @@ static void amx_columns(const uint16_t *a, int G, int64_t K, const uint8_t *tile
     _tile_zero(3);
     const uint8_t *tile = tiles + nb * kbs * bytes;
     for (int64_t kb = 0; kb < kbs; ++kb, tile += bytes) {
-        if (kb + 1 < kbs) /* the next tile's cache lines */
-            for (int line = 0; line < bytes; line += 64)
-                _mm_prefetch((const char *)(tile + bytes + line), _MM_HINT_T0);
+        for (int line = 0; line < bytes; line += 64) /* a tile's lines, further on */
+            _mm_prefetch((const char *)(tile + WEIGHT_PREFETCH_BYTES + line), _MM_HINT_T0);
         if (q8)
             decode_tile_q8(tile, b);
         else

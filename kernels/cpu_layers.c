@@ -94,7 +94,11 @@ static inline __attribute__((always_inline)) void dot_rows_##SUFFIX(            
         for (int t = 0; t < N; ++t) acc[m][t] = _mm512_setzero_ps();                      \
     int64_t x = 0;                                                                        \
     for (; x + 16 <= K; x += 16) {                                                        \
-        for (int m = 0; m < M; ++m) wv[m] = LOAD16(w + m * K + x);                        \
+        for (int m = 0; m < M; ++m) {                                                     \
+            const char *ahead = (const char *)(w + m * K + x) + WEIGHT_PREFETCH_BYTES;   \
+            _mm_prefetch(ahead, _MM_HINT_T0);                                             \
+            wv[m] = LOAD16(w + m * K + x);                                                \
+        }                                                                                 \
         for (int t = 0; t < N; ++t) {                                                     \
             const __m512 iv = _mm512_loadu_ps(in + t * K + x);                            \
             for (int m = 0; m < M; ++m) acc[m][t] = _mm512_fmadd_ps(wv[m], iv, acc[m][t]); \

@@ -36,12 +36,13 @@ NATIVE_MAX_ROWS = 4
 NATIVE_GGUF_MAX_ROWS = 7
 # Steps of these many rows run natively on a GGUF model's Q4_1 AMX tiles
 # (Projection.weight_tiles) where it has them: the projections' inputs rounded to bf16 as
-# on the torch side, the rest of the layer in float32. bench/native_layers_ab.py, ms at 1 /
-# 2 / 8 / 16 / 32 / 48 / 64 rows: tiles 10.6 / 11.5 / 14.2 / 17.4 / 24.8 / 34.3 / 45.5, the
-# blocks in float32 10.8 / 12.2 / 18.2 / 30.0 / 51.7 / 80.4 / 105.5, torch on the tiles
-# 15.9 / 16.7 / 18.9 / 22.0 / 29.5 / 38.6 / 46.9. One row stays on the blocks: ~1.02x is
-# not worth single-stream decode leaving float32.
-NATIVE_TILES_MIN_ROWS = 2
+# on the torch side, the rest of the layer in float32. bench/native_layers_ab.py, ms at 2 /
+# 3 / 4 / 8 / 16 / 32 / 64 rows, both reading their weights WEIGHT_PREFETCH_BYTES ahead
+# (kernels/cpu_vector_math.h): tiles 8.2 / 9.2 / 9.5 / 11.2 / 15.0 / 21.8 / 40.8, the
+# blocks in float32 7.8 / 8.9 / 9.9 / 14.5 / - / - / -; before that read-ahead the tiles
+# took 11.5 ms at 2 rows and 45.5 at 64, torch on the tiles 16.7 / 46.9. Up to 3 rows the
+# blocks are faster, and float32.
+NATIVE_TILES_MIN_ROWS = 4
 NATIVE_TILES_MAX_ROWS = MAX_ROWS
 # lm_head through project_rows up to this many rows (native_decode.native_logits), SmolLM2's
 # 57 MB head streamed from memory, ms at 1 / 2 / 4 / 8 rows: the bf16 copy natively 2.6 /

@@ -86,8 +86,11 @@ static inline __attribute__((always_inline)) void dot_rows_q(
     for (int m = 0; m < M; ++m)
         for (int t = 0; t < N; ++t) acc[m][t] = _mm512_setzero_ps();
     for (int64_t x = 0, blk = 0; x < K; x += 32, blk += bytes) {
-        for (int m = 0; m < M; ++m)
+        for (int m = 0; m < M; ++m) { /* (a prefetch past the weights never faults) */
+            _mm_prefetch((const char *)w + m * row_bytes + blk + WEIGHT_PREFETCH_BYTES,
+                         _MM_HINT_T0);
             decode_block_avx512(format, w + m * row_bytes + blk, &lo[m], &hi[m]);
+        }
         for (int t = 0; t < N; ++t) {
             const __m512 a = _mm512_loadu_ps(in + t * K + x);
             const __m512 b = _mm512_loadu_ps(in + t * K + x + 16);

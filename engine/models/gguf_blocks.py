@@ -57,7 +57,9 @@ def attach_gguf_blocks(model, gguf_path: str | Path) -> str | None:
         proj.weight_gguf, proj.gguf_type = blocks, gguf_type
     model.gguf_layers_type = gguf_type
     if gguf_type == "Q4_1" and _tile_for_amx(model, layers):  # the native layers read Q4_1 tiles
-        described = (f"GGUF {gguf_type} blocks for decode steps of 1 row, on AMX for steps of"
+        below = cpu_layers.NATIVE_TILES_MIN_ROWS - 1
+        described = (f"GGUF {gguf_type} blocks for decode steps of"
+                     f" {'1 row' if below == 1 else f'1-{below} rows'}, on AMX for steps of"
                      f" <= {cpu_amx_q4.MAX_ROWS} rows (in the native layers"
                      f" {cpu_layers.NATIVE_TILES_MIN_ROWS}-{cpu_layers.NATIVE_TILES_MAX_ROWS})")
     else:

@@ -131,13 +131,13 @@ def test_the_heads_q8_0_blocks_are_tiled_and_multiply_steps_past_the_native_gemv
     torch.testing.assert_close(on_tiles, on_onednn, atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("rows", [2, 17, 50])
+@pytest.mark.parametrize("rows", [4, 17, 50])
 def test_small_decode_steps_of_a_gguf_model_run_natively_on_the_tiles(amx, tiny_llama_dir,
                                                                         tmp_path, rows):
     """A step of NATIVE_TILES_MIN_ROWS..MAX_ROWS decodes runs the native layers on the tiles
-    (17 rows: two 16-row groups; 50: four). They round only the projections' inputs to
-    bf16, so the step stays within bf16 rounding of the same native layers on the blocks in
-    float32; one row stays on the blocks."""
+    (4 rows: part of one 16-row group; 17: two; 50: four). They round only the projections'
+    inputs to bf16, so the step stays within bf16 rounding of the same native layers on the
+    blocks in float32; a step of fewer rows stays on the blocks."""
     from fixtures.native_steps import decode_step, run
 
     from kernels import cpu_layers
@@ -148,6 +148,7 @@ def test_small_decode_steps_of_a_gguf_model_run_natively_on_the_tiles(amx, tiny_
     attach_gguf_blocks(model, path)
     assert model.model.layers[0].self_attn.qkv_proj.weight_tiles is not None
     assert cpu_layers.NATIVE_TILES_MIN_ROWS <= rows <= cpu_layers.NATIVE_TILES_MAX_ROWS
+    fewer = decode_step(model, cpu_layers.NATIVE_TILES_MIN_ROWS - 1)  # the most the blocks take
     step = decode_step(model, rows, seed=rows)
     formats = []
     original = cpu_layers.decode_layers
@@ -159,10 +160,11 @@ def test_small_decode_steps_of_a_gguf_model_run_natively_on_the_tiles(amx, tiny_
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cpu_layers, "decode_layers", recording)
         tiles = run(model, step, native=True)
-        patch.setattr(cpu_layers, "NATIVE_TILES_MIN_ROWS", rows + 1)
-        patch.setattr(cpu_layers, "NATIVE_GGUF_MAX_ROWS", cpu_layers.MAX_ROWS)
-        blocks = run(model, step, native=True)
-        run(model, decode_step(model, 1), native=True)
+        with pytest.MonkeyPatch.context() as on_blocks:
+            on_blocks.setattr(cpu_layers, "NATIVE_TILES_MIN_ROWS", rows + 1)
+            on_blocks.setattr(cpu_layers, "NATIVE_GGUF_MAX_ROWS", cpu_layers.MAX_ROWS)
+            blocks = run(model, step, native=True)
+        run(model, fewer, native=True)
     assert formats == [cpu_layers.FORMAT_Q4_TILES, cpu_layers.GGUF_FORMATS["Q4_1"],
                        cpu_layers.GGUF_FORMATS["Q4_1"]]
     scale = blocks[0].abs().max()
