@@ -124,17 +124,23 @@ static inline void tile_rows(const int32_t *table, int64_t bs, int64_t row, int6
 
 /* The next tile's rows (keys from .. from + TILE - 1, below ctx), `span` bytes of each,
    towards the cache while this one computes: blocks lie anywhere, so the hardware
-   prefetcher cannot guess them */
+   prefetcher cannot guess them. `shared`: only as far as the cache both threads read
+   (T2), for rows whichever thread may take (prefetch_item). */
 static inline void prefetch_rows(const int32_t *table, int64_t bs, int64_t row, int64_t head,
                                  int64_t from, int64_t ctx, const void *kc, const void *vc,
-                                 int64_t elem, int64_t span) {
+                                 int64_t elem, int64_t span, int shared) {
     if (from >= ctx) return;
     int64_t blk = from / bs, in = from % bs;
     for (int64_t pos = from; pos < from + TILE && pos < ctx; ++pos) {
         const int64_t off = (((int64_t)table[blk] * bs + in) * row + head) * elem;
         for (int64_t b = 0; b < span; b += 64) {
-            __builtin_prefetch((const char *)kc + off + b);
-            __builtin_prefetch((const char *)vc + off + b);
+            if (shared) { /* locality 1: T2 */
+                __builtin_prefetch((const char *)kc + off + b, 0, 1);
+                __builtin_prefetch((const char *)vc + off + b, 0, 1);
+            } else {
+                __builtin_prefetch((const char *)kc + off + b);
+                __builtin_prefetch((const char *)vc + off + b);
+            }
         }
         if (++in == bs) {
             in = 0;
@@ -164,7 +170,7 @@ static inline void tile_setup(const int32_t *table, int64_t bs, int64_t row, int
                               const void **vr, const void *kc, const void *vc, int64_t elem,
                               int64_t cols) {
     tile_rows(table, bs, row, head, k0, n, kr, vr, kc, vc, elem);
-    prefetch_rows(table, bs, row, head, k0 + TILE, ctx, kc, vc, elem, cols * elem);
+    prefetch_rows(table, bs, row, head, k0 + TILE, ctx, kc, vc, elem, cols * elem, 0);
 }
 
 /* An item's end: out = acc / l per query head */
@@ -252,17 +258,9 @@ static void prefetch_item(int64_t it, int64_t items, int64_t per_seq,
                           int64_t d, int64_t bs, const int32_t *tables, int64_t table_stride,
                           const int32_t *seqs, const int32_t *ctx) {
     if (it >= items) return;
-    const int64_t kv_per_item = kvh / per_seq, i = it / per_seq;
-    const int64_t h0 = (it % per_seq) * kv_per_item, s = seqs[i];
-    const int32_t *table = tables + s * table_stride;
-    const int64_t n = ctx[s] < TILE ? ctx[s] : TILE, row = kvh * d;
-    for (int64_t j = 0; j < n; ++j) {
-        const int64_t off = (((int64_t)table[j / bs] * bs + j % bs) * row + h0 * d) * elem;
-        for (int64_t b = 0; b < kv_per_item * d * elem; b += 64) {
-            __builtin_prefetch((const char *)k_cache + off + b, 0, 1); /* locality 1: T2 */
-            __builtin_prefetch((const char *)v_cache + off + b, 0, 1);
-        }
-    }
+    const int64_t kv_per_item = kvh / per_seq, s = seqs[it / per_seq];
+    prefetch_rows(tables + s * table_stride, bs, kvh * d, (it % per_seq) * kv_per_item * d, 0,
+                  ctx[s], k_cache, v_cache, elem, kv_per_item * d * elem, 1);
 }
 
 /* Items per decode: a whole decode (all heads: each K/V row is read once, in order) when
