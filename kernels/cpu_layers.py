@@ -31,7 +31,11 @@ MAX_ROWS = 64  # MAX_ROWS of cpu_layers.c: the most rows decode_layers takes
 # copies 20.8 / 22.0 / 23.8 / 25.5 / 27.2: the native bf16 layers win up to 4 rows (1.05x
 # there). On the GGUF blocks, ms at 1 / 4 / 6 / 7 / 8 / 16 rows: native 10.3 / 14.1 / 16.3
 # / 17.1 / 18.5 / 29.0, torch on the AMX kernel 15.4 / 16.6 / 17.2 / 18.0 / 18.4 / 20.9:
-# the blocks natively up to 7 rows (1.05x there, even at 8).
+# the blocks natively up to 7 rows (1.05x there, even at 8). Since the GEMVs read their
+# weights WEIGHT_PREFETCH_BYTES ahead (kernels/cpu_vector_math.h), ms at 1 / 2 / 3 / 4 / 6
+# / 8 rows: native bf16 14.5 / 14.9 / 15.7 / 16.2 / 17.3 / 18.7 against torch on the packed
+# copies 14.7 / 15.7 / 16.3 / 15.9 / 16.7 / 17.4 (even at 4), the blocks natively 7.3 /
+# 8.2 / 10.1 / 10.7 / 12.1 / 14.5, further ahead of torch than before: both bounds stand.
 NATIVE_MAX_ROWS = 4
 NATIVE_GGUF_MAX_ROWS = 7
 # Steps of these many rows run natively on a GGUF model's Q4_1 AMX tiles
