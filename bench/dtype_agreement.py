@@ -10,9 +10,10 @@ tests (tests/llm/helpers.py), each generating --tokens greedy tokens:
     auto one at a time  one prompt per generate call (single-row decode steps)
     auto batched, float32 prefill attention
                         `auto batched` with every prefill chunk in the float32 native
-                        kernel: what the bf16 SDPA route for long chunks
-                        (kernels/cpu_prefill_sdpa.py) costs; the parity prompts are short,
-                        so take --context 300 to send their prefills there
+                        kernel: what the bf16 routes for long chunks cost (the AMX kernel,
+                        kernels/cpu_prefill_amx.py, else torch's bf16 SDPA,
+                        kernels/cpu_prefill_sdpa.py); the parity prompts are short, so take
+                        --context 300 to send their prefills there
     bfloat16 batched    all prompts at once
 
 --context N puts ~N tokens of shared text (a document the prompts ask about) before each
@@ -36,10 +37,10 @@ from bench.offline_throughput import TEXT
 from bench.random_models import run_bench
 from engine.llm import LLM
 from engine.request import SamplingParams
-from kernels import cpu_prefill_sdpa
+from kernels import cpu_prefill_amx, cpu_prefill_sdpa
 from tests.llm.helpers import PROMPTS
 
-# (name, dtype, one prompt at a time, the bf16 SDPA prefill route on)
+# (name, dtype, one prompt at a time, the bf16 prefill routes on: AMX, else SDPA)
 SIDES = (("auto batched", "auto", False, True), ("auto one at a time", "auto", True, True),
          ("auto batched, float32 prefill attention", "auto", False, False),
          ("bfloat16 batched", "bfloat16", False, True))
@@ -59,7 +60,8 @@ def generate(model: str, dtype: str, one_at_a_time: bool, sdpa: bool, tokens: in
              prompts: list[str]) -> list[list[int]]:
     llm = LLM(model, dtype=dtype)
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
-    with mock.patch.object(cpu_prefill_sdpa, "SDPA_PREFILL", sdpa):
+    with mock.patch.object(cpu_prefill_sdpa, "SDPA_PREFILL", sdpa), \
+            mock.patch.object(cpu_prefill_amx, "AMX_PREFILL", sdpa):
         if one_at_a_time:
             return [llm.generate([p], params, use_tqdm=False)[0].token_ids for p in prompts]
         return [out.token_ids for out in llm.generate(prompts, params, use_tqdm=False)]

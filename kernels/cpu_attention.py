@@ -28,13 +28,14 @@ per sequence instead of the batch's longest context: decodes at 100 and 1000 tok
 ~1100 tokens plus under two chunks of padding, not 2000. When every sequence fits in one
 chunk the merge is skipped.
 
-Prefill chunks over a bf16 cache with enough (query, key) pairs go to torch's flash SDPA
-in bf16 (kernels/cpu_prefill_sdpa.py: its GEMMs run on AMX). The others go to the native
-prefill kernel (kernels/cpu_prefill.py) wherever it builds: every chunk of the step in one
-call, reading the paged cache in place. Without it they keep one float32 SDPA call per
-sequence (cpu_prefill_sdpa.chunk_attention: torch's CPU flash kernel), as the reference does:
-padding them into one batch measured 2.5-23x slower on mixed batches (kernels/reference.py
-docstring).
+Prefill chunks over a bf16 cache with enough rows and (query, key) pairs take bf16 products:
+all of a step's in one call to the AMX kernel (kernels/cpu_prefill_amx.py) where it builds,
+else torch's flash SDPA in bf16 per chunk (kernels/cpu_prefill_sdpa.py: its GEMMs run on
+AMX). The others go to the native prefill kernel (kernels/cpu_prefill.py) wherever it
+builds: every chunk of the step in one call, reading the paged cache in place. Without it
+they keep one float32 SDPA call per sequence (cpu_prefill_sdpa.chunk_attention: torch's CPU
+flash kernel), as the reference does: padding them into one batch measured 2.5-23x slower
+on mixed batches (kernels/reference.py docstring).
 
 Everything else computes in float32 (q, K and V are cast after the gather, so a bf16 cache is
 read at half the bytes) and the result is returned in q.dtype.
@@ -45,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels import cpu_prefill, cpu_prefill_sdpa, native_library
+from kernels import cpu_prefill, cpu_prefill_amx, cpu_prefill_sdpa, native_library
 from kernels.cpu_plan import attention_plan
 from kernels.workspace import workspace
 
@@ -94,7 +95,11 @@ def paged_attention(
     # what both native kernels read (q itself when it already is); once for both
     q32 = _float_rows(q) if native_library.load() is not None else q
     prefills = plan.prefills
-    if prefills and cpu_prefill_sdpa.takes(k_cache):  # long chunks: bf16 GEMMs (AMX)
+    if prefills and cpu_prefill_amx.usable(q32, k_cache, v_cache, block_tables):
+        long_chunks, prefills = cpu_prefill_amx.split_chunks(prefills)
+        cpu_prefill_amx.prefill_attention(q32, k_cache, v_cache, block_tables, long_chunks,
+                                          scale, out)
+    elif prefills and cpu_prefill_sdpa.takes(k_cache):  # long chunks: bf16 GEMMs (AMX)
         long_chunks, prefills = cpu_prefill_sdpa.split_chunks(prefills)
         cpu_prefill_sdpa.prefill_attention(q, k_cache, v_cache, block_tables, long_chunks,
                                            scale, out)

@@ -34,27 +34,6 @@ static inline __m512 sum16(__m512 v[16]) {
     return _mm512_permutexvar_ps(order, u);
 }
 
-/* exp(x) for 16 lanes x <= 0: exp_nonpos's range reduction and polynomial, vectorised */
-static inline __m512 exp16_nonpos(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 shifter = _mm512_set1_ps(12582912.0f);
-    const __m512 n = _mm512_sub_ps(
-        _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shifter), shifter);
-    const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f),
-                                     _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x));
-    const __m512 z = _mm512_mul_ps(r, r);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, z, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i bits = _mm512_slli_epi32(
-        _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
-}
-
 /* The online softmax of one tile of n <= 32 scores p, in place: *m (running max) becomes
    max(*m, the tile's), p[j] = exp(p[j] - new max), *sum = their sum and *corr =
    exp(old max - new max), the factor for what was summed before */

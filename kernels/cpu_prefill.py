@@ -43,24 +43,32 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     q float32 [T, nh, d] with heads and d contiguous; out float32 contiguous [T, nh, d];
     the other tensors as `usable` requires. ValueError when a chunk's blocks are not all
     inside the cache (torch would raise IndexError; C would read out of bounds)."""
-    chunks = np.asarray(prefills, dtype=np.int64).reshape(-1, 4)  # (C, 4)
-    seqs, lo, hi, ctx = chunks.T
-    if (hi <= lo).any() or (ctx < hi - lo).any():
-        raise ValueError(f"prefill chunks must have rows and see at least their own keys: "
-                         f"{prefills}")
-    _check_blocks(block_tables, seqs, ctx, k_cache.shape[1], k_cache.shape[0])
-    arrays = [torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32))
-              for a in (seqs, lo, hi - lo, ctx)]
+    arrays = chunk_arrays(prefills, block_tables, k_cache.shape[1], k_cache.shape[0])
     num_heads, head_dim = q.shape[1], q.shape[2]
     status = native_library.load().bp_prefill_attention(
         q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(),
-        int(k_cache.dtype == torch.bfloat16), len(chunks), *(a.data_ptr() for a in arrays),
+        int(k_cache.dtype == torch.bfloat16), len(prefills), *(a.data_ptr() for a in arrays),
         num_heads, k_cache.shape[2], head_dim, k_cache.shape[1], block_tables.data_ptr(),
         block_tables.stride(0), scale, out.data_ptr(), torch.get_num_threads())
     if status != 0:
         raise ValueError(f"{num_heads=}, {head_dim=}: outside the native prefill kernel's "
                          f"limits (head_dim <= {MAX_D}, heads per KV head x head_dim <= "
                          f"{ITEM_MAX})")
+
+
+def chunk_arrays(prefills: list[tuple[int, int, int, int]], block_tables: torch.Tensor,
+                 block_size: int, num_blocks: int) -> list[torch.Tensor]:
+    """The chunks' sequences, first rows, row counts and contexts as int32 arrays for the
+    native kernels, checked: ValueError for a chunk without rows, one that sees fewer keys
+    than its rows, or one whose blocks are not all inside the cache."""
+    chunks = np.asarray(prefills, dtype=np.int64).reshape(-1, 4)  # (C, 4)
+    seqs, lo, hi, ctx = chunks.T
+    if (hi <= lo).any() or (ctx < hi - lo).any():
+        raise ValueError(f"prefill chunks must have rows and see at least their own keys: "
+                         f"{prefills}")
+    _check_blocks(block_tables, seqs, ctx, block_size, num_blocks)
+    return [torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32))
+            for a in (seqs, lo, hi - lo, ctx)]
 
 
 def _check_blocks(block_tables: torch.Tensor, seqs: np.ndarray, ctx: np.ndarray,

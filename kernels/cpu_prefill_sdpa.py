@@ -37,14 +37,17 @@ def takes(k_cache: torch.Tensor) -> bool:
     return SDPA_PREFILL and k_cache.dtype == torch.bfloat16
 
 
-def split_chunks(prefills: tuple[Chunk, ...]) -> tuple[list[Chunk], list[Chunk]]:
-    """(chunks for SDPA, chunks for the native kernel), each in step order."""
+def split_chunks(prefills: tuple[Chunk, ...], min_rows: int = MIN_ROWS,
+                 min_pairs: int = MIN_PAIRS) -> tuple[list[Chunk], list[Chunk]]:
+    """(chunks of at least min_rows rows and min_pairs (query, key) pairs: for SDPA, or
+    another bf16 path with its own bounds; the rest, for the native float32 kernel), each
+    in step order."""
     mine, rest = [], []
     for chunk in prefills:
         _, lo, hi, ctx = chunk
         rows = hi - lo
         pairs = rows * ctx - rows * (rows - 1) // 2  # each row sees its prefix and itself
-        (mine if rows >= MIN_ROWS and pairs >= MIN_PAIRS else rest).append(chunk)
+        (mine if rows >= min_rows and pairs >= min_pairs else rest).append(chunk)
     return mine, rest
 
 

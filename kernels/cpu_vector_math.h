@@ -1,5 +1,5 @@
 /* Math shared by the native kernels (included by cpu_decode.c, cpu_elementwise.c,
-   cpu_layers.c, cpu_quant_dot.c and cpu_amx_q4.c; part of the library's build hash,
+   cpu_layers.c, cpu_quant_dot.c, cpu_amx_q4.c and cpu_prefill_amx.c; part of the library's build hash,
    kernels/native_library.py). */
 
 #ifndef BP_CPU_VECTOR_MATH_H
@@ -61,6 +61,31 @@ static inline float silu(float g) {
     const bits32 numerator = {.u = (one.u & ~negative) | (e.u & negative)};
     return g * (numerator.f / (1.0f + e.f));
 }
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* exp(x) for 16 lanes x <= 0: exp_nonpos's range reduction and polynomial, vectorised */
+static inline __m512 exp16_nonpos(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 shifter = _mm512_set1_ps(12582912.0f);
+    const __m512 n = _mm512_sub_ps(
+        _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shifter), shifter);
+    const __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f),
+                                     _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x));
+    const __m512 z = _mm512_mul_ps(r, r);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, z, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i bits = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
+}
+#endif
 
 /* n floats from float32 (is_bf16 0) or bfloat16 bit patterns (1) */
 static inline void widen(const void *src, int is_bf16, int64_t n, float *restrict dst) {

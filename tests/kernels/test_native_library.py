@@ -16,7 +16,14 @@ from fixtures.native_build import compiler_here, reload_native, require_native
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels import cpu_attention, cpu_plan, cpu_prefill_sdpa, native_library, reference
+from kernels import (
+    cpu_attention,
+    cpu_plan,
+    cpu_prefill_amx,
+    cpu_prefill_sdpa,
+    native_library,
+    reference,
+)
 from tests.kernels.test_cpu_attention import MIXED, TOLERANCE, make_paged
 
 # skips where the library did not build, fails under CI (conftest.py)
@@ -38,8 +45,10 @@ def native_matches_reference(paged, scale=0.125, expect_native=True):
     torch.testing.assert_close(out.float(), expected.float(), atol=tol, rtol=tol)
     wide = [t.float() if t.is_floating_point() and t.dim() == 3 else t for t in paged]
     if q.dtype != torch.float32:  # fp32 q on the bf16 cache: the kernels' own precision
-        # (long prefill chunks on a bf16 cache go to bf16 SDPA: test_cpu_prefill_sdpa.py)
-        with mock.patch.object(cpu_prefill_sdpa, "SDPA_PREFILL", False):
+        # (long prefill chunks on a bf16 cache take bf16 products: test_cpu_prefill_amx.py,
+        # test_cpu_prefill_sdpa.py)
+        with mock.patch.object(cpu_prefill_sdpa, "SDPA_PREFILL", False), \
+                mock.patch.object(cpu_prefill_amx, "AMX_PREFILL", False):
             torch.testing.assert_close(cpu_attention.paged_attention(*wide, scale),
                                        reference.paged_attention(*wide, scale),
                                        atol=2e-5, rtol=2e-5)

@@ -1,0 +1,99 @@
+"""Long prefill chunks on a bf16 cache through the AMX kernel (kernels/cpu_prefill_amx.c):
+equal to the float32 reference within bf16 rounding, with the causal edge where it belongs,
+from position 0 and over a cached prefix, for row counts and contexts that are not whole
+tiles (16 rows, 64 keys). Caches are garbage-filled and block ids shuffled (make_paged), so a
+wrong block, key or padding changes the result far beyond the tolerance. Fails, not skips,
+where the kernel does not build with AMX under CI (this project's CI machine has AMX)."""
+
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import pytest
+import torch
+from test_cpu_attention import make_paged
+
+from kernels import cpu_attention, cpu_prefill_amx, cpu_prefill_sdpa, reference
+
+BF16_TOL = 2e-2  # as test_cpu_prefill_sdpa.py: bf16 q and softmax weights
+
+
+def _require_amx(q, k_cache, v_cache, table):
+    if cpu_prefill_amx.usable(q, k_cache, v_cache, table):
+        return
+    if os.environ.get("CI"):
+        pytest.fail("the AMX prefill kernel does not build or run here")
+    pytest.skip("no AMX on this CPU (or no compiler)")
+
+
+def _bf16(paged):
+    q, k_cache, v_cache, *rest = paged
+    return (q, k_cache.to(torch.bfloat16), v_cache.to(torch.bfloat16), *rest)
+
+
+def _widened(paged):
+    return [t.float() if t.is_floating_point() else t for t in paged]
+
+
+@pytest.mark.parametrize("group,head_dim", [(3, 64), (1, 128), (4, 64)])
+def test_long_chunks_match_the_float32_reference(group, head_dim):
+    # (context, rows): from position 0; over a cached prefix (rows and context past whole
+    # tiles); exactly one tile of rows and keys; then a short chunk and decodes beside them
+    seqs = [(150, 150), (421, 97), (64, 64), (30, 30), (200, 1), (64, 1)]
+    bf16 = _bf16(make_paged(seqs, 16, 2, group, head_dim, torch.float32, seed=group))
+    _require_amx(bf16[0], bf16[1], bf16[2], bf16[3])
+    with mock.patch.object(cpu_prefill_amx, "prefill_attention",
+                           wraps=cpu_prefill_amx.prefill_attention) as amx, \
+            mock.patch.object(cpu_prefill_sdpa, "prefill_attention") as sdpa:
+        out = cpu_attention.paged_attention(*bf16, 0.125)
+    assert [c[2] - c[1] for c in amx.call_args.args[4]] == [150, 97, 64]
+    sdpa.assert_not_called()
+    expected = reference.paged_attention(*_widened(bf16), 0.125)
+    torch.testing.assert_close(out, expected, atol=BF16_TOL, rtol=BF16_TOL)
+    # and no worse than torch's bf16 SDPA on the same chunks
+    with mock.patch.object(cpu_prefill_amx, "AMX_PREFILL", False):
+        sdpa_out = cpu_attention.paged_attention(*bf16, 0.125)
+    rows = slice(0, 311)
+    amx_err = (out[rows] - expected[rows]).abs().max()
+    sdpa_err = (sdpa_out[rows] - expected[rows]).abs().max()
+    assert amx_err <= 2 * sdpa_err, (amx_err, sdpa_err)
+
+
+def test_which_chunks_come_here():
+    fresh = (0, 0, 32, 32)  # 32 rows from position 0: 528 pairs
+    enough = (1, 32, 64, 48)  # 32 rows over 16 cached keys: 1,040 pairs
+    few_rows = (2, 64, 64 + cpu_prefill_amx.MIN_ROWS - 1, 2000)
+    over_prefix = (3, 75, 91, 600)  # 16 rows over 584 cached keys
+    mine, rest = cpu_prefill_amx.split_chunks((fresh, enough, few_rows, over_prefix))
+    assert mine == [enough, over_prefix] and rest == [fresh, few_rows]
+
+
+def test_a_causal_edge_off_by_one_would_show():
+    """Rows from position 0: the first sees one key, so an edge one key off moves the
+    result far past the tolerance (the cache holds a 41st key to be wrongly read)."""
+    paged = _bf16(make_paged([(41, 40)], 16, 1, 3, 64, torch.float32, seed=5))
+    q, k_cache, v_cache, table, _, starts = paged
+    _require_amx(q, k_cache, v_cache, table)
+    out = torch.zeros_like(q)
+    cpu_prefill_amx.prefill_attention(q, k_cache, v_cache, table, [(0, 0, 40, 40)], 0.125,
+                                      out)
+    wide = _widened(paged)
+    for ctx, close in ((40, True), (41, False)):
+        expected = reference.paged_attention(wide[0], wide[1], wide[2], table,
+                                             torch.tensor([ctx], dtype=torch.int32), starts,
+                                             0.125)
+        if close:
+            torch.testing.assert_close(out, expected, atol=BF16_TOL, rtol=BF16_TOL)
+        else:
+            assert (out - expected).abs().max() > 10 * BF16_TOL
+
+
+def test_blocks_outside_the_cache_are_refused():
+    paged = _bf16(make_paged([(100, 100)], 16, 1, 3, 64, torch.float32, seed=1))
+    q, k_cache, v_cache, table, *_ = paged
+    _require_amx(q, k_cache, v_cache, table)
+    table[0, 2] = k_cache.shape[0]
+    with pytest.raises(ValueError, match="block ids"):
+        cpu_prefill_amx.prefill_attention(q, k_cache, v_cache, table, [(0, 0, 100, 100)],
+                                          0.125, torch.zeros_like(q))
