@@ -52,12 +52,6 @@ int bp_add_rmsnorm(float *x, const void *delta, int64_t delta_bf16, const float 
     return 0;
 }
 
-static void silu_mul_row(const float *restrict gate, const float *restrict up, int64_t n,
-                         float *restrict out) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) out[i] = silu(gate[i]) * up[i];
-}
-
 /* out[t, i] = silu(gu[t, i]) * gu[t, I + i]: gu act [T, 2I], out act [T, I]. Returns -1
    (nothing done) when 3I > ROW_MAX (a row's buffer holds gate, up and the product). */
 int bp_silu_mul(const void *gu, int64_t gu_bf16, void *out, int64_t out_bf16, int64_t T,

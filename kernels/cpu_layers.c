@@ -255,10 +255,8 @@ static void layer(const bp_layer *L, const bp_step *s, float *x, float *h, float
     project(L->gate_up_w, fmt, L->gate_up_b, h, T, D, 2 * I, gu, 2 * I, 0, a16);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < T; ++t) {
-        const float *gate = gu + t * 2 * I, *up = gate + I;
-        float *a = act + t * I;
-#pragma omp simd
-        for (int64_t i = 0; i < I; ++i) a[i] = silu(gate[i]) * up[i];
+        const float *gate = gu + t * 2 * I;
+        silu_mul_row(gate, gate + I, I, act + t * I);
     }
     project(L->down_w, fmt, L->down_b, act, T, I, D, x, D, 1, a16);
 }

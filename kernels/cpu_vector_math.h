@@ -40,28 +40,6 @@ static inline float exp_nonpos(float x) {
     return y * scale;
 }
 
-typedef union {
-    float f;
-    uint32_t u;
-} bits32;
-
-/* silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), computed from e = exp(-|g|) (never
-   overflows): sigmoid = 1 / (1 + e) for g >= 0, e / (1 + e) below. Past |g| = 87, e is
-   taken as 0 (the true value is below 1.7e-38, so silu is off by at most |g| * 1.7e-38,
-   and exactly 0 for huge negative g, as float64 gives). A NaN stays NaN. The selects are
-   on the bit patterns (as unsigned ints, -a orders like a for a >= 0): they vectorise. */
-static inline float silu(float g) {
-    const bits32 in = {.f = g}, one = {.f = 1.0f};
-    const uint32_t neg_abs = in.u | 0x80000000u; /* -|g| */
-    const uint32_t far = neg_abs > 0xC2AE0000u ? ~0u : 0u; /* -|g| < -87 (or a NaN) */
-    const bits32 minus_abs = {.u = neg_abs};
-    const bits32 exp_clamped = {.f = exp_nonpos(minus_abs.f)}; /* a NaN in: masked below */
-    const bits32 e = {.u = exp_clamped.u & ~far};
-    const uint32_t negative = (uint32_t)((int32_t)in.u >> 31); /* all ones where g < 0 */
-    const bits32 numerator = {.u = (one.u & ~negative) | (e.u & negative)};
-    return g * (numerator.f / (1.0f + e.f));
-}
-
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
@@ -86,6 +64,58 @@ static inline __m512 exp16_nonpos(__m512 x) {
     return _mm512_mul_ps(y, _mm512_castsi512_ps(bits));
 }
 #endif
+
+typedef union {
+    float f;
+    uint32_t u;
+} bits32;
+
+/* silu(g) = g * sigmoid(g) = g / (1 + exp(-g)), computed from e = exp(-|g|) (never
+   overflows): sigmoid = 1 / (1 + e) for g >= 0, e / (1 + e) below. Past |g| = 87, e is
+   taken as 0 (the true value is below 1.7e-38, so silu is off by at most |g| * 1.7e-38,
+   and exactly 0 for huge negative g, as float64 gives). A NaN stays NaN. The selects are
+   on the bit patterns (as unsigned ints, -a orders like a for a >= 0): they vectorise. */
+static inline float silu(float g) {
+    const bits32 in = {.f = g}, one = {.f = 1.0f};
+    const uint32_t neg_abs = in.u | 0x80000000u; /* -|g| */
+    const uint32_t far = neg_abs > 0xC2AE0000u ? ~0u : 0u; /* -|g| < -87 (or a NaN) */
+    const bits32 minus_abs = {.u = neg_abs};
+    const bits32 exp_clamped = {.f = exp_nonpos(minus_abs.f)}; /* a NaN in: masked below */
+    const bits32 e = {.u = exp_clamped.u & ~far};
+    const uint32_t negative = (uint32_t)((int32_t)in.u >> 31); /* all ones where g < 0 */
+    const bits32 numerator = {.u = (one.u & ~negative) | (e.u & negative)};
+    return g * (numerator.f / (1.0f + e.f));
+}
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+/* silu for 16 lanes, as silu() above except the division: 1 / (1 + e) by VRCP14PS and one
+   Newton step (relative error ~1e-7, where VDIVPS cost a third of a prefill's SwiGLU:
+   silu_mul over SmolLM2's prefill steps 119 ms a run with the division) */
+static inline __m512 silu16(__m512 g) {
+    const __m512 minus_abs = _mm512_or_ps(g, _mm512_set1_ps(-0.0f));
+    const __mmask16 near = _mm512_cmp_ps_mask(minus_abs, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+    const __m512 e = _mm512_maskz_mov_ps(near, exp16_nonpos(minus_abs)); /* 0 far or NaN */
+    const __mmask16 negative = _mm512_movepi32_mask(_mm512_castps_si512(g)); /* sign bit */
+    const __m512 one = _mm512_set1_ps(1.0f);
+    const __m512 numerator = _mm512_mask_mov_ps(one, negative, e);
+    const __m512 den = _mm512_add_ps(one, e); /* in [1, 2] */
+    __m512 r = _mm512_rcp14_ps(den);
+    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(den, r, _mm512_set1_ps(2.0f)));
+    return _mm512_mul_ps(g, _mm512_mul_ps(numerator, r));
+}
+#endif
+
+/* out[i] = silu(gate[i]) * up[i], i < n (SwiGLU's product; cpu_elementwise.c, cpu_layers.c) */
+static inline void silu_mul_row(const float *restrict gate, const float *restrict up,
+                                int64_t n, float *restrict out) {
+    int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(silu16(_mm512_loadu_ps(gate + i)),
+                                                _mm512_loadu_ps(up + i)));
+#endif
+    for (; i < n; ++i) out[i] = silu(gate[i]) * up[i];
+}
 
 /* n floats from float32 (is_bf16 0) or bfloat16 bit patterns (1) */
 static inline void widen(const void *src, int is_bf16, int64_t n, float *restrict dst) {

@@ -48,18 +48,20 @@ def test_silu_mul_is_swiglu(dtype):
                                atol=1e-6, rtol=8e-3)
 
 
-def test_silu_mul_is_accurate_over_the_range_and_at_the_edges():
-    """The kernel's own exp (no libm) against float64 silu: a dense sweep, the clamp's edge
-    (|g| near 87) and far past it; a NaN stays NaN."""
-    sweep = torch.linspace(-40, 40, 20001)
+@pytest.mark.parametrize("width", [1, 48])  # the scalar loop; 16-lane vectors
+def test_silu_mul_is_accurate_over_the_range_and_at_the_edges(width):
+    """The kernel's own exp (no libm) and reciprocal against float64 silu: a dense sweep,
+    the clamp's edge (|g| near 87) and far past it; a NaN stays NaN."""
+    sweep = torch.linspace(-40, 40, 20043)  # with the edges: 437 rows of 48
     edges = torch.tensor([-1e30, -1e4, -100.0, -88.0, -87.5, -87.0, -86.9, -1e-30, -0.0, 0.0,
-                          1e-30, 86.9, 87.0, 88.0, 100.0, 1e4, 1e30])
-    gate = torch.cat((sweep, edges))
-    got = cpu_elementwise.silu_mul(torch.stack((gate, torch.ones_like(gate)), dim=1))  # I = 1
+                          1e-30, 86.9, 87.0, 88.0, 100.0, 1e4, 1e30, 0.5, -0.5, 3.0, -3.0])
+    gate = torch.cat((sweep, edges)).reshape(-1, width)  # I = width
+    got = cpu_elementwise.silu_mul(torch.cat((gate, torch.ones_like(gate)), dim=1))
     expected = F.silu(gate.double()).float()
-    torch.testing.assert_close(got.squeeze(1), expected, atol=1e-30, rtol=2e-6)
-    nan = cpu_elementwise.silu_mul(torch.tensor([[float("nan"), 1.0]]))
-    assert torch.isnan(nan).all()
+    torch.testing.assert_close(got, expected, atol=1e-30, rtol=2e-6)
+    nan = torch.ones(1, 2 * width)
+    nan[0, 0] = float("nan")
+    assert torch.isnan(cpu_elementwise.silu_mul(nan)[0, 0])
 
 
 def test_bf16_outputs_round_to_nearest_even_as_torch():
