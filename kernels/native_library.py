@@ -57,7 +57,7 @@ SOURCES = tuple(Path(__file__).with_name(name) for name in
                 ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c", "cpu_elementwise.c",
                  "cpu_prefill.c", "cpu_prefill_amx.c", "cpu_amx_q4.c", "cpu_amx_tiles.c"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in  # included by the sources
-                ("cpu_vector_math.h", "cpu_decode_tiled.h"))
+                ("cpu_vector_math.h", "cpu_decode_tiled.h", "cpu_prefill_amx_pack.h"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
