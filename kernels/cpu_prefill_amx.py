@@ -57,7 +57,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     """out[lo:hi] = causal attention of q[lo:hi] over sequence s's first `ctx` keys (the
     chunk's own last), for each (s, lo, hi, ctx) of `chunks`, in place; q float32 [T, nh, d],
     out float32 contiguous [T, nh, d], the rest as `usable` requires. ValueError for a
-    chunk whose blocks lie outside the cache; RuntimeError if the kernel refuses."""
+    chunk whose blocks lie outside the cache. Should the kernel refuse after `usable` said
+    yes (its scratch could not be allocated), the chunks take torch's bf16 SDPA instead."""
     if not chunks:
         return
     arrays = chunk_arrays(chunks, block_tables, k_cache.shape[1], k_cache.shape[0])
@@ -67,4 +68,5 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         k_cache.shape[1], block_tables.data_ptr(), block_tables.stride(0), scale,
         out.data_ptr(), torch.get_num_threads())
     if status != 0:  # usable() checked every limit: out of memory, or AMX taken away
-        raise RuntimeError("the AMX prefill kernel refused its chunks")
+        cpu_prefill_sdpa.prefill_attention(q, k_cache, v_cache, block_tables, chunks, scale,
+                                           out)

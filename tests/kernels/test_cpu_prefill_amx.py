@@ -36,12 +36,14 @@ def _widened(paged):
     return [t.float() if t.is_floating_point() else t for t in paged]
 
 
-@pytest.mark.parametrize("group,head_dim", [(3, 64), (1, 128), (4, 64)])
-def test_long_chunks_match_the_float32_reference(group, head_dim):
+@pytest.mark.parametrize("group,head_dim,block_size", [(3, 64, 16), (1, 128, 16), (4, 64, 16),
+                                                      (3, 64, 8), (2, 128, 32)])
+def test_long_chunks_match_the_float32_reference(group, head_dim, block_size):
     # (context, rows): from position 0; over a cached prefix (rows and context past whole
     # tiles); exactly one tile of rows and keys; then a short chunk and decodes beside them
     seqs = [(150, 150), (421, 97), (64, 64), (30, 30), (200, 1), (64, 1)]
-    bf16 = _bf16(make_paged(seqs, 16, 2, group, head_dim, torch.float32, seed=group))
+    bf16 = _bf16(make_paged(seqs, block_size, 2, group, head_dim, torch.float32,
+                            seed=group + block_size))
     _require_amx(bf16[0], bf16[1], bf16[2], bf16[3])
     with mock.patch.object(cpu_prefill_amx, "prefill_attention",
                            wraps=cpu_prefill_amx.prefill_attention) as amx, \
@@ -87,6 +89,25 @@ def test_a_causal_edge_off_by_one_would_show():
             torch.testing.assert_close(out, expected, atol=BF16_TOL, rtol=BF16_TOL)
         else:
             assert (out - expected).abs().max() > 10 * BF16_TOL
+
+
+def test_a_refusing_kernel_leaves_the_chunks_to_sdpa(monkeypatch):
+    """Past `usable`, the kernel refuses only when its scratch cannot be allocated: the
+    chunks then take torch's bf16 SDPA, and the step goes on."""
+    paged = _bf16(make_paged([(100, 100)], 16, 1, 3, 64, torch.float32, seed=2))
+    q, k_cache, v_cache, table, *_ = paged
+    _require_amx(q, k_cache, v_cache, table)
+
+    class Refusing:
+        def __getattr__(self, name):
+            return lambda *args: -1
+
+    monkeypatch.setattr(cpu_prefill_amx.native_library, "load", lambda: Refusing())
+    out = torch.zeros_like(q)
+    cpu_prefill_amx.prefill_attention(q, k_cache, v_cache, table, [(0, 0, 100, 100)], 0.125,
+                                      out)
+    torch.testing.assert_close(out, reference.paged_attention(*_widened(paged), 0.125),
+                               atol=BF16_TOL, rtol=BF16_TOL)
 
 
 def test_blocks_outside_the_cache_are_refused():
