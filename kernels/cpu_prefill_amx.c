@@ -1,9 +1,9 @@
 /* Prefill attention over a bf16 paged KV cache on AMX (built with the other sources by
    kernels/native_library.py; driven by kernels/cpu_prefill_amx.py).
 
-   Why: the float32 prefill kernel (cpu_prefill.c) runs ~90 GFLOP/s on 2 threads, and torch's
-   flash SDPA in bf16 (cpu_prefill_sdpa.py) ~175 on a whole step of SmolLM2 prefills: it
-   gathers each chunk's context out of the cache and pays a call per chunk and layer. Here
+   Why: on a step of SmolLM2 prefills (2 threads) the float32 prefill kernel (cpu_prefill.c)
+   runs ~85 GFLOP/s and torch's flash SDPA in bf16 (cpu_prefill_sdpa.py) ~105: it gathers
+   each chunk's context out of the cache and pays a call per chunk and layer. Here
    both products of a tile run on AMX (TDPBF16PS: bf16 pairs, float32 sums), the softmax in
    AVX-512, and every chunk of the step is one call.
 
