@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu_vector_math.h" /* exp_nonpos, exp16_nonpos, narrow */
+#include "cpu_vector_math.h" /* exp_nonpos, exp16_nonpos */
 
 #define KT 64 /* keys a tile: 4 C tiles of scores, 2 A tiles of weights */
 #define MAX_D 128
@@ -150,10 +150,10 @@ static void item(const float *q, int64_t q_stride, const uint32_t *kp, const uin
     float m[16], l[16], corr[16];
     for (int64_t r = 0; r < 16; ++r) {
         if (r < nr) {
-            float row[MAX_D];
             const float *src = q + (row0 + j0 + r) * q_stride + i * d;
-            for (int64_t x = 0; x < d; ++x) row[x] = src[x] * scale;
-            narrow(row, qa + r * d, 1, d);
+            for (int64_t x = 0; x < d; x += 16) /* rounded to nearest even, as narrow() */
+                _mm256_storeu_si256((__m256i *)(qa + r * d + x), (__m256i)_mm512_cvtneps_pbh(
+                    _mm512_mul_ps(_mm512_loadu_ps(src + x), _mm512_set1_ps(scale))));
         } else {
             memset(qa + r * d, 0, (size_t)d * sizeof(uint16_t));
         }
@@ -195,6 +195,13 @@ static void item(const float *q, int64_t q_stride, const uint32_t *kp, const uin
     }
 }
 
+#define AMX_BUILD 1
+#else
+#define AMX_BUILD 0
+#endif
+
+/* Returns 0, or -1 (nothing written) outside the limits above, when AMX is not granted,
+   or when the packed contexts cannot be allocated. */
 int bp_prefill_attention_amx(const float *q, int64_t q_stride, const uint16_t *k_cache,
                              const uint16_t *v_cache, int64_t num_chunks,
                              const int32_t *chunk_seq, const int32_t *chunk_row,
@@ -202,6 +209,7 @@ int bp_prefill_attention_amx(const float *q, int64_t q_stride, const uint16_t *k
                              int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
                              int64_t table_stride, float scale, float *out,
                              int64_t num_threads) {
+#if AMX_BUILD
     const int64_t g = nh / kvh;
     if ((d != 64 && d != 128) || g * kvh != nh || num_chunks < 1 || !bp_q4_amx_ready())
         return -1;
@@ -252,18 +260,10 @@ int bp_prefill_attention_amx(const float *q, int64_t q_stride, const uint16_t *k
     free(pack);
     free(first);
     return 0;
-}
-#else
-int bp_prefill_attention_amx(const float *q, int64_t q_stride, const uint16_t *k_cache,
-                             const uint16_t *v_cache, int64_t num_chunks,
-                             const int32_t *chunk_seq, const int32_t *chunk_row,
-                             const int32_t *chunk_len, const int32_t *chunk_ctx, int64_t nh,
-                             int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
-                             int64_t table_stride, float scale, float *out,
-                             int64_t num_threads) {
+#else /* no AMX in this build: callers keep torch's SDPA */
     (void)q; (void)q_stride; (void)k_cache; (void)v_cache; (void)num_chunks; (void)chunk_seq;
     (void)chunk_row; (void)chunk_len; (void)chunk_ctx; (void)nh; (void)kvh; (void)d;
     (void)bs; (void)tables; (void)table_stride; (void)scale; (void)out; (void)num_threads;
-    return -1; /* no AMX in this build: callers keep torch's SDPA */
-}
+    return -1;
 #endif
+}
