@@ -1,0 +1,51 @@
+"""Long prompts of SmolLM2 in dtype auto take the AMX prefill kernel (kernels/cpu_prefill_amx.c)
+inside the engine, and their prompt logprobs stay as close to float32's as torch's bf16
+SDPA route keeps them. A kernel wired wrong (a head, a block, a causal edge) moves the
+logprobs by far more than bf16 rounding does (measured: mean |delta| ~0.02 either route)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+from unittest import mock
+
+import pytest
+
+from bench.dtype_agreement import prompts_with_context
+from engine import LLM, SamplingParams
+from engine.models import load_model
+from kernels import cpu_prefill_amx, native_library
+
+PROMPTS = 4
+CONTEXT_TOKENS = 300  # each prompt's prefill: ~330 rows, far past the kernel's bounds
+
+
+def _prompt_logprobs(loaded, prompts: list[str]) -> list[list[float]]:
+    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+    outs = LLM(loaded).generate(prompts, params, use_tqdm=False)
+    return [[lp.logprob for lp in out.prompt_logprobs] for out in outs]
+
+
+def _mean_delta(a: list[list[float]], b: list[list[float]]) -> float:
+    return statistics.mean(abs(x - y) for ra, rb in zip(a, b, strict=True)
+                           for x, y in zip(ra, rb, strict=True))
+
+
+def test_long_prompts_on_the_amx_kernel_keep_float32_prompt_logprobs(smollm2):
+    lib = native_library.load()
+    if lib is None or lib.bp_q4_amx_ready() != 1:
+        if os.environ.get("CI"):
+            pytest.fail("the AMX prefill kernel does not build or run on this CI machine")
+        pytest.skip("no AMX on this CPU (or no compiler)")
+    prompts = prompts_with_context(CONTEXT_TOKENS)[:PROMPTS]
+    reference = _prompt_logprobs(smollm2, prompts)  # float32 model, float32 cache
+    auto = load_model("smollm2-135m", dtype="auto")  # the session's converted GGUF
+    with mock.patch.object(cpu_prefill_amx, "prefill_attention",
+                           wraps=cpu_prefill_amx.prefill_attention) as amx:
+        on_amx = _prompt_logprobs(auto, prompts)
+    assert amx.call_count >= auto.model.num_layers  # every layer of the prefill step
+    with mock.patch.object(cpu_prefill_amx, "AMX_PREFILL", False):
+        on_sdpa = _prompt_logprobs(auto, prompts)
+    amx_delta, sdpa_delta = _mean_delta(on_amx, reference), _mean_delta(on_sdpa, reference)
+    assert amx_delta < 0.05, amx_delta
+    assert amx_delta <= 1.25 * sdpa_delta, (amx_delta, sdpa_delta)
