@@ -27,6 +27,7 @@ from engine.calibration.probe import RunnerProbe
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.execution.model_runner import ModelRunner, auto_num_kv_blocks
+from engine.gc_heap import heap_frozen
 from engine.models import LoadedModel, load_model
 from engine.models.cpu_dtype import parse_dtype
 from engine.output.processor import OutputProcessor, RequestOutput
@@ -154,17 +155,24 @@ class LLM:
         pending = list(range(len(prompts)))[::-1]  # submitted as the queue has room
         bar = tqdm(total=len(prompts), desc="generating", unit="req", disable=not use_tqdm)
         try:
-            while pending or self.engine.has_unfinished_requests():
-                self._submit(pending, ids, prompts, encoded, params)
-                for out in self._step():
-                    results[out.request_id] = out
-                    bar.update(1)
+            with heap_frozen():  # no collection walks the model's objects meanwhile
+                self._drive(pending, ids, prompts, encoded, params, results, bar)
         except PromptRejected:
             self._abandon()  # what this call submitted: the LLM stays usable
             raise
         finally:
             bar.close()
         return [results[i] for i in ids]
+
+    def _drive(self, pending: list[int], ids: list[str], prompts: list[Prompt],
+               encoded: list[list[int]], params: list[SamplingParams],
+               results: dict[str, RequestOutput], bar: tqdm) -> None:
+        """Submit and step until every prompt of the call has finished."""
+        while pending or self.engine.has_unfinished_requests():
+            self._submit(pending, ids, prompts, encoded, params)
+            for out in self._step():
+                results[out.request_id] = out
+                bar.update(1)
 
     def _submit(self, pending: list[int], ids: list[str], prompts: list[Prompt],
                 encoded: list[list[int]], params: list[SamplingParams]) -> None:

@@ -37,6 +37,7 @@ from control.fleet.prefix_keys import PrefixSpec
 from control.fleet.replica import EngineReplica
 from control.fleet.router import RoutingPolicy
 from control.serve.settings import LOOPBACK_HOSTS, ServeSettings
+from engine.gc_heap import freeze_startup_heap
 
 log = logging.getLogger("batchpilot.fleet")
 APP_NAME = "batchpilot-fleet"
@@ -96,6 +97,7 @@ class _ServeReplica(EngineReplica):
     async def __init__(self, settings: ServeSettings, replica_id: int):  # type: ignore[misc]
         super().__init__(settings, replica_id)  # Ray actors may construct asynchronously
         await self.start()
+        freeze_startup_heap()  # an actor process of its own (engine/gc_heap.py)
 
     async def __del__(self) -> None:  # Serve calls it when it stops the replica
         await self.shutdown()

@@ -30,6 +30,7 @@ from control.api.app import create_app
 from control.edge.process import EdgeProcess, remove_socket, socket_path
 from control.serve.settings import KEEP_ALIVE_S, ServeSettings
 from control.serve.state import ServerState
+from engine.gc_heap import freeze_startup_heap
 from engine.scheduling.goodput import describe_policy
 
 log = logging.getLogger("batchpilot.server")
@@ -42,10 +43,13 @@ READY_LINE = "batchpilot: ready"
 
 class DrainingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, state: ServerState, *, announce: bool = True,
-                 edge_uds: str | None = None):
+                 edge_uds: str | None = None, freeze_heap: bool = True):
         super().__init__(config)
         self.state = state
         self.announce = announce
+        # once loaded, the process's heap frozen for its life (engine/gc_heap.py); False for
+        # a server embedded in a process that outlives it (the tests')
+        self.freeze_heap = freeze_heap
         self.edge_uds = edge_uds  # listening there, behind an edge process (control/edge/)
         self.edge: EdgeProcess | None = None
         self.edge_url: str | None = None
@@ -144,6 +148,8 @@ class DrainingServer(uvicorn.Server):
             self.should_exit = True
             return
         self.bound_url = self._bound_url()
+        if self.freeze_heap:
+            freeze_startup_heap()
         if self.announce:
             parts = self.state.engine.parts
             fit = getattr(parts, "step_fit", None)
