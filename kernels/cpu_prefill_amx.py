@@ -46,6 +46,13 @@ def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             and _amx_ready())
 
 
+def serves(kv_dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether a model with this KV cache dtype and head_dim gets this kernel here (what a
+    server's ready line says)."""
+    return (AMX_PREFILL and kv_dtype == torch.bfloat16 and head_dim in HEAD_DIMS
+            and _amx_ready())
+
+
 def _amx_ready() -> bool:
     lib = native_library.load()
     return lib is not None and lib.bp_q4_amx_ready() == 1

@@ -87,6 +87,7 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     from engine.execution.model_runner import ModelRunner
     from engine.llm import build_engine, fit_engine_config, fit_to_runner, fitted_static_fields
     from engine.models import load_model
+    from kernels import cpu_prefill_amx
 
     serving = read_serving_config(settings.config_path)
     if loaded is None:
@@ -114,6 +115,9 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     plan = loaded.dtype_plan
     weights = plan.describe() if plan is not None else str(loaded.dtype).removeprefix("torch.")
     kv = str(runner.kv_dtype).removeprefix("torch.")
+    if runner.device.type == "cpu" and cpu_prefill_amx.serves(runner.kv_dtype,
+                                                              loaded.model.head_dim):
+        kv += " (long prefill chunks' attention on AMX)"
     return EngineParts(engine, OutputProcessor(loaded.tokenizer), frontend, vocab,
                        config.static, serving.profiles, step_fit,
                        f"weights: {weights}; KV cache {kv}", fitted)

@@ -62,6 +62,15 @@ def test_long_chunks_match_the_float32_reference(group, head_dim, block_size):
     assert amx_err <= 2 * sdpa_err, (amx_err, sdpa_err)
 
 
+def test_which_models_it_serves():
+    """What a server's ready line reports: a bf16 cache and head_dim 64 or 128, on AMX."""
+    if not cpu_prefill_amx.serves(torch.bfloat16, 64):
+        _require_amx(*(torch.zeros(1),) * 4)  # fails under CI, skips elsewhere
+    assert cpu_prefill_amx.serves(torch.bfloat16, 128)
+    assert not cpu_prefill_amx.serves(torch.float32, 64)
+    assert not cpu_prefill_amx.serves(torch.bfloat16, 40)
+
+
 def test_which_chunks_come_here():
     fresh = (0, 0, 32, 32)  # 32 rows from position 0: 528 pairs
     enough = (1, 32, 64, 48)  # 32 rows over 16 cached keys: 1,040 pairs

@@ -12,6 +12,7 @@ from control.serve.settings import ServeSettings
 from engine.config import StaticConfig
 from engine.models.cpu_dtype import kv_cache_dtype, resolve_dtype
 from engine.models.projections import Projection
+from kernels import cpu_prefill_amx
 
 
 def test_a_bad_dtype_is_refused_before_anything_loads(capsys):
@@ -66,7 +67,22 @@ def test_the_kv_cache_dtype_reaches_the_caches_and_the_ready_line(kv, tiny_llama
                                                "prefill_chunk_size": 64})
     parts = build_parts(settings)
     assert {k.dtype for k, _ in parts.engine.executor.kv_caches} == {getattr(torch, kv)}
-    assert parts.weights.endswith(f"; KV cache {kv}")
+    assert parts.weights.endswith(f"; KV cache {kv}")  # (head_dim 16: no AMX prefill)
+
+
+def test_the_ready_line_says_when_long_prefills_run_on_amx(tiny_llama_dir, one_torch_thread,
+                                                           monkeypatch):
+    asked = []
+    monkeypatch.setattr(cpu_prefill_amx, "serves",
+                        lambda kv, head_dim: asked.append((kv, head_dim)) or True)
+    settings = ServeSettings(model=str(tiny_llama_dir), device="cpu",
+                             engine_overrides={"kv_cache_dtype": "bfloat16",
+                                               "max_num_batched_tokens": 256,
+                                               "prefill_chunk_size": 64})
+    parts = build_parts(settings)
+    model = parts.engine.executor.loaded.model
+    assert asked == [(torch.bfloat16, model.head_dim)]
+    assert parts.weights.endswith("; KV cache bfloat16 (long prefill chunks' attention on AMX)")
 
 
 def test_a_bad_kv_cache_dtype_is_refused_naming_the_choices():
