@@ -115,8 +115,8 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     plan = loaded.dtype_plan
     weights = plan.describe() if plan is not None else str(loaded.dtype).removeprefix("torch.")
     kv = str(runner.kv_dtype).removeprefix("torch.")
-    if runner.device.type == "cpu" and cpu_prefill_amx.serves(runner.kv_dtype,
-                                                              loaded.model.head_dim):
+    on_cpu = torch.device(runner.device).type == "cpu"
+    if on_cpu and cpu_prefill_amx.serves(runner.kv_dtype, loaded.model.head_dim):
         kv += " (long prefill chunks' attention on AMX)"
     return EngineParts(engine, OutputProcessor(loaded.tokenizer), frontend, vocab,
                        config.static, serving.profiles, step_fit,
