@@ -21,6 +21,7 @@ per live request, at most MAX_CHUNKS each; forgotten after STALE_AFTER_S without
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from control.trace.waits import STALE_AFTER_S, WaitRow, WaitTracker
@@ -69,10 +70,10 @@ def count_decodes(runs: list[Run], token_times: tuple[float, ...]) -> None:
     """Each run's decode steps: its tokens sampled after its prefill's step. A token carries
     its step's end time and the prefill's token its own step's, so none is counted twice;
     counted at the finish from the record instead of a pass over every step's decodes."""
-    for run in runs:
+    for run in runs:  # token_times ascend: two bisections, not a pass over the tokens
         after = run.prefill_end if run.prefill_end is not None else run.start
         end = run.end if run.end is not None else float("inf")
-        run.decode_steps = sum(1 for t in token_times if after < t <= end)
+        run.decode_steps = bisect_right(token_times, end) - bisect_right(token_times, after)
 
 
 @dataclass
