@@ -33,6 +33,7 @@ from control.api.body_limit import BodyLimit
 from control.api.delivery import DeliveryProbe
 from control.api.errors import install_error_handlers
 from control.metrics.gateway import install_gateway_metrics
+from control.metrics.gc_pauses import GcPauses
 from control.metrics.observer import Observer
 from control.metrics.registry import ServingMetrics
 from control.otel.settings import keep
@@ -119,6 +120,8 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
         engine.observer = observer
     install_gateway_metrics(metrics, lambda: engine.parts.static if engine.parts else None,
                             settings.metrics_compat)
+    gc_pauses = GcPauses(settings.model_name)  # timed from start-up to shutdown
+    metrics.add_source(gc_pauses.families)
     state = ServerState(settings, engine, metrics=metrics, observer=engine.observer,
                         trace=writer, delivery=DeliveryProbe(metrics.registry,
                                                              settings.model_name))
@@ -133,6 +136,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if writer is not None:
             writer.start()
+        gc_pauses.start()
         engine.start()
         loop_lag = asyncio.ensure_future(state.delivery.watch_event_loop())
         noted = asyncio.ensure_future(note_step_law(engine, writer)) if writer else None
@@ -156,6 +160,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
                 state.observer.stop()
             if writer is not None:
                 writer.stop()
+            gc_pauses.stop()
 
     app = FastAPI(title="batchpilot", summary="OpenAI-compatible LLM serving",
                   lifespan=lifespan)
