@@ -152,8 +152,11 @@ class ServingMetrics:
     def tenant(self, tenant: str) -> str:
         return tenant if tenant in self.tenants else OTHER
 
-    def lane(self, lane: str) -> str:
-        return lane if lane in self._lanes else OTHER
+    def lane(self, lane: str, reason: str | None = None) -> str:
+        """The lane label: the lane while the live config has it, else "other". A request
+        refused for an unknown lane stays "other" even when a config adding that lane has
+        reached this thread first (the step reporting the refusal may come after it)."""
+        return lane if lane in self._lanes and reason != "unknown_lane" else OTHER
 
     def add_source(self, source: Callable[[], Iterator[Any]]) -> None:
         """Families built at each scrape (e.g. the trace writer's counts)."""
@@ -189,10 +192,10 @@ class ServingMetrics:
             self.prefix_hits.labels(m).inc(r.prefix_hit_tokens)
 
     def observe_request(self, r: RequestRecord) -> None:
-        key = (self.model, self.lane(r.lane), self.tenant(r.tenant))
         outcome = r.outcome
         reason = reason_label(r.finish_reason if outcome == "finished"
                               else r.finish_detail or r.finish_reason)
+        key = (self.model, self.lane(r.lane, reason), self.tenant(r.tenant))
         self.requests.labels(*key, outcome, reason).inc()
         self.prompt_tokens.labels(*key).inc(r.num_prompt_tokens)
         self.generation_tokens.labels(*key).inc(r.num_output_tokens)
@@ -210,7 +213,7 @@ class ServingMetrics:
     def observe_admission(self, d: AdmissionDecision) -> None:
         decision = "admitted" if d.accepted else "rejected"
         reason = reason_label(d.reason) if d.reason else "none"  # admitted: slo_deferred
-        self.admissions.labels(self.model, self.lane(d.lane), self.tenant(d.tenant),
+        self.admissions.labels(self.model, self.lane(d.lane, d.reason), self.tenant(d.tenant),
                                decision, reason).inc()
 
     def set_gauges(self, gauges: EngineGauges) -> None:

@@ -8,10 +8,13 @@ import asyncio
 
 import httpx
 from fixtures.serving import ServerProcess, asgi_client, make_engine, wait_until_idle
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from control.metrics.registry import OUTCOME_REASONS
+from control.metrics.registry import OUTCOME_REASONS, ServingMetrics
 from control.trace.schema import TABLES
+from engine import LLM
+from engine.records import AdmissionDecision
 
 LANES = ("interactive", "long_context", "batch")  # engine.config.default_lanes()
 CONFIG = {"serving": {"num_kv_blocks": 256, "max_num_seqs": 3, "max_batched_tokens": 96,
@@ -144,3 +147,18 @@ def test_a_lane_is_labelled_only_while_the_live_config_has_it(tiny_loaded, tmp_p
                        outcome="rejected") == [0]
             assert "bulk" not in lanes_of(values, "batchpilot_lane_weight")
     asyncio.run(scenario())
+
+
+def test_a_refusal_for_an_unknown_lane_stays_other_after_a_config_adds_the_lane(tiny_loaded):
+    """The step that reports a refusal can reach the metrics thread after the config change
+    that adds its lane: the refusal is still counted under "other", where it was decided."""
+    metrics = ServingMetrics("tiny")
+    metrics.set_gauges(LLM(tiny_loaded).engine.gauges())  # the default lanes, "batch" among them
+    assert metrics.lane("batch") == "batch"
+    assert metrics.lane("batch", "unknown_lane") == "other"
+    metrics.observe_admission(AdmissionDecision(False, "r1", "unknown_lane", lane="batch"))
+    values = samples(generate_latest(metrics.registry).decode())
+    assert get(values, "batchpilot_admission_decisions_total", decision="rejected",
+               reason="unknown_lane", lane="other") == [1]
+    assert get(values, "batchpilot_admission_decisions_total", decision="rejected",
+               reason="unknown_lane", lane="batch") == []
