@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels import cpu_prefill_sdpa, native_library
+from kernels import cpu_amx_q4, cpu_prefill_sdpa, native_library
 from kernels.cpu_prefill import chunk_arrays
 
 # False: long chunks take torch's SDPA (A/B runs, the parity tests of that path).
@@ -43,19 +43,14 @@ def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
             and k_cache.is_contiguous() and v_cache.is_contiguous()
             and q.shape[1] % k_cache.shape[2] == 0
             and block_tables.dtype == torch.int32 and block_tables.stride(1) == 1
-            and _amx_ready())
+            and cpu_amx_q4.available())
 
 
 def serves(kv_dtype: torch.dtype, head_dim: int) -> bool:
     """Whether a model with this KV cache dtype and head_dim gets this kernel here (what a
     server's ready line says)."""
     return (AMX_PREFILL and kv_dtype == torch.bfloat16 and head_dim in HEAD_DIMS
-            and _amx_ready())
-
-
-def _amx_ready() -> bool:
-    lib = native_library.load()
-    return lib is not None and lib.bp_q4_amx_ready() == 1
+            and cpu_amx_q4.available())
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -3,28 +3,21 @@ equal to the float32 reference within bf16 rounding, with the causal edge where 
 from position 0 and over a cached prefix, for row counts and contexts that are not whole
 tiles (16 rows, 64 keys). Caches are garbage-filled and block ids shuffled (make_paged), so a
 wrong block, key or padding changes the result far beyond the tolerance. Fails, not skips,
-where the kernel does not build with AMX under CI (this project's CI machine has AMX)."""
+where the kernel does not build with AMX under CI on a CPU with AMX
+(fixtures/native_build.require_amx)."""
 
 from __future__ import annotations
 
-import os
 from unittest import mock
 
 import pytest
 import torch
+from fixtures.native_build import require_amx
 from test_cpu_attention import make_paged
 
 from kernels import cpu_attention, cpu_prefill_amx, cpu_prefill_sdpa, reference
 
 BF16_TOL = 2e-2  # as test_cpu_prefill_sdpa.py: bf16 q and softmax weights
-
-
-def _require_amx(q, k_cache, v_cache, table):
-    if cpu_prefill_amx.usable(q, k_cache, v_cache, table):
-        return
-    if os.environ.get("CI"):
-        pytest.fail("the AMX prefill kernel does not build or run here")
-    pytest.skip("no AMX on this CPU (or no compiler)")
 
 
 def _bf16(paged):
@@ -44,7 +37,7 @@ def test_long_chunks_match_the_float32_reference(group, head_dim, block_size):
     seqs = [(150, 150), (421, 97), (64, 64), (30, 30), (200, 1), (64, 1)]
     bf16 = _bf16(make_paged(seqs, block_size, 2, group, head_dim, torch.float32,
                             seed=group + block_size))
-    _require_amx(bf16[0], bf16[1], bf16[2], bf16[3])
+    require_amx()
     with mock.patch.object(cpu_prefill_amx, "prefill_attention",
                            wraps=cpu_prefill_amx.prefill_attention) as amx, \
             mock.patch.object(cpu_prefill_sdpa, "prefill_attention") as sdpa:
@@ -64,8 +57,8 @@ def test_long_chunks_match_the_float32_reference(group, head_dim, block_size):
 
 def test_which_models_it_serves():
     """What a server's ready line reports: a bf16 cache and head_dim 64 or 128, on AMX."""
-    if not cpu_prefill_amx.serves(torch.bfloat16, 64):
-        _require_amx(*(torch.zeros(1),) * 4)  # fails under CI, skips elsewhere
+    require_amx()
+    assert cpu_prefill_amx.serves(torch.bfloat16, 64)
     assert cpu_prefill_amx.serves(torch.bfloat16, 128)
     assert not cpu_prefill_amx.serves(torch.float32, 64)
     assert not cpu_prefill_amx.serves(torch.bfloat16, 40)
@@ -85,7 +78,7 @@ def test_a_causal_edge_off_by_one_would_show():
     result far past the tolerance (the cache holds a 41st key to be wrongly read)."""
     paged = _bf16(make_paged([(41, 40)], 16, 1, 3, 64, torch.float32, seed=5))
     q, k_cache, v_cache, table, _, starts = paged
-    _require_amx(q, k_cache, v_cache, table)
+    require_amx()
     out = torch.zeros_like(q)
     cpu_prefill_amx.prefill_attention(q, k_cache, v_cache, table, [(0, 0, 40, 40)], 0.125,
                                       out)
@@ -105,7 +98,7 @@ def test_a_refusing_kernel_leaves_the_chunks_to_sdpa(monkeypatch):
     chunks then take torch's bf16 SDPA, and the step goes on."""
     paged = _bf16(make_paged([(100, 100)], 16, 1, 3, 64, torch.float32, seed=2))
     q, k_cache, v_cache, table, *_ = paged
-    _require_amx(q, k_cache, v_cache, table)
+    require_amx()
 
     class Refusing:
         def __getattr__(self, name):
@@ -122,7 +115,7 @@ def test_a_refusing_kernel_leaves_the_chunks_to_sdpa(monkeypatch):
 def test_blocks_outside_the_cache_are_refused():
     paged = _bf16(make_paged([(100, 100)], 16, 1, 3, 64, torch.float32, seed=1))
     q, k_cache, v_cache, table, *_ = paged
-    _require_amx(q, k_cache, v_cache, table)
+    require_amx()
     table[0, 2] = k_cache.shape[0]
     with pytest.raises(ValueError, match="block ids"):
         cpu_prefill_amx.prefill_attention(q, k_cache, v_cache, table, [(0, 0, 100, 100)],

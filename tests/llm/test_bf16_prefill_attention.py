@@ -5,16 +5,15 @@ logprobs by far more than bf16 rounding does (measured: mean |delta| ~0.02 eithe
 
 from __future__ import annotations
 
-import os
 import statistics
 from unittest import mock
 
-import pytest
+from fixtures.native_build import require_amx
 
 from bench.dtype_agreement import prompts_with_context
 from engine import LLM, SamplingParams
 from engine.models import load_model
-from kernels import cpu_prefill_amx, native_library
+from kernels import cpu_prefill_amx
 
 PROMPTS = 4
 CONTEXT_TOKENS = 300  # each prompt's prefill: ~330 rows, far past the kernel's bounds
@@ -32,11 +31,7 @@ def _mean_delta(a: list[list[float]], b: list[list[float]]) -> float:
 
 
 def test_long_prompts_on_the_amx_kernel_keep_float32_prompt_logprobs(smollm2):
-    lib = native_library.load()
-    if lib is None or lib.bp_q4_amx_ready() != 1:
-        if os.environ.get("CI"):
-            pytest.fail("the AMX prefill kernel does not build or run on this CI machine")
-        pytest.skip("no AMX on this CPU (or no compiler)")
+    require_amx()  # fails under CI on a CPU with AMX, skips elsewhere
     prompts = prompts_with_context(CONTEXT_TOKENS)[:PROMPTS]
     reference = _prompt_logprobs(smollm2, prompts)  # float32 model, float32 cache
     auto = load_model("smollm2-135m", dtype="auto")  # the session's converted GGUF
