@@ -37,13 +37,12 @@ def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
            block_tables: torch.Tensor) -> bool:
     """Whether the kernel takes these tensors as they are: a contiguous bf16 cache, float32
     q with heads and d contiguous, int32 block tables, and a library built with AMX."""
-    return (AMX_PREFILL and q.dtype == torch.float32 and q.stride(2) == 1
-            and q.stride(1) == q.shape[2] and q.shape[2] in HEAD_DIMS
-            and k_cache.dtype == torch.bfloat16 and v_cache.dtype == torch.bfloat16
+    return (q.dtype == torch.float32 and q.stride(2) == 1 and q.stride(1) == q.shape[2]
+            and v_cache.dtype == k_cache.dtype
             and k_cache.is_contiguous() and v_cache.is_contiguous()
             and q.shape[1] % k_cache.shape[2] == 0
             and block_tables.dtype == torch.int32 and block_tables.stride(1) == 1
-            and cpu_amx_q4.available())
+            and serves(k_cache.dtype, q.shape[2]))
 
 
 def serves(kv_dtype: torch.dtype, head_dim: int) -> bool:
