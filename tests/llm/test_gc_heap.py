@@ -50,11 +50,13 @@ def test_generate_runs_on_a_frozen_heap_and_thaws_it_after(llm, monkeypatch, tha
 
 
 def test_a_freeze_of_the_process_own_stays(thawed):
+    # frozen objects the run frees leave the permanent generation, so the count can only be
+    # compared with 0 (what gc.unfreeze leaves), not with the count before
     gc.freeze()
-    before = gc.get_freeze_count()
+    assert gc.get_freeze_count() > 0
     with heap_frozen():
-        assert gc.get_freeze_count() >= before
-    assert gc.get_freeze_count() >= before > 0
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() > 0  # not thawed: the process's freeze, not the call's
 
 
 def test_a_failed_generate_thaws_too(llm, thawed):
