@@ -2,6 +2,7 @@
 capacity, under each way of sizing steps, on the simulated engine with CPU-like step costs.
 
     python -m bench.goodput_policy [--requests 200] [--seeds 3] [--loads 0.7,1.0,1.5]
+                                   [--client-retries 0,2]
     python -m bench.goodput_policy --smoke          # CI: 40 requests, one seed, checks sanity
 
 Sides (each on the same arrivals, prompts and seed):
@@ -23,6 +24,11 @@ are the defaults (interactive: TTFT 5 s, TPOT 0.5 s; prompts of 4,096+ tokens go
 long_context: 30 s, 1 s); the mixed scenario sends every third request to the batch lane
 (no SLO) with 4x its output. Goodput: requests that met their lane's SLO per second of the
 offered arrivals' span (the same window for every side).
+
+Clients (`--client-retries`, each side run once per value): 0, a refusal is final; 2, the
+OpenAI SDK's default (control/loadtest/retries.py): a 429 or 503 is sent again after its
+Retry-After, twice at most. A resent request's TTFT counts from its first send, so a
+request served on its second try meets its SLO only if it still did so from the first.
 """
 
 from __future__ import annotations
@@ -31,10 +37,13 @@ import argparse
 import dataclasses
 import json
 import math
+import random
 import statistics
 
 from tqdm import tqdm
 
+from control.api.errors import REJECTION_STATUS, retry_after
+from control.loadtest.retries import SDK_DEFAULT_RETRIES, ClientRetries
 from engine.calibration.budget_fit import fit_step_budgets
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
@@ -45,7 +54,8 @@ from engine.sim.workload import TraceRequest, TraceScale, load_trace
 
 STATIC = StaticConfig(num_kv_blocks=4096, max_model_len=8192, target_step_ms=250)
 FIXED_BUDGETS = (256, 512, 1024, 2048)
-GOALS = "c >= best other on goodput at every load; at 1.5x c finishes >= 95% of the best"
+GOALS = ("c >= best other on goodput at every load; at 1.5x c finishes >= 95% of the best"
+         " (each with the same clients)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +87,21 @@ def _live(config: EngineConfig, **changes) -> EngineConfig:
     return EngineConfig(config.static, config.live.replace(**changes))
 
 
-def run(side: Side, trace: list[TraceRequest], seed: int, mixed: bool) -> dict:
+def client_retry(retries: int, seed: int):
+    """simulate()'s `retry`: what a client with `retries` does with each refusal, as the
+    server answers it (status and Retry-After: control/api/errors.py)."""
+    policy, rng = ClientRetries(retries), random.Random(seed)
+
+    def retry(decision, sends: int) -> float | None:
+        status = REJECTION_STATUS.get(decision.reason or "", 503)
+        header = retry_after(decision.retry_after_s)["Retry-After"] if status in (429, 503) \
+            else None
+        return policy.delay_s(status, header, sends, rng)
+    return retry
+
+
+def run(side: Side, trace: list[TraceRequest], seed: int, mixed: bool,
+        retries: int = 0) -> dict:
     clock = FakeClock()
     executor = SimulatedExecutor(clock=clock, cost_model=CpuLikeStepCost(seed=seed),
                                  shadow_kv=False)
@@ -86,30 +110,43 @@ def run(side: Side, trace: list[TraceRequest], seed: int, mixed: bool) -> dict:
     route = (lambda i, _: {"lane": "batch"} if i % 3 == 2 else {}) if mixed else None
     result = simulate(engine, clock, trace, route=route, seed=seed, on_step=lambda out: (
         steps.append((out.record.end_time - out.record.start_time, out.record.target_step_s))
-        if out.record is not None and out.record.tokens_used else None))
-    return summarize(side, result, steps)
+        if out.record is not None and out.record.tokens_used else None),
+        retry=client_retry(retries, seed) if retries else None)
+    return {"clients": retries, **summarize(side, trace, result, steps)}
 
 
-def summarize(side: Side, result, steps: list[tuple[float, float | None]]) -> dict:
+def summarize(side: Side, trace: list[TraceRequest], result,
+              steps: list[tuple[float, float | None]]) -> dict:
     live = side.config.live
     records = result.records
     finished = [r for r in records if r.outcome == "finished"]
-    met = [r for r in finished if live.lane_slo(live.lane(r.lane)).met(r.ttft_s, r.tpot_s)]
-    # the same window for every side: the offered arrivals' span (shedding ends a run
-    # sooner, which must not count as goodput)
-    arrivals = [r.arrival_time for r in records] + [d.arrival_time for d in result.rejected]
-    span = max(arrivals) - min(arrivals) if len(arrivals) > 1 else 0.0
+    ttft = {r.request_id: _user_ttft_s(r, result.first_arrival) for r in finished}
+    met = [r for r in finished
+           if live.lane_slo(live.lane(r.lane)).met(ttft[r.request_id], r.tpot_s)]
+    # the same window for every side: the offered arrivals' span, first sends (shedding
+    # ends a run sooner, which must not count as goodput)
+    span = trace[-1].arrival_s - trace[0].arrival_s
     base_s = STATIC.target_step_ms / 1000
     over = [d / base_s for d, _ in steps]
     grown = sum(1 for _, target in steps if target is not None and target > base_s + 1e-9)
-    return {"side": side.name, "goodput_rps": len(met) / span if span > 0 else 0.0,
+    return {"side": side.name, "requests": len(trace),
+            "goodput_rps": len(met) / span if span > 0 else 0.0,
             "met": len(met), "finished": len(finished),
             "shed": sum(d.reason == "slo_unreachable" for d in result.rejected),
             "timeouts": sum(r.outcome == "timeout" for r in records),
-            "ttft_p99_s": _p99([r.ttft_s for r in finished]),
+            "resent": len(result.retried),
+            "ttft_p99_s": _p99(list(ttft.values())),
             "tpot_p99_s": _p99([r.tpot_s for r in finished if r.tpot_s is not None]),
             "step_p99_over_target": _p99(over), "steps": len(steps), "grown_steps": grown,
             "span_s": span, "makespan_s": _makespan(records)}
+
+
+def _user_ttft_s(record, first_arrival: dict[str, float]) -> float | None:
+    """TTFT from the request's first send (its user's wait), resends included."""
+    if record.ttft_s is None:
+        return None
+    return record.ttft_s + record.arrival_time - first_arrival.get(record.request_id,
+                                                                   record.arrival_time)
 
 
 def _makespan(records) -> float:
@@ -141,41 +178,44 @@ def at_load(trace: list[TraceRequest], load: float, capacity: float) -> list[Tra
 
 
 def measure(args: argparse.Namespace) -> list[dict]:
-    """One row per (scenario, load, side, seed)."""
+    """One row per (scenario, load, clients, side, seed)."""
     base = load_trace(limit=args.requests, scale=TraceScale(output_div=args.output_div))
     scenarios = [("replay", False)] + ([("mixed", True)] if args.mixed else [])
     rows = []
-    total = args.seeds * len(args.loads) * len(scenarios) * len(sides(0))
+    total = (args.seeds * len(args.loads) * len(scenarios) * len(sides(0))
+             * len(args.client_retries))
     bar = tqdm(total=total, desc="simulating", unit="run", disable=args.json)
     for seed in range(args.seeds):
         capacity = capacity_rps(base, seed)
         for scenario, mixed in scenarios:
             for load in args.loads:
                 trace = at_load(base, load, capacity)
-                for side in sides(seed):
-                    row = run(side, trace, seed, mixed)
-                    rows.append({"scenario": scenario, "load": load, "seed": seed,
-                                 "capacity_rps": capacity, **row})
-                    bar.update(1)
+                for retries in args.client_retries:
+                    for side in sides(seed):
+                        row = run(side, trace, seed, mixed, retries)
+                        rows.append({"scenario": scenario, "load": load, "seed": seed,
+                                     "capacity_rps": capacity, **row})
+                        bar.update(1)
     bar.close()
     return rows
 
 
 def verdicts(rows: list[dict]) -> list[dict]:
-    """Per scenario and load, medians over seeds, and the goals' ratios."""
+    """Per scenario, load and clients, medians over seeds, and the goals' ratios."""
     out = []
-    keys = sorted({(r["scenario"], r["load"]) for r in rows})
-    for scenario, load in keys:
-        group = [r for r in rows if (r["scenario"], r["load"]) == (scenario, load)]
+    keys = sorted({(r["scenario"], r["load"], r["clients"]) for r in rows})
+    for scenario, load, clients in keys:
+        group = [r for r in rows
+                 if (r["scenario"], r["load"], r["clients"]) == (scenario, load, clients)]
         by_side: dict[str, list[dict]] = {}
         for r in group:
             by_side.setdefault(r["side"], []).append(r)
         med = {name: {k: statistics.median(r[k] for r in rs) for k in (
-            "goodput_rps", "finished", "met", "shed", "timeouts", "ttft_p99_s", "tpot_p99_s",
-            "step_p99_over_target")} for name, rs in by_side.items()}
+            "goodput_rps", "finished", "met", "shed", "timeouts", "resent", "ttft_p99_s",
+            "tpot_p99_s", "step_p99_over_target")} for name, rs in by_side.items()}
         others = [m for name, m in med.items() if not name.startswith("c_")]
         c = med["c_goodput"]
-        out.append({"scenario": scenario, "load": load, "sides": med,
+        out.append({"scenario": scenario, "load": load, "clients": clients, "sides": med,
                     "goodput_c_over_best_other": c["goodput_rps"] / max(
                         max(m["goodput_rps"] for m in others), 1e-9),
                     "finished_c_over_best": c["finished"] / max(
@@ -184,10 +224,12 @@ def verdicts(rows: list[dict]) -> list[dict]:
 
 
 def print_table(summary: list[dict]) -> None:
-    cols = ("goodput_rps", "met", "finished", "shed", "timeouts", "ttft_p99_s", "tpot_p99_s",
-            "step_p99_over_target")
+    cols = ("goodput_rps", "met", "finished", "shed", "timeouts", "resent", "ttft_p99_s",
+            "tpot_p99_s", "step_p99_over_target")
     for v in summary:
-        print(f"\n{v['scenario']} at {v['load']:g}x capacity (medians over seeds)")
+        clients = f"clients resending {v['clients']}x" if v["clients"] else \
+            "refusals final"
+        print(f"\n{v['scenario']} at {v['load']:g}x capacity, {clients} (medians over seeds)")
         print(f"{'side':<11} " + " ".join(f"{c:>12}" for c in cols))
         for name, m in v["sides"].items():
             print(f"{name:<11} " + " ".join(f"{m[c]:>12.3g}" for c in cols))
@@ -198,14 +240,19 @@ def print_table(summary: list[dict]) -> None:
 def check_sane(rows: list[dict]) -> None:
     """What the smoke run asserts: every side ran at every load, figures finite, >= 0."""
     names = {s.name for s in sides(0)}
-    for key in {(r["scenario"], r["load"], r["seed"]) for r in rows}:
-        present = {r["side"] for r in rows if (r["scenario"], r["load"], r["seed"]) == key}
+    def key_of(r: dict) -> tuple:
+        return r["scenario"], r["load"], r["seed"], r["clients"]
+
+    for key in {key_of(r) for r in rows}:
+        present = {r["side"] for r in rows if key_of(r) == key}
         assert present == names, f"{key}: sides {sorted(present)}, expected {sorted(names)}"
     for r in rows:
         for k, v in r.items():
             if isinstance(v, float):
                 assert math.isfinite(v) and v >= 0, f"{r['side']}: {k}={v}"
-        assert r["finished"] + r["shed"] + r["timeouts"] <= r["met"] + 10**9
+        # each offered request ends once, however many times it was sent
+        assert r["finished"] + r["shed"] + r["timeouts"] <= r["requests"], r
+        assert r["clients"] or not r["resent"], f"{r['side']}: resent with no retries"
         assert r["met"] <= r["finished"] and r["capacity_rps"] > 0 and r["steps"] > 0
 
 
@@ -216,11 +263,16 @@ def main() -> None:
     parser.add_argument("--loads", default="0.7,1.0,1.5")
     parser.add_argument("--output-div", type=float, default=4.0,
                         help="the trace's output lengths divided by this (default 4)")
+    parser.add_argument("--client-retries", default=f"0,{SDK_DEFAULT_RETRIES}",
+                        help="comma-separated: how many times clients resend a refused"
+                        f" request (0: never; {SDK_DEFAULT_RETRIES}: the OpenAI SDK's"
+                        " default); each side runs once per value")
     parser.add_argument("--no-mixed", dest="mixed", action="store_false")
     parser.add_argument("--smoke", action="store_true", help="40 requests, one seed, CI")
     parser.add_argument("--json", action="store_true", help="the JSON line only, no table")
     args = parser.parse_args()
     args.loads = [float(x) for x in args.loads.split(",")]
+    args.client_retries = [int(x) for x in args.client_retries.split(",")]
     if args.smoke:
         args.requests, args.seeds, args.loads = 40, 1, [1.0, 1.5]
     rows = measure(args)

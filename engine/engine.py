@@ -116,7 +116,8 @@ class Engine:
                     lane: str | None = None, priority: int = 0, deadline: float | None = None,
                     arrival_time: float | None = None, tokenize_s: float = 0.0,
                     cache_salt: str | None = None, wait_for: str | None = None,
-                    trace: TraceLink | None = None) -> AdmissionDecision:
+                    trace: TraceLink | None = None, resent: bool = False,
+                    ) -> AdmissionDecision:
         """Admit or reject at once. `deadline` is absolute, on the engine clock;
         `cache_salt` puts the request's prefix-cache blocks in the salt's domain instead of
         its tenant's (engine/kv/prefix_hash.py). `arrival_time` (engine clock; default now):
@@ -125,7 +126,8 @@ class Engine:
         spent tokenizing it (recorded in the decision, for the trace's wait reasons).
         `wait_for`: the id of a request with the same prompt (n > 1's first choice); this
         one starts once that one's prompt is computed, from its prefix-cache blocks.
-        `trace`: the caller's distributed trace, carried into the request's records."""
+        `trace`: the caller's distributed trace, carried into the request's records.
+        `resent`: its client was refused before and sends it again (Request.resent)."""
         if request_id in self.requests:
             raise ValueError(f"request_id {request_id!r} is already in use")
         now = self.clock()
@@ -133,7 +135,7 @@ class Engine:
                       arrival_time if arrival_time is not None else now, tenant=tenant,
                       lane=lane or self.route(len(prompt_token_ids), tenant), priority=priority,
                       deadline=deadline, eos_token_id=self.eos_token_id,
-                      cache_salt=cache_salt, trace=trace,
+                      cache_salt=cache_salt, trace=trace, resent=resent,
                       wait_for=self.requests.get(wait_for) if wait_for else None)
         ctx = AdmissionContext(self.live_config, self.static, self.scheduler.lanes,
                                self.block_manager.usage, self.throughput.tokens_per_s, now,

@@ -185,6 +185,10 @@ class Request:
     # Admitted past its lane's TTFT target (slo_unreachable: defer): queued behind every
     # request of its lane that can still meet it (engine/lanes/admission.py, check_slo)
     slo_deferred: bool = False
+    # Its client sent it before and was refused (an SDK's resend): its user has waited
+    # since a send this server never saw, so it counts as past its TTFT target
+    # (engine/lanes/admission.py, check_slo)
+    resent: bool = False
 
     token_ids: list[int] = field(default_factory=list)  # prompt + outputs
     num_prompt_tokens: int = 0

@@ -9,6 +9,10 @@
               (time.time(), seconds)
     timeout   X-Request-Timeout-Ms, capped at the server's max_request_timeout_s (also
               the default): past it the request is aborted as a timeout
+    resent    X-Stainless-Retry-Count > 0: the OpenAI SDK (and the other Stainless SDKs)
+              sends this count on every request; above 0 the client was refused (or cut
+              off) before and sends it again, so its user has been waiting since a send
+              this server never timed (engine Request.resent)
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from control.api.errors import APIError
 MAX_NAME_LEN = 128  # tenant and lane names
 PRIORITY_LIMIT = 2**31  # |priority| below this
 MAX_MS = 7 * 24 * 3600 * 1000  # a week: more is certainly a unit mistake
+MAX_RETRY_COUNT = 1000  # X-Stainless-Retry-Count: an SDK resends a few times, never more
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,7 @@ class RequestMeta:
     timeout_s: float  # from arrival
     arrival_time: float | None = None  # reached the server (engine clock, s): `now`
     tokenize_s: float = 0.0  # spent tokenizing and templating it (set by the route)
+    resent: bool = False  # X-Stainless-Retry-Count > 0
 
 
 def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None, *,
@@ -51,7 +57,10 @@ def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None
     timeout_ms = _int(headers.get("x-request-timeout-ms"), "X-Request-Timeout-Ms", 1, MAX_MS)
     timeout_s = max_timeout_s if timeout_ms is None else min(timeout_ms / 1000.0,
                                                               max_timeout_s)
-    return RequestMeta(tenant, lane, priority or 0, deadline, timeout_s, arrival_time=now)
+    retries = _int(headers.get("x-stainless-retry-count"), "X-Stainless-Retry-Count", 0,
+                   MAX_RETRY_COUNT)
+    return RequestMeta(tenant, lane, priority or 0, deadline, timeout_s, arrival_time=now,
+                       resent=bool(retries))
 
 
 def tenant_of(headers: Mapping[str, str], user: str | None) -> str:

@@ -182,7 +182,8 @@ async def _generate(state: ServerState, request: Request,
                             cache_salt=body.cache_salt, arrival_time=meta.arrival_time,
                             tokenize_s=meta.tokenize_s,
                             timeout_at=None if meta.arrival_time is None
-                            else meta.arrival_time + meta.timeout_s, trace=trace)
+                            else meta.arrival_time + meta.timeout_s, trace=trace,
+                            resent=meta.resent)
     decision, streams = await admit_choices(state.engine, submission, body.n)  # choices.py
     from_decision(fmt, decision, state.engine.live_config)
     if not streams:

@@ -47,12 +47,26 @@ def add_loadtest_parser(sub: Any) -> None:
     p.add_argument("--tokenizer", metavar="MODEL",
                    help="tokenizer for exact prompt lengths (default: the served model)")
     p.add_argument("--timeout", type=float, default=300.0, help="per request, seconds")
+    p.add_argument("--client-retries", type=_client_retries, default=0, metavar="N",
+                   help="send a refused request (429, 503) again after its Retry-After, up"
+                   " to N times, as the OpenAI SDK does (its default is 2); its latencies"
+                   " count from the first send (default %(default)s: a refusal is final)")
     p.add_argument("--out", metavar="DIR", help="write report.md and percentiles.png here")
     p.add_argument("--db", metavar="FILE", help="save results to this DuckDB file")
     p.add_argument("--token-env", default="BATCHPILOT_TOKEN",
                    help="env var with the control API token (for --compare and saving)")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
     p.set_defaults(func=main)
+
+
+def _client_retries(text: str) -> int:
+    from control.loadtest.retries import ClientRetries
+
+    try:
+        return ClientRetries(int(text)).retries
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc) if text.strip().lstrip("-").isdigit()
+                                         else f"not a whole number: {text!r}") from None
 
 
 def parse_compare(specs: list[str] | None) -> list[tuple[str, dict[str, Any] | None]]:
@@ -151,13 +165,15 @@ def _apply(client: Client, name: str, patch: dict[str, Any], scenario: str) -> N
 def _run_one(args, client: Client, planned, prompts, model: str, scenario, label: str):
     from tqdm import tqdm
 
+    from control.loadtest.retries import ClientRetries
     from control.loadtest.runner import run
 
     token = os.environ.get(args.token_env) or None
     with tqdm(total=len(planned), desc=label, unit="req", file=sys.stderr) as bar:
         results, duration = asyncio.run(run(
             args.url, planned, prompts, model=model, concurrency=scenario.concurrency,
-            timeout_s=args.timeout, token=token, on_done=lambda _r: bar.update()))
+            timeout_s=args.timeout, token=token, on_done=lambda _r: bar.update(),
+            retries=ClientRetries(args.client_retries)))
     return results, duration, time.time()
 
 
@@ -179,7 +195,10 @@ def _report(args, client: Client, scenario, configs, runs) -> int:
     else:
         print(text_table(summaries))
     notes = [f"scenario file: {args.scenario}", f"server: {args.url}",
-             f"requests per run: {len(runs[configs[0][0]][0][0])}, rounds: {args.rounds}"]
+             f"requests per run: {len(runs[configs[0][0]][0][0])}, rounds: {args.rounds}",
+             f"client: a refused request sent again up to {args.client_retries} times after"
+             " its Retry-After (the OpenAI SDK's rule), its latencies counted from the first"
+             " send" if args.client_retries else "client: a refusal is final (no resends)"]
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -75,6 +75,13 @@ class Summary:
     slo_met_share: float | None  # of ok requests; None: no SLO or no ok request
     by_lane: dict[str, Summary] = field(default_factory=dict)  # lane None as AUTO_LANE
     by_tenant: dict[str, Summary] = field(default_factory=dict)
+    # sent again after a refusal (--client-retries), and of those, ended ok
+    resent: int = 0
+    resent_ok: int = 0
+    # ok requests meeting every SLO (None: no SLO): side by side at one offered load, the
+    # count to compare; goodput_rps divides it by each side's own duration, which grows
+    # when a side serves late requests at the end
+    slo_met: int | None = None
 
 
 def tpot_s(r: RequestResult) -> float | None:
@@ -93,19 +100,22 @@ def itls_s(r: RequestResult) -> list[float]:
 
 
 def ttft_gap_s(r: RequestResult) -> float | None:
-    """Client TTFT - the server's, seconds; None unless the client timed a first content
-    chunk (a non-streamed ttft_s, or a stream's without text, is the server's own)."""
+    """Client TTFT - the server's, seconds (the server's counts from the last send, the
+    client's from the first: the wait between sends is taken out); None unless the client
+    timed a first content chunk (a non-streamed ttft_s, or a stream's without text, is the
+    server's own)."""
     if not r.planned.stream or not r.chunk_times_s or r.ttft_s is None \
             or r.server_ttft_s is None:
         return None
-    return r.ttft_s - r.server_ttft_s
+    return r.ttft_s - r.last_send_s - r.server_ttft_s
 
 
 def e2e_gap_s(r: RequestResult) -> float | None:
-    """Client E2E - the server's, seconds; None unless both are known."""
+    """Client E2E - the server's (the wait between sends taken out, as for TTFT),
+    seconds; None unless both are known."""
     if r.e2e_s is None or r.server_e2e_s is None:
         return None
-    return r.e2e_s - r.server_e2e_s
+    return r.e2e_s - r.last_send_s - r.server_e2e_s
 
 
 def meets_slo(r: RequestResult, slo: SLO) -> bool:
@@ -168,6 +178,9 @@ def _summarize_group(results: list[RequestResult], duration_s: float, slo: SLO |
                                        if lanes else None),
         goodput_rps=good / duration_s if checked else None,
         slo_met_share=good / len(ok) if checked and ok else None,
+        slo_met=good if checked else None,
+        resent=sum(r.sends > 1 for r in results),
+        resent_ok=sum(r.sends > 1 for r in ok),
     )
 
 
@@ -236,10 +249,13 @@ METRICS: list[tuple[str, str, Callable[[Summary], float | None]]] = [
     ("timeout_rate", "share", lambda s: s.timeout_rate),
     ("cancelled_rate", "share", lambda s: s.cancelled_rate),
     ("error_rate", "share", lambda s: s.error_rate),
+    ("resent", "", lambda s: s.resent),
+    ("resent_ok", "", lambda s: s.resent_ok),
     ("request_rps", "req/s", lambda s: s.request_rps),
     ("output_tps", "tok/s", lambda s: s.output_tps),
     ("total_tps", "tok/s", lambda s: s.total_tps),
     ("goodput_rps", "req/s", lambda s: s.goodput_rps),
+    ("slo_met", "", lambda s: s.slo_met),
     ("slo_met_share", "share", lambda s: s.slo_met_share),
     *_latency_rows(),
 ]

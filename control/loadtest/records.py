@@ -34,7 +34,10 @@ class RequestResult:
     http_status: int | None = None
     error: str = ""  # the server's error code or message, or the client exception
     request_id: str = ""  # the server's id (X-Batchpilot-Request-Id)
-    sent_at: float = 0.0  # wall time the request was sent
+    sent_at: float = 0.0  # wall time the request was (first) sent
+    sends: int = 1  # 1 + the times the client sent it again after a refusal (--client-retries)
+    retry_after: str | None = None  # the last refusal's Retry-After header
+    last_send_s: float = 0.0  # when the last send left, from the first (0: sent once)
     ttft_s: float | None = None  # first content chunk (stream) or whole response
     e2e_s: float | None = None  # last byte
     chunk_times_s: list[float] = field(default_factory=list)  # every content chunk, from send

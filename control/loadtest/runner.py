@@ -8,6 +8,10 @@ non-streaming response carries no per-token timing, so its TTFT is the server's 
 (`batchpilot.timing.ttft_s` in the body) and it contributes no ITL. The server's own
 `ttft_s` and `e2e_s` (the body's, or the last stream chunk's) are kept next to the
 client's, to measure what the server does not see (metrics.ttft_gap_s, e2e_gap_s).
+With `retries` (control/loadtest/retries.py, the OpenAI SDK's rule), a refused request is
+sent again after its Retry-After, holding its place in the client pool meanwhile as an SDK
+call does; its times count from the first send (what its user waits), and `sends` says
+how many it took.
 
     results, duration_s = asyncio.run(run(url, planned, prompts, model="smollm2-135m"))
 """
@@ -16,26 +20,31 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Callable
 
 import httpx
 
 from control.loadtest.records import PlannedRequest, RequestResult
+from control.loadtest.retries import ClientRetries
 
 REJECTED_STATUSES = (429, 503)
+NO_RETRIES = ClientRetries()  # a refusal is final
 
 
 async def run(url: str, planned: list[PlannedRequest], prompts: dict[int, str], *,
               model: str, concurrency: int = 64, timeout_s: float = 300.0,
               token: str | None = None,
               on_done: Callable[[RequestResult], None] | None = None,
+              retries: ClientRetries = NO_RETRIES, seed: int = 0,
               ) -> tuple[list[RequestResult], float]:
     """All results (in plan order) and the wall time from the first send to the last end."""
     limits = httpx.Limits(max_connections=concurrency + 4,
                           max_keepalive_connections=concurrency + 4)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     gate = asyncio.Semaphore(concurrency)
+    rng = random.Random(seed)  # the retries' jitter
     start = time.monotonic()
     # follow_redirects stays False (httpx's default, said here so it is not turned on): a
     # followed redirect would carry the token to wherever the 3xx points
@@ -45,7 +54,8 @@ async def run(url: str, planned: list[PlannedRequest], prompts: dict[int, str], 
         async def one(p: PlannedRequest) -> RequestResult:
             await asyncio.sleep(max(0.0, start + p.arrival_s - time.monotonic()))
             async with gate:
-                result = await send(client, p, prompts[p.index], model, timeout_s)
+                result = await send_until_final(client, p, prompts[p.index], model,
+                                                timeout_s, retries, rng)
             if on_done is not None:
                 on_done(result)
             return result
@@ -65,17 +75,43 @@ def body_for(p: PlannedRequest, prompt: str, model: str) -> dict:
     return body
 
 
-def headers_for(p: PlannedRequest) -> dict[str, str]:
-    headers = {"X-Tenant": p.tenant}
+def headers_for(p: PlannedRequest, resends: int = 0) -> dict[str, str]:
+    """`resends`: sends of this request before this one, in the header the OpenAI SDK
+    sends them in (X-Stainless-Retry-Count; the server counts a resend as late)."""
+    headers = {"X-Tenant": p.tenant, "X-Stainless-Retry-Count": str(resends)}
     if p.lane:
         headers["X-Lane"] = p.lane
     return headers
 
 
+async def send_until_final(client: httpx.AsyncClient, p: PlannedRequest, prompt: str,
+                           model: str, timeout_s: float, retries: ClientRetries,
+                           rng: random.Random) -> RequestResult:
+    """Send `p`, and again while `retries` says a refusal is worth a wait; the last
+    answer, timed from the first send."""
+    sent_at, t0 = time.time(), time.monotonic()
+    for sends in range(1, retries.retries + 2):
+        result = await send(client, p, prompt, model, timeout_s, t0 if sends > 1 else None,
+                            resends=sends - 1)
+        result.sent_at = sent_at
+        if result.outcome != "rejected" or result.http_status is None:
+            return result
+        delay = retries.delay_s(result.http_status, result.retry_after, sends, rng)
+        if delay is None:
+            return result
+        await asyncio.sleep(delay)
+    return result
+
+
 async def send(client: httpx.AsyncClient, p: PlannedRequest, prompt: str, model: str,
-               timeout_s: float) -> RequestResult:
-    result = RequestResult(p, "error", sent_at=time.time())
-    t0 = time.monotonic()
+               timeout_s: float, t0: float | None = None, resends: int = 0) -> RequestResult:
+    """One send, after `resends` earlier ones; its times count from `t0` (monotonic;
+    default now)."""
+    result = RequestResult(p, "error", sent_at=time.time(), sends=resends + 1)
+    now = time.monotonic()
+    if t0 is not None:  # a resend: this send left this long after the first
+        result.last_send_s = now - t0
+    t0 = now if t0 is None else t0
     go = _stream(client, p, prompt, model, result, t0) if p.stream else \
         _whole(client, p, prompt, model, result, t0)
     try:
@@ -97,7 +133,7 @@ async def send(client: httpx.AsyncClient, p: PlannedRequest, prompt: str, model:
 
 async def _whole(client, p, prompt, model, result: RequestResult, t0: float) -> None:
     reply = await client.post("/v1/completions", json=body_for(p, prompt, model),
-                              headers=headers_for(p))
+                              headers=headers_for(p, result.sends - 1))
     result.e2e_s = time.monotonic() - t0
     result.http_status = reply.status_code
     result.request_id = reply.headers.get("x-batchpilot-request-id", "")
@@ -111,7 +147,9 @@ async def _whole(client, p, prompt, model, result: RequestResult, t0: float) -> 
     info = data.get("batchpilot") or {}
     _lane_slo(result, info)
     timing = info.get("timing") or {}
-    result.ttft_s = result.server_ttft_s = timing.get("ttft_s")
+    result.server_ttft_s = timing.get("ttft_s")
+    if result.server_ttft_s is not None:  # the server's, from this send's arrival
+        result.ttft_s = result.last_send_s + result.server_ttft_s
     result.server_e2e_s = timing.get("e2e_s")
     reason = (data.get("choices") or [{}])[0].get("finish_reason")
     result.outcome = "timeout" if reason == "timeout" else "ok"
@@ -119,7 +157,7 @@ async def _whole(client, p, prompt, model, result: RequestResult, t0: float) -> 
 
 async def _stream(client, p, prompt, model, result: RequestResult, t0: float) -> None:
     async with client.stream("POST", "/v1/completions", json=body_for(p, prompt, model),
-                             headers=headers_for(p)) as reply:
+                             headers=headers_for(p, result.sends - 1)) as reply:
         result.http_status = reply.status_code
         result.request_id = reply.headers.get("x-batchpilot-request-id", "")
         if reply.status_code != 200:
@@ -148,8 +186,8 @@ async def _stream(client, p, prompt, model, result: RequestResult, t0: float) ->
             result.server_e2e_s = timing.get("e2e_s", result.server_e2e_s)
         result.e2e_s = time.monotonic() - t0
         if result.ttft_s is None:  # no chunk had text (tokens that decode to nothing)
-            result.ttft_s = result.server_ttft_s if result.server_ttft_s is not None \
-                else result.e2e_s
+            result.ttft_s = result.last_send_s + result.server_ttft_s \
+                if result.server_ttft_s is not None else result.e2e_s
         if not result.output_tokens:
             result.output_tokens = len(result.chunk_times_s)
         result.outcome = "timeout" if reason == "timeout" else "ok"
@@ -158,6 +196,7 @@ async def _stream(client, p, prompt, model, result: RequestResult, t0: float) ->
 def _refused(result: RequestResult, status: int, headers, data: dict) -> None:
     error = data.get("error") or {}
     result.error = error.get("code") or error.get("message") or f"HTTP {status}"
+    result.retry_after = headers.get("retry-after")
     rejected = status in REJECTED_STATUSES or "x-batchpilot-reject-reason" in headers
     result.outcome = "rejected" if rejected else "error"
 

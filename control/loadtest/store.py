@@ -50,6 +50,7 @@ REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cancelled_after_s", "DOUBLE"),  # the planned cancel, for requests that were cancelled
     ("server_ttft_s", "DOUBLE"), ("server_e2e_s", "DOUBLE"),
     ("ttft_gap_s", "DOUBLE"), ("e2e_gap_s", "DOUBLE"),  # client - server
+    ("sends", "BIGINT"),  # 1 + the client's resends after refusals (--client-retries)
 )
 
 _TABLES = {RUNS_TABLE: RUN_COLUMNS, REQUESTS_TABLE: REQUEST_COLUMNS}
@@ -88,7 +89,7 @@ def _request_row(run_id: str, label: str, r: RequestResult) -> dict:
         "itl_max_s": max(itls) if itls else None,
         "cancelled_after_s": p.cancel_after_s if r.outcome == "cancelled" else None,
         "server_ttft_s": r.server_ttft_s, "server_e2e_s": r.server_e2e_s,
-        "ttft_gap_s": ttft_gap_s(r), "e2e_gap_s": e2e_gap_s(r),
+        "ttft_gap_s": ttft_gap_s(r), "e2e_gap_s": e2e_gap_s(r), "sends": r.sends,
     }
 
 

@@ -260,7 +260,8 @@ class AsyncEngine:
                     sub.request_id, sub.prompt_token_ids, sub.params, tenant=sub.tenant,
                     lane=sub.lane, priority=sub.priority, deadline=sub.deadline,
                     cache_salt=sub.cache_salt, arrival_time=sub.arrival_time,
-                    tokenize_s=sub.tokenize_s, wait_for=sub.wait_for, trace=sub.trace)
+                    tokenize_s=sub.tokenize_s, wait_for=sub.wait_for, trace=sub.trace,
+                    resent=sub.resent)
             except Exception as exc:  # e.g. a duplicate request id
                 _call_soon(delivery.loop, resolve, decided, None, exc)
                 return

@@ -36,6 +36,7 @@ class Submission:
     # waited for the engine thread is ended at admission, before any step can run it
     timeout_at: float | None = None
     trace: TraceLink | None = None  # the caller's trace (control/otel/context.py)
+    resent: bool = False  # its client was refused before (X-Stainless-Retry-Count > 0)
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,10 @@ when, so queued, it would not start within its queue timeout, by the queue as it
 by the device time deferred requests have lately got (engine/scheduling/spare_rate.py).
 Deferral finishes more requests and meets fewer SLOs on this CPU (bench/RESULTS.md, "Late
 requests deferred or refused"). `serve` admits it in its place. Retry-After is the
-estimated excess.
+estimated excess. A request its client sends again after a refusal (`Request.resent`, the
+SDKs' X-Stainless-Retry-Count) is past its target already, by its user's clock: under
+`shed` and `defer` it is deferred, whatever the queue (bench/RESULTS.md, "Clients that send
+again").
 """
 
 from __future__ import annotations
@@ -182,12 +185,20 @@ def check_slo(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
     it; `defer` admits it behind every request that can still meet its target while it
     would start before its queue timeout, and refuses it otherwise; `serve` admits it in
     its place. Served in its place it would miss its SLO and take the time of requests
-    that can still meet theirs."""
+    that can still meet theirs. A resent request (Request.resent) counts as past its
+    target whatever the queue, under `shed` and `defer` alike: it is deferred (or refused
+    as above). Its user has waited since a first send this server refused (the SDK waited
+    out the Retry-After), so served in its place it takes the time of requests that can
+    still meet their target; refused again, its client waits once more or gives up."""
     if ctx.live.slo_unreachable == "serve" or ctx.predicted_ttft_s is None:
         return None
     ttft = ctx.live.lane_slo(ctx.lanes[req.lane].config).ttft_s
     predicted = ctx.predicted_ttft_s(req, ctx.now) if ttft is not None else None
-    if predicted is None or predicted <= ttft:
+    if predicted is None:  # no target, or no model to predict by (no law, steps fixed)
+        return None
+    if req.resent and ctx.deferred_start_s is not None:
+        return _defer(req, ctx, ttft, RESENT_WHY)  # its user's wait began before it came
+    if predicted <= ttft:
         return None
     if ctx.live.slo_unreachable == "defer" and ctx.deferred_start_s is not None:
         return _defer(req, ctx, ttft)
@@ -199,25 +210,31 @@ def check_slo(req: Request, ctx: AdmissionContext) -> AdmissionDecision | None:
                    " elsewhere", retry, predicted)
 
 
-def _defer(req: Request, ctx: AdmissionContext, ttft: float) -> AdmissionDecision:
+QUEUE_RULES_IT_OUT = "which the work queued ahead of this request rules out"
+# Why a resent request is deferred whatever the queue (check_slo)
+RESENT_WHY = ("which this request, sent again after a refusal (X-Stainless-Retry-Count),"
+              " has been waiting for since its first send")
+
+
+def _defer(req: Request, ctx: AdmissionContext, ttft: float,
+           why: str = QUEUE_RULES_IT_OUT) -> AdmissionDecision:
     """Admit `req` deferred when it would start within its lane's queue timeout behind the
-    requests that can still meet their target; else refuse it (slo_unreachable)."""
+    requests that can still meet their target; else refuse it (slo_unreachable). `why`:
+    how its target is out of reach, after "a first token within T s (slo.ttft_s), "."""
     timeout_s = ctx.lanes[req.lane].queue_timeout_s(ctx.live)
     start = ctx.deferred_start_s(req, ctx.now) if ctx.deferred_start_s else None
+    aim = f"lane {req.lane!r} aims at a first token within {ttft:g}s (slo.ttft_s), {why}"
     if start is not None and start <= timeout_s:
         return _accept(req, ctx, deferred_why=(
-            f"lane {req.lane!r} aims at a first token within {ttft:g}s (slo.ttft_s), which"
-            f" the work queued ahead of this request rules out: it is served after the"
-            f" requests that can still meet it, shorter prompts first, and starts in an"
-            f" estimated {start:.1f}s (queue timeout {timeout_s:g}s)"))
+            f"{aim}: it is served after the requests that can still meet it, shorter"
+            f" prompts first, and starts in an estimated {start:.1f}s (queue timeout"
+            f" {timeout_s:g}s)"))
     start = start if start is not None else math.inf
     retry = max(1.0, round(start - timeout_s, 1)) if math.isfinite(start) else 1.0
     return _reject(req, "slo_unreachable",
-                   f"lane {req.lane!r} aims at a first token within {ttft:g}s (slo.ttft_s),"
-                   f" which the work queued ahead of this request rules out; queued behind"
-                   f" the requests that can still meet it, it would start in an estimated"
-                   f" {start:.1f}s, past the queue timeout ({timeout_s:g}s); retry later"
-                   " or elsewhere", retry, start)
+                   f"{aim}; queued behind the requests that can still meet it, it would start"
+                   f" in an estimated {start:.1f}s, past the queue timeout ({timeout_s:g}s);"
+                   " retry later or elsewhere", retry, start)
 
 
 SLO_DEFERRED = "slo_deferred"  # an admission's reason: admitted behind those on time

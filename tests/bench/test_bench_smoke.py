@@ -223,6 +223,8 @@ def check_goodput_policy(result: dict) -> None:
     sides = {"a_fitted", "b_law", "c_goodput", "c_defer", "c_noshed", "fixed_256", "fixed_512",
              "fixed_1024", "fixed_2048"}
     assert result["summary"], "no load was run"
+    # clients that take a refusal as final, and clients that resend as the OpenAI SDK does
+    assert {v["clients"] for v in result["summary"]} == {0, 2}, result["summary"]
     for verdict in result["summary"]:
         assert set(verdict["sides"]) == sides, verdict["sides"].keys()
         for side, m in verdict["sides"].items():
@@ -232,6 +234,7 @@ def check_goodput_policy(result: dict) -> None:
             assert math.isfinite(verdict[key]) and verdict[key] > 0, (key, verdict)
     for row in result["rows"]:
         assert row["steps"] > 0 and row["capacity_rps"] > 0, row
+        assert row["clients"] or row["resent"] == 0, row  # nothing resent with no retries
         if row["side"].startswith("c_"):  # the policy's steps: at or above the target
             assert row["step_p99_over_target"] > 0, row
 

@@ -168,3 +168,32 @@ def test_a_deferred_prompt_under_way_runs_after_a_request_that_can_meet_its_ttft
     chunks = [(c.request.request_id, c.num_tokens) for c in outs[-1].prefills]
     assert chunks[0] == ("new", 100), chunks
     assert late.status.name == "RUNNING"  # it yields the step's head, it is not dropped
+
+
+@pytest.mark.parametrize("policy", ["shed", "defer"])
+def test_a_resent_request_is_deferred_behind_the_fresh_ones_whatever_the_queue(policy):
+    """Its user has waited since a refused first send: it starts after the requests that
+    can still meet their target, even where the queue would let it meet its own."""
+    engine, _ = timed_engine(live(slo_unreachable=policy))
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    resent = engine.add_request("again", prompt(0, 600), params, resent=True)
+    fresh = [engine.add_request(f"r{i}", prompt(i + 1, 600), params) for i in range(3)]
+    assert resent.accepted and resent.reason == SLO_DEFERRED
+    assert "sent again after a refusal" in resent.message and "queue timeout" in resent.message
+    assert all(d.accepted and d.reason is None for d in fresh)  # an idle queue: on time
+    records = []
+    while engine.has_unfinished_requests():
+        records += engine.step().finished
+    started = {r.request_id: r.first_scheduled_time for r in records}
+    assert max(started[f"r{i}"] for i in range(3)) <= started["again"]
+    assert {r.outcome for r in records} == {"finished"}
+
+
+@pytest.mark.parametrize("changes", [{"slo_unreachable": "serve"}, {"step_policy": "fixed"}])
+def test_a_resent_request_is_served_in_its_place_when_nothing_is_deferred(changes):
+    """`serve` defers nothing; with steps held to the target there is no model to
+    defer by (nor to refuse by: a resend must never be refused where a first send is not)."""
+    engine, _ = timed_engine(live(**changes))
+    decision = engine.add_request("again", prompt(0, 600), SamplingParams(max_tokens=4),
+                                  resent=True)
+    assert decision.accepted and decision.reason is None

@@ -66,6 +66,8 @@ def test_bad_parameters_are_400(api, path, body, needles, param):
     ({"X-Deadline-Ms": "-5"}, "X-Deadline-Ms=-5 must be in 1.."),
     ({"X-Priority": "high"}, "X-Priority='high' must be an integer"),
     ({"X-Request-Timeout-Ms": "0"}, "X-Request-Timeout-Ms=0 must be in 1.."),
+    ({"X-Stainless-Retry-Count": "again"}, "X-Stainless-Retry-Count='again' must be an"),
+    ({"X-Stainless-Retry-Count": "-1"}, "X-Stainless-Retry-Count=-1 must be in 0..1000"),
     ({"X-Lane": "gold"}, "unknown lane 'gold'; the lanes are: interactive, long_context,"
                          " batch"),
 ])
