@@ -3,8 +3,8 @@ the queue keeps from its lane's TTFT target is admitted behind every request tha
 meet its own, shorter prompts first, and refused only when so queued it would not start
 within its queue timeout, by the queue as it stands or by the device time deferred
 requests have lately got. On the simulated engine whose steps cost what the law says, it
-meets as many SLOs as shedding and finishes more requests (on the real engine it meets
-fewer: bench/RESULTS.md)."""
+meets as many SLOs as shedding and finishes more requests (bench/RESULTS.md has the real
+engine's figures). A client's resend is deferred under shed and defer alike."""
 
 from __future__ import annotations
 
