@@ -9,6 +9,7 @@ simulated clients (bench/goodput_policy.py) share this rule.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -44,10 +45,12 @@ class ClientRetries:
 
 
 def _seconds(value: str | float | None) -> float | None:
-    """A Retry-After in seconds (an HTTP date, or anything else, counts as absent)."""
+    """A Retry-After in seconds; an HTTP date, a number that is not finite or anything
+    else counts as absent (as the SDK reads it)."""
     if value is None:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         return None
+    return seconds if math.isfinite(seconds) else None

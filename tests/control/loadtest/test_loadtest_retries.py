@@ -25,7 +25,7 @@ def test_the_sdk_rule():
     assert two.delay_s(404, None, 1, rng) is None
     assert two.delay_s(429, str(MAX_RETRY_AFTER_S + 1), 1, rng) is None  # longer than it waits
     # no (usable) Retry-After: 0.5 s, then 1 s, less up to a quarter of jitter
-    for header in (None, "Wed, 21 Oct 2026 07:28:00 GMT", "0"):
+    for header in (None, "Wed, 21 Oct 2026 07:28:00 GMT", "0", "inf", "nan"):
         assert 0.375 <= two.delay_s(500, header, 1, rng) <= 0.5
         assert 0.75 <= two.delay_s(429, header, 2, rng) <= 1.0
     assert ClientRetries().delay_s(429, "1", 1, rng) is None  # the default: no resends
