@@ -193,6 +193,7 @@ class RequestRecord:
     decode_time_s: float | None
     token_times: tuple[float, ...] = ()  # when each output token was sampled
     trace: TraceLink | None = None  # the caller's distributed trace (engine/request.py)
+    resent: bool = False  # its client's resend after a refusal (Request.resent)
 
     @property
     def outcome(self) -> str:
@@ -215,7 +216,7 @@ class RequestRecord:
             deadline=req.deadline, queue_delay_s=req.queue_delay_s, ttft_s=req.ttft_s,
             tpot_s=req.tpot_s, e2e_s=req.e2e_s, prefill_time_s=req.prefill_time_s,
             decode_time_s=req.decode_time_s, token_times=tuple(req.token_times),
-            trace=req.trace,
+            trace=req.trace, resent=req.resent,
         )
 
 

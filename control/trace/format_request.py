@@ -53,9 +53,11 @@ def _request_header(tl: dict[str, Any]) -> list[str]:
         others = [r for r in tl.get("trace_requests") or () if r != rec["request_id"]]
         trace = [f"  trace {rec['trace_id']}" + (f" (also: {', '.join(others)})"
                                                   if others else "")]
+    resent = ["  resent: its client sent it again after a refusal (X-Stainless-Retry-Count),"
+              " so it was admitted behind the requests on time"] if rec.get("resent") else []
     return [
         f"request {rec['request_id']}  (run {rec['run_id']}, model {rec['model']})",
-        *trace, *_routed(rec, tl.get("replica")),
+        *trace, *_routed(rec, tl.get("replica")), *resent,
         f"  lane {rec['lane']}, tenant {rec['tenant']}, priority {rec['priority']}",
         f"  outcome {rec['outcome']}" + (f" ({', '.join(why)})" if why else ""),
         f"  tokens: prompt {rec['num_prompt_tokens']}, output {rec['num_output_tokens']},"

@@ -40,6 +40,7 @@ def request_row(run_id: str, model: str, r: RequestRecord, preempted_s: float,
         r.e2e_s, r.prefill_time_s, r.decode_time_s, preempted_s, wait_reasons,
         r.trace.trace_id if r.trace is not None else None,
         *(routing_of(r.trace.attributes) if r.trace is not None else (None, None)),
+        r.resent,
     )
 
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 # 2: steps.fleet_version, steps.predicted_step_s; 3: target_step_s, step_reason;
-# 4: requests.trace_id; 5: requests.routing_reason, routing_matched_blocks
-SCHEMA_VERSION = 5
+# 4: requests.trace_id; 5: requests.routing_reason, routing_matched_blocks;
+# 6: requests.resent
+SCHEMA_VERSION = 6
 
 # type name -> (DuckDB type, Arrow type)
 TYPES: dict[str, tuple[str, pa.DataType]] = {
@@ -94,6 +95,9 @@ REQUESTS = Table("requests", (
     # a fleet replica's: why its ingress sent the request here (control/api/routed.py), and
     # under precise routing the prompt's leading blocks its KV index said this one held
     ("routing_reason", "str"), ("routing_matched_blocks", "int"),  # schema 5
+    # its client's resend after a refusal (X-Stainless-Retry-Count > 0): admitted
+    # deferred (engine/lanes/admission.py); the what-if replays it so; schema 6
+    ("resent", "bool"),
 ), "finished_time")
 
 KV_SNAPSHOTS = Table("kv_snapshots", (

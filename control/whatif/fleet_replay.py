@@ -111,7 +111,7 @@ def replay_fleet(window: Window, config: EngineConfig, model: StepTimeModel, lab
             f"w{i}", prompt,
             SamplingParams(max_tokens=lengths[i], temperature=0.0, ignore_eos=True),
             tenant=r.tenant, lane=r.lane if r.lane in lanes else None, priority=r.priority,
-            deadline=r.deadline, arrival_time=r.arrival_time)
+            deadline=r.deadline, arrival_time=r.arrival_time, resent=r.resent)
     for when, j in sorted(cancels):  # cancels after the last arrival
         fleet[placed[j]].run_until(when, records)
         fleet[placed[j]].engine.abort(f"w{j}")

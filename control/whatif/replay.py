@@ -194,7 +194,8 @@ def _run(window: Window, config: EngineConfig, model: StepTimeModel, label: str,
                 f"w{i}", _prompt(i, r, tenants),
                 SamplingParams(max_tokens=lengths[i], temperature=0.0, ignore_eos=True),
                 tenant=r.tenant, lane=r.lane if r.lane in lanes else None,
-                priority=r.priority, deadline=r.deadline, arrival_time=r.arrival_time)
+                priority=r.priority, deadline=r.deadline, arrival_time=r.arrival_time,
+                resent=r.resent)
             nxt += 1
         while cancels and cancels[0][0] <= due:
             engine.abort(f"w{heapq.heappop(cancels)[1]}")

@@ -26,7 +26,8 @@ _REQUEST_COLUMNS = (
     "run_id, request_id, lane, tenant, priority, outcome, finish_detail, num_prompt_tokens,"
     " num_output_tokens, num_cached_tokens, num_preemptions, arrival_time, finished_time,"
     " deadline, queue_delay_s, ttft_s, tpot_s, e2e_s,"
-    " coalesce(map_extract(wait_reasons, 'tokenize')[1], 0)::DOUBLE AS tokenize_s")
+    " coalesce(map_extract(wait_reasons, 'tokenize')[1], 0)::DOUBLE AS tokenize_s,"
+    " coalesce(resent, false) AS resent")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class RecordedRequest:
     tpot_s: float | None
     e2e_s: float | None
     tokenize_s: float  # seconds the server spent tokenizing it (its wait_reasons)
+    resent: bool = False  # its client's resend after a refusal (replayed as one)
 
 
 @dataclass(frozen=True)

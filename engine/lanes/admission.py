@@ -24,11 +24,11 @@ shorter prompts first, its prompt computed with what their steps leave; it is re
 when, so queued, it would not start within its queue timeout, by the queue as it stands or
 by the device time deferred requests have lately got (engine/scheduling/spare_rate.py).
 Deferral finishes more requests, late; at twice the Azure replay's rate on this CPU it met
-as many SLOs as shedding (bench/RESULTS.md, "Clients that send again"). `serve` admits it in its place. Retry-After is the
-estimated excess. A request its client sends again after a refusal (`Request.resent`, the
-SDKs' X-Stainless-Retry-Count) is past its target already, by its user's clock: under
-`shed` and `defer` it is deferred, whatever the queue (bench/RESULTS.md, "Clients that send
-again").
+as many SLOs as shedding (bench/RESULTS.md, "Clients that send again"). `serve` admits it
+in its place. Retry-After is the estimated excess. A request its client sends again after
+a refusal (`Request.resent`, the SDKs' X-Stainless-Retry-Count) is past its target
+already, by its user's clock: under `shed` and `defer` it is deferred, whatever the queue
+(bench/RESULTS.md, "Clients that send again").
 """
 
 from __future__ import annotations

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 
 import pytest
 from whatif_sim_trace import STATIC, read_trace_window, record
 
+from control.whatif.calibrate import calibrate
 from control.whatif.compare import PREDICTED, RECORDED
+from control.whatif.replay import replay
 from control.whatif.run import predict
 from control.whatif.window import Window
 from engine.calibration.step_law import StepLaw
@@ -87,3 +90,28 @@ def test_a_window_after_the_server_refitted_its_law_replays_under_the_refit(time
     config, _, _ = config_from_trace({}, [{"time": at, "source": LAW_REFIT_SOURCE,
                                            "change": change}])
     assert "step_law" not in config
+
+
+def test_resends_are_recorded_and_replayed_as_resends(tmp_path):
+    """A client's resend is admitted deferred (engine/lanes/admission.py); the trace keeps
+    the flag (requests.resent) and the replay defers it as the server did. Replayed as a
+    fresh request it would start sooner, and the requests on time later."""
+    path = str(tmp_path / "trace.duckdb")
+    record(path, LIVE, n=150, rate_per_s=9.0, static=TIMED, step_law=LAW, resent_every=3)
+    window = _window(path)
+    resent = [i for i, r in enumerate(window.requests) if r.resent]
+    assert len(resent) == 50
+    config, model = EngineConfig(TIMED, LIVE), calibrate(window.samples)
+    as_recorded = replay(window, config, model)
+    as_fresh = replay(dataclasses.replace(window, requests=[
+        dataclasses.replace(r, resent=False) for r in window.requests]), config, model)
+
+    def mean_ttft(records, which) -> float:
+        return statistics.mean(records[i].ttft_s for i in which)
+
+    on_time = [i for i in range(len(window.requests)) if i not in set(resent)]
+    for group in (resent, on_time):
+        assert mean_ttft(as_recorded.records, group) == pytest.approx(
+            mean_ttft(window.requests, group), rel=0.05)
+    assert mean_ttft(as_fresh.records, resent) < 0.8 * mean_ttft(window.requests, resent)
+    assert mean_ttft(as_fresh.records, on_time) > 1.2 * mean_ttft(window.requests, on_time)

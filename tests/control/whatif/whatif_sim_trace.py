@@ -63,13 +63,15 @@ def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
            seed: int = 0, cancel_every: int = 0, start: float = START,
            static: StaticConfig = STATIC, step_law: StepLaw | None = None,
            cost_model: CpuLikeStepCost | None = None,
-           jobs: list[tuple[float, int, int, str]] | None = None) -> tuple[float, float, float]:
+           jobs: list[tuple[float, int, int, str]] | None = None,
+           resent_every: int = 0) -> tuple[float, float, float]:
     """Run the workload through a simulated engine into a trace at `path` (writer
     stopped). `cancel_every`: every k-th request is aborted 0.3 s after it arrives;
     `start`: the epoch second the clock starts at (a live window: a recent one);
     `step_law`: the scheduler holds steps to static.target_step_ms by it, and the run's
     settings say so (as a server with fitted budgets writes them); `cost_model`: the steps
-    cost what it says instead of LAW (engine/sim/step_cost.py: not the fit's linear law)."""
+    cost what it says instead of LAW (engine/sim/step_cost.py: not the fit's linear law);
+    `resent_every`: every k-th request is a client's resend (Engine.add_request resent)."""
     clock = FakeClock(start)
     executor = SimulatedExecutor(clock=clock, step_cost_s=LAW[0], prefill_token_cost_s=LAW[1],
                                  decode_token_cost_s=LAW[2], cost_model=cost_model,
@@ -94,7 +96,8 @@ def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
                 prompt = shared + prompt
             engine.add_request(f"r{i}", prompt, SamplingParams(
                 max_tokens=out_len, temperature=0.0, ignore_eos=True), tenant=tenant,
-                arrival_time=start + arrival)
+                arrival_time=start + arrival,
+                resent=bool(resent_every) and i % resent_every == resent_every - 1)
             if cancel_every and i % cancel_every == cancel_every - 1:
                 cancels.append((start + arrival + 0.3, f"r{i}"))
             i += 1
