@@ -54,7 +54,8 @@ def build(path: str, steps_per_s: float, seconds: int = DAY_S) -> None:
                  ELSE 'finished' END, 'length', '', 100 + i % 900, 64, 0, 0,
             {T0} + i * 0.5, {T0} + i * 0.5, {T0} + i * 0.5 + 0.1, {T0} + i * 0.5 + 0.3,
             {T0} + i * 0.5 + 3 + (i % 10) * 0.1, NULL, 0.1, 0.3, 0.04, 3 + (i % 10) * 0.1,
-            0.2, 2.7, 0, MAP {{'max_num_seqs': 0.1}}, lpad(i::VARCHAR, 32, '0'), NULL, NULL
+            0.2, 2.7, 0, MAP {{'max_num_seqs': 0.1}}, lpad(i::VARCHAR, 32, '0'), NULL, NULL,
+            false
         FROM range({seconds * 2}) t(i)""")
     con.execute(f"""
         INSERT INTO kv_snapshots SELECT 'day', i * 50, {T0} + i * 50 * {dt}, 'periodic',

