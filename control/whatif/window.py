@@ -26,8 +26,7 @@ _REQUEST_COLUMNS = (
     "run_id, request_id, lane, tenant, priority, outcome, finish_detail, num_prompt_tokens,"
     " num_output_tokens, num_cached_tokens, num_preemptions, arrival_time, finished_time,"
     " deadline, queue_delay_s, ttft_s, tpot_s, e2e_s,"
-    " coalesce(map_extract(wait_reasons, 'tokenize')[1], 0)::DOUBLE AS tokenize_s,"
-    " coalesce(resent, false) AS resent")
+    " coalesce(map_extract(wait_reasons, 'tokenize')[1], 0)::DOUBLE AS tokenize_s, {resent}")
 
 
 @dataclass(frozen=True)
@@ -105,10 +104,18 @@ def _rows(con, sql: str, params: list[Any]) -> list[tuple]:
     return con.execute(sql, params).fetchall()
 
 
+def _has_column(con, table: str, column: str) -> bool:
+    return bool(_rows(con, "SELECT 1 FROM information_schema.columns WHERE table_name = ?"
+                      " AND column_name = ?", [table, column]))
+
+
 def read_requests(con, since: float | None, until: float | None) -> list[RecordedRequest]:
     lo = -1e300 if since is None else since
     hi = 1e300 if until is None else until
-    rows = _rows(con, f"SELECT {_REQUEST_COLUMNS} FROM requests WHERE arrival_time >= ?"
+    # a trace written before schema 6 (opened read-only, so not migrated) has no resends
+    resent = "coalesce(resent, false)" if _has_column(con, "requests", "resent") else "false"
+    columns = _REQUEST_COLUMNS.format(resent=f"{resent} AS resent")
+    rows = _rows(con, f"SELECT {columns} FROM requests WHERE arrival_time >= ?"
                  " AND arrival_time <= ? ORDER BY arrival_time, request_id", [lo, hi])
     return [RecordedRequest(*r) for r in rows]  # a day: 170k rows, ~1 s
 

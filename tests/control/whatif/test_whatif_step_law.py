@@ -8,6 +8,7 @@ import dataclasses
 import json
 import statistics
 
+import duckdb
 import pytest
 from whatif_sim_trace import STATIC, read_trace_window, record
 
@@ -115,3 +116,14 @@ def test_resends_are_recorded_and_replayed_as_resends(tmp_path):
             mean_ttft(window.requests, group), rel=0.05)
     assert mean_ttft(as_fresh.records, resent) < 0.8 * mean_ttft(window.requests, resent)
     assert mean_ttft(as_fresh.records, on_time) > 1.2 * mean_ttft(window.requests, on_time)
+
+
+def test_a_trace_from_before_resends_were_recorded_reads_as_none_resent(tmp_path):
+    """A schema-5 file opened read-only (not migrated) has no requests.resent column."""
+    path = str(tmp_path / "old.duckdb")
+    record(path, LIVE, n=20, rate_per_s=9.0, static=TIMED, step_law=LAW, resent_every=2)
+    con = duckdb.connect(path)
+    con.execute("ALTER TABLE requests DROP COLUMN resent")
+    con.close()
+    window = _window(path)
+    assert len(window.requests) == 20 and not any(r.resent for r in window.requests)
