@@ -42,7 +42,7 @@ import statistics
 
 from tqdm import tqdm
 
-from control.api.errors import REJECTION_STATUS, retry_after
+from control.api.errors import rejection_error
 from control.loadtest.retries import SDK_DEFAULT_RETRIES, ClientRetries
 from engine.calibration.budget_fit import fit_step_budgets
 from engine.config import EngineConfig, LiveConfig, StaticConfig
@@ -89,14 +89,12 @@ def _live(config: EngineConfig, **changes) -> EngineConfig:
 
 def client_retry(retries: int, seed: int):
     """simulate()'s `retry`: what a client with `retries` does with each refusal, as the
-    server answers it (status and Retry-After: control/api/errors.py)."""
+    server answers it (its status and Retry-After: control/api/errors.py)."""
     policy, rng = ClientRetries(retries), random.Random(seed)
 
     def retry(decision, sends: int) -> float | None:
-        status = REJECTION_STATUS.get(decision.reason or "", 503)
-        header = retry_after(decision.retry_after_s)["Retry-After"] if status in (429, 503) \
-            else None
-        return policy.delay_s(status, header, sends, rng)
+        answer = rejection_error(decision, {})
+        return policy.delay_s(answer.status, answer.headers.get("Retry-After"), sends, rng)
     return retry
 
 

@@ -91,8 +91,7 @@ async def send_until_final(client: httpx.AsyncClient, p: PlannedRequest, prompt:
     answer, timed from the first send."""
     sent_at, t0 = time.time(), time.monotonic()
     for sends in range(1, retries.retries + 2):
-        result = await send(client, p, prompt, model, timeout_s, t0 if sends > 1 else None,
-                            resends=sends - 1)
+        result = await send(client, p, prompt, model, timeout_s, t0, resends=sends - 1)
         result.sent_at = sent_at
         if result.outcome != "rejected" or result.http_status is None:
             return result
@@ -105,13 +104,13 @@ async def send_until_final(client: httpx.AsyncClient, p: PlannedRequest, prompt:
 
 async def send(client: httpx.AsyncClient, p: PlannedRequest, prompt: str, model: str,
                timeout_s: float, t0: float | None = None, resends: int = 0) -> RequestResult:
-    """One send, after `resends` earlier ones; its times count from `t0` (monotonic;
-    default now)."""
+    """One send, after `resends` earlier ones; its times count from `t0`, when the first
+    left (monotonic; default now)."""
     result = RequestResult(p, "error", sent_at=time.time(), sends=resends + 1)
     now = time.monotonic()
-    if t0 is not None:  # a resend: this send left this long after the first
-        result.last_send_s = now - t0
     t0 = now if t0 is None else t0
+    if resends:  # this send left this long after the first
+        result.last_send_s = now - t0
     go = _stream(client, p, prompt, model, result, t0) if p.stream else \
         _whole(client, p, prompt, model, result, t0)
     try:

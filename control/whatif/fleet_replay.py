@@ -32,12 +32,12 @@ from control.whatif.replay import (
     IDLE_TICK_S,
     Prediction,
     _prompt,
+    add_recorded,
     replay_plan,
 )
 from control.whatif.window import Window
 from engine.config import EngineConfig
 from engine.records import RequestRecord
-from engine.request import SamplingParams
 from engine.sim.executor import FakeClock
 
 MAX_REPLICAS = 64
@@ -107,11 +107,7 @@ def replay_fleet(window: Window, config: EngineConfig, model: StepTimeModel, lab
         key = f"{r.tenant}\x00{prompt[:AFFINITY_TOKENS]}".encode()
         k = choose(key, [rep.load(n) for n, rep in enumerate(fleet)], policy, rng).replica_id
         placed[i] = k
-        fleet[k].engine.add_request(
-            f"w{i}", prompt,
-            SamplingParams(max_tokens=lengths[i], temperature=0.0, ignore_eos=True),
-            tenant=r.tenant, lane=r.lane if r.lane in lanes else None, priority=r.priority,
-            deadline=r.deadline, arrival_time=r.arrival_time, resent=r.resent)
+        add_recorded(fleet[k].engine, i, r, prompt, lengths[i], lanes)
     for when, j in sorted(cancels):  # cancels after the last arrival
         fleet[placed[j]].run_until(when, records)
         fleet[placed[j]].engine.abort(f"w{j}")

@@ -109,6 +109,18 @@ def replay_plan(window: Window, config: EngineConfig
     return output_lengths(reqs, config.static.max_model_len), entries, cancels
 
 
+def add_recorded(engine: Engine, i: int, r: RecordedRequest, prompt: list[int],
+                 max_tokens: int, lanes: set[str]) -> None:
+    """Recorded request `i` into the replaying engine as `w{i}`: its recorded lane (the
+    engine routes it when the config lacks that lane), tenant, priority, deadline,
+    arrival and whether it was a client's resend; `max_tokens` forced (ignore_eos)."""
+    engine.add_request(
+        f"w{i}", prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0,
+                                        ignore_eos=True),
+        tenant=r.tenant, lane=r.lane if r.lane in lanes else None, priority=r.priority,
+        deadline=r.deadline, arrival_time=r.arrival_time, resent=r.resent)
+
+
 class _Preempted(Exception):
     """A replay without prefix caching preempted: the recompute could hit its own blocks."""
 
@@ -190,12 +202,7 @@ def _run(window: Window, config: EngineConfig, model: StepTimeModel, label: str,
         while nxt < len(entries) and entries[nxt][0] <= due:
             i = entries[nxt][1]
             r = reqs[i]
-            engine.add_request(
-                f"w{i}", _prompt(i, r, tenants),
-                SamplingParams(max_tokens=lengths[i], temperature=0.0, ignore_eos=True),
-                tenant=r.tenant, lane=r.lane if r.lane in lanes else None,
-                priority=r.priority, deadline=r.deadline, arrival_time=r.arrival_time,
-                resent=r.resent)
+            add_recorded(engine, i, r, _prompt(i, r, tenants), lengths[i], lanes)
             nxt += 1
         while cancels and cancels[0][0] <= due:
             engine.abort(f"w{heapq.heappop(cancels)[1]}")

@@ -41,9 +41,8 @@ Retry = Callable[[AdmissionDecision, int], float | None]  # (refusal, sends) -> 
 @dataclass(order=True)
 class _Send:
     at: float  # engine clock
-    index: int  # in the trace
+    index: int  # in the trace (whose arrival time is the first send's)
     sends: int = 1  # this one included
-    first: float = 0.0  # engine clock of the first send
 
 
 def simulate(engine: Engine, clock: FakeClock, trace: list[TraceRequest],
@@ -63,13 +62,13 @@ def simulate(engine: Engine, clock: FakeClock, trace: list[TraceRequest],
         sends = []
         for i, _ in list(iter_due(trace, next_index, clock.now - start)):
             next_index = i + 1
-            sends.append(_Send(start + trace[i].arrival_s, i, 1, start + trace[i].arrival_s))
+            sends.append(_Send(start + trace[i].arrival_s, i))
         while resends and resends[0].at <= clock.now + 1e-9:
             sends.append(heapq.heappop(resends))
         for send in sends:
             decision = _add(engine, trace, send, route, rng)
             if send.sends > 1:
-                result.first_arrival[decision.request_id] = send.first
+                result.first_arrival[decision.request_id] = start + trace[send.index].arrival_s
             if decision.accepted:
                 continue
             delay = retry(decision, send.sends) if retry is not None else None
@@ -78,8 +77,7 @@ def simulate(engine: Engine, clock: FakeClock, trace: list[TraceRequest],
                 bar.update(1)
             else:
                 result.retried.append(decision)
-                heapq.heappush(resends, _Send(clock.now + delay, send.index, send.sends + 1,
-                                              send.first))
+                heapq.heappush(resends, _Send(clock.now + delay, send.index, send.sends + 1))
         out = engine.step()
         if out.record is not None:
             if out.record.tokens_used == 0:
