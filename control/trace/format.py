@@ -108,7 +108,8 @@ def summary(data: dict[str, Any]) -> str:
             f"config       {s['config_versions']} version(s) in use"]
     lines += [f"run          {r['run_id']} (model {r['model']}, started"
               f" {clock(r['started'], True)})" for r in data["runs"]]
-    lines += _outcomes(data["outcomes"]) + _latency(data["latency"]) + _waits(data["waits"])
+    lines += _outcomes(data["outcomes"]) + _deferred(data.get("deferred", []))
+    lines += _latency(data["latency"]) + _waits(data["waits"])
     if data["config_changes"]:
         lines += ["", "config changes"] + table(
             ["time", ">version", "source", "actor", "change"],
@@ -122,6 +123,14 @@ def _outcomes(rows: list[dict[str, Any]]) -> list[str]:
         return ["", "no requests ended in this window"]
     return ["", "outcomes"] + table(["outcome", "reason", ">requests"], [
         [r["outcome"], r["reason"] or "-", r["requests"]] for r in rows])
+
+
+def _deferred(rows: list[dict[str, Any]]) -> list[str]:
+    """Admitted behind the requests on time (a server's summary before this field: none)."""
+    if not rows:
+        return []
+    return ["", "admitted deferred (behind the requests that can still meet their SLO)"] + \
+        table(["reason", ">requests"], [[r["reason"], r["requests"]] for r in rows])
 
 
 def _latency(groups: list[dict[str, Any]]) -> list[str]:

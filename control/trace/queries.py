@@ -258,8 +258,14 @@ def summary(con, since: float | None = None, until: float | None = None) -> dict
                   f" admissions WHERE kind IN ('queued', 'requeued') AND wait_s > 0"
                   f" AND {awhere}"
                   f" GROUP BY reason ORDER BY wait_s DESC", aparams)
+    # admitted with a reason: slo_deferred (behind the requests that can still meet their
+    # SLO: slo_unreachable defer, or a client's resend; engine/lanes/admission.py)
+    deferred = _rows(con, f"SELECT reason, count(*) AS requests FROM admissions WHERE kind ="
+                     f" 'admitted' AND reason <> '' AND {awhere} GROUP BY reason"
+                     f" ORDER BY 2 DESC", aparams)
     changes = _rows(con, f"SELECT time, version, source, actor, change FROM config_changes"
                     f" WHERE {awhere} ORDER BY time", aparams)
     runs = _rows(con, "SELECT run_id, started, model FROM runs ORDER BY started", [])
     return {"since": since, "until": until, "steps": step, "outcomes": outcomes,
-            "latency": overall, "waits": waits, "config_changes": changes, "runs": runs}
+            "deferred": deferred, "latency": overall, "waits": waits,
+            "config_changes": changes, "runs": runs}

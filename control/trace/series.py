@@ -107,14 +107,19 @@ def queue_series(con, since: float | None = None, until: float | None = None,
 def outcome_series(con, since: float | None = None, until: float | None = None,
                    buckets: int = 120) -> dict[str, Any]:
     """Requests that did not finish normally (rejected, timeout, cancelled, error) per
-    bucket, outcome and reason."""
+    bucket, outcome and reason, by their finish; and as outcome `deferred`, those admitted
+    behind the requests on time (reason slo_deferred), by their admission."""
     where, params, bucket_s = _frame(con, "requests", "finished_time", since, until, buckets)
+    awhere, aparams = time_window("time", since, until)
     rows = _rows(con, f"""
         SELECT floor(finished_time / ?) * ? AS time, outcome,
                coalesce(nullif(finish_detail, ''), finish_reason, outcome) AS reason,
                count(*) AS requests
-        FROM requests WHERE {where} AND outcome <> 'finished'
-        GROUP BY ALL ORDER BY 1, 2, 3""", [bucket_s, bucket_s] + params)
+        FROM requests WHERE {where} AND outcome <> 'finished' GROUP BY ALL
+        UNION ALL
+        SELECT floor(time / ?) * ? AS time, 'deferred' AS outcome, reason, count(*)
+        FROM admissions WHERE {awhere} AND kind = 'admitted' AND reason <> '' GROUP BY ALL
+        ORDER BY 1, 2, 3""", [bucket_s, bucket_s] + params + [bucket_s, bucket_s] + aparams)
     return {"bucket_s": bucket_s, "rows": rows}
 
 

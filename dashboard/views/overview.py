@@ -1,6 +1,6 @@
 """Overview: what users feel (TTFT, TPOT, queue delay, E2E percentiles over time, by lane
 or tenant), the work done (prefill vs decode tokens/s) and what went wrong (rejections,
-timeouts and cancels by reason)."""
+deferrals, timeouts and cancels by reason)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,17 @@ summary = ask(ctx, "summary", since=since, until=until)
 steps = summary["steps"]
 overall = summary["latency"][0] if summary["latency"] else {}
 done = {row["outcome"]: row["requests"] for row in summary["outcomes"]}
-cols = st.columns(6)
+cols = st.columns(7)
 cols[0].metric("Requests", sum(done.values()))
 cols[1].metric("TTFT p99", f"{overall.get('ttft_s_p99') or 0:.2f} s")
 cols[2].metric("E2E p99", f"{overall.get('e2e_s_p99') or 0:.2f} s")
 cols[3].metric("Tokens/s", f"{steps.get('tokens_per_s') or 0:,.0f}")
 cols[4].metric("Rejected", done.get("rejected", 0))
-cols[5].metric("Timeouts + cancels", done.get("timeout", 0) + done.get("cancelled", 0))
+cols[5].metric("Deferred", sum(row["requests"] for row in summary.get("deferred", [])),
+               help="Admitted behind every request that can still meet its SLO: the queue"
+               " already kept it from its lane's TTFT target (slo_unreachable: defer), or its"
+               " client sent it again after a refusal. Served late, not refused.")
+cols[6].metric("Timeouts + cancels", done.get("timeout", 0) + done.get("cancelled", 0))
 if not steps.get("steps"):
     st.info("No steps in this window: the engine has not run anything yet (or choose a"
             " wider window).")
@@ -56,7 +60,8 @@ with right:
     if not outcomes.empty:
         outcomes["what"] = outcomes["outcome"] + ": " + outcomes["reason"]
     charts.show(charts.bars(outcomes, "requests", "what",
-                            "Rejections, timeouts and cancels by reason", "requests",
-                            changes), "No rejections, timeouts or cancels in this window.")
+                            "Refused, deferred, timed out and cancelled, by reason",
+                            "requests", changes),
+                "No refusals, deferrals, timeouts or cancels in this window.")
 if not changes.empty:
     st.caption("Dashed amber lines: config changes (hover for the diff).")

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fixtures.fleet_fakes import FakeReplica, fake_fleet_server, good_window
 from fixtures.serving import LiveServer, make_engine
-from fixtures.trace_data import fill_trace
+from fixtures.trace_data import fill_goodput_trace, fill_trace
 from streamlit.testing.v1 import AppTest
 
 from control.serve.settings import ServeSettings
@@ -96,6 +96,19 @@ def test_overview_shows_the_workload_and_the_scheduler_its_steps(trace_db):
     at = open_page(SCHEDULER, bp_db=trace_db)
     assert charts_of(at) >= 7
     assert len(at.dataframe) == 1 and at.dataframe[0].value.shape[0] > 10
+
+
+def test_overview_counts_deferred_admissions_and_charts_them_by_reason(tmp_path):
+    """A burst under slo_unreachable: defer: the late requests show as Deferred (they were
+    served, so not in Rejected) and as `deferred: slo_deferred` bars."""
+    path = str(tmp_path / "defer.duckdb")
+    fill_goodput_trace(path, slo_unreachable="defer")
+    at = open_page(OVERVIEW, bp_db=path)
+    metrics = {m.label: m.value for m in at.metric}
+    assert int(metrics["Deferred"]) > 0 and metrics["Rejected"] == "0"
+    bars = [c for c in at.get("vega_lite_chart")
+            if "deferred: slo_deferred" in str(c.proto.spec) + str(c.proto.datasets)]
+    assert len(bars) == 1
 
 
 def test_requests_page_explains_one_request(trace_db):

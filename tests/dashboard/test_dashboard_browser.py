@@ -2,21 +2,25 @@
 screenshots` runs it): launched the way `batchpilot dashboard` launches it, from a directory
 other than the repository's, it shows no Streamlit developer chrome (no Deploy button, no
 developer menu); launched with Streamlit's developer toolbar, the same check finds the
-Deploy button, so the check can see it. `make test` installs Chromium and Playwright; a
+Deploy button, so the check can see it. Over a burst deferred by the goodput policy the
+Overview shows the Deferred count and its bars (a screenshot in $OVERVIEW_SHOTS, default
+/tmp/overview-ui, for a person to look at). `make test` installs Chromium and Playwright; a
 machine without them skips (CI fails instead: tests/fixtures/browser.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from fixtures.browser import CHROMIUM, NO_CHROMIUM, dashboard
-from fixtures.trace_data import fill_trace
+from fixtures.trace_data import fill_goodput_trace, fill_trace
 
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 DEPLOY = "[data-testid=stAppDeployButton]"
 MENU = "[data-testid=stMainMenu]"
+SHOTS = Path(os.environ.get("OVERVIEW_SHOTS", "/tmp/overview-ui"))
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +60,28 @@ def test_the_check_sees_the_deploy_button_of_the_developer_toolbar(trace_db, tmp
     with dashboard(tmp_path, trace_db=trace_db, toolbar="developer") as url:
         seen = chrome_seen(url, tmp_path / "developer.png")
     assert seen["deploy"] and seen["menu"], seen
+
+
+def test_overview_shows_deferred_admissions_as_a_person_sees_them(tmp_path):
+    path = str(tmp_path / "defer.duckdb")
+    fill_goodput_trace(path, slo_unreachable="defer")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with dashboard(tmp_path, trace_db=path) as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1600})
+            page.goto(url)
+            page.wait_for_selector("[data-testid=stMainBlockContainer] h1", timeout=60_000)
+            page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')",
+                                   timeout=60_000)
+            page.wait_for_timeout(1500)  # charts draw
+            page.screenshot(path=str(SHOTS / "overview_deferred.png"), full_page=True)
+            deferred = page.locator("[data-testid=stMetric]").filter(has_text="Deferred")
+            value = deferred.locator("[data-testid=stMetricValue]").inner_text()
+            title = page.get_by_text("Refused, deferred, timed out and cancelled, by reason")
+            charts = page.locator("[data-testid=stVegaLiteChart] canvas, "
+                                  "[data-testid=stVegaLiteChart] svg")
+            assert int(value) > 0
+            assert title.count() >= 1 and charts.count() >= 6
+        finally:
+            browser.close()

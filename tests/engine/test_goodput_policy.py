@@ -9,18 +9,15 @@ from __future__ import annotations
 import math
 
 import pytest
-from engine_helpers import EOS, START_TIME, prompt
+from engine_helpers import prompt
+from fixtures.law_engine import LAW, timed_engine
 
-from engine.calibration.step_law import StepLaw, chunk_pairs
-from engine.config import EngineConfig, LaneConfig, LaneSLO, LiveConfig, StaticConfig
-from engine.engine import Engine
+from engine.config import LaneConfig, LaneSLO, LiveConfig
 from engine.lanes.queues import LaneSet
 from engine.request import Request, SamplingParams
 from engine.scheduling.goodput import MAX_GROWTH, QueueModel, grown_budgets
 from engine.scheduling.step_time import HEADROOM
-from engine.sim.executor import FakeClock, SimulatedExecutor
 
-LAW = StepLaw(0.040, 0.0008, 0.7e-6, 7.5e-6)  # about this CPU's (tests/engine/test_step_time)
 BASE = 0.25
 SLO = LaneSLO(ttft_s=3.0, tpot_s=1.0)
 
@@ -80,21 +77,6 @@ def test_the_tightest_running_tpot_target_bounds_the_step():
     assert m.choose([(1.0, 50.0)], 0.0).seconds == SLO.tpot_s
     # decodes cost the rate: the running set's overhead is in it
     assert m.overhead_s == pytest.approx(LAW.fixed_s + LAW.decode_s(10))
-
-
-def law_cost(out) -> float:
-    pairs = sum(chunk_pairs(c.request.num_computed_tokens, c.num_tokens) for c in out.prefills)
-    context = sum(r.num_computed_tokens + 1 for r in out.decodes)
-    return LAW.step_s(out.num_tokens, pairs, context)
-
-
-def timed_engine(cfg: LiveConfig, growable=("prefill_chunk_size", "max_num_batched_tokens"),
-                 ) -> tuple[Engine, FakeClock]:
-    clock = FakeClock(START_TIME)
-    executor = SimulatedExecutor(eos_token_id=EOS, clock=clock, cost_model=law_cost)
-    static = StaticConfig(num_kv_blocks=4096, max_model_len=8192, target_step_ms=250)
-    return Engine(EngineConfig(static, cfg), executor, clock=clock, eos_token_id=EOS,
-                  step_law=LAW, growable_budgets=growable), clock
 
 
 def run_burst(cfg: LiveConfig, n: int = 12, length: int = 600) -> tuple[list, list, list]:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 from engine_helpers import prompt
-from test_goodput_policy import law_cost, met, run_burst, timed_engine
+from fixtures.law_engine import law_cost, timed_engine
 from test_goodput_policy import live as shed_live
+from test_goodput_policy import met, run_burst
 
 from engine.config import LaneConfig
 from engine.lanes.admission import SLO_DEFERRED

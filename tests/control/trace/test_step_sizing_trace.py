@@ -4,51 +4,17 @@ which step sizes a slow request waited through; a shed request is in `admissions
 
 from __future__ import annotations
 
-from control.metrics.observer import Observer
+from fixtures.trace_data import fill_goodput_trace
+
 from control.trace import format as fmt
-from control.trace import queries
+from control.trace import queries, series
 from control.trace.store import open_read_only
-from control.trace.writer import TraceSettings, TraceWriter
-from engine.calibration.step_law import StepLaw, chunk_pairs
-from engine.config import EngineConfig, LaneConfig, LaneSLO, LiveConfig, StaticConfig
-from engine.engine import Engine
-from engine.request import SamplingParams
-from engine.sim.executor import FakeClock, SimulatedExecutor
-
-LAW = StepLaw(0.040, 0.0008, 0.7e-6, 7.5e-6)
-START = 1_700_000_000.0
-
-
-def law_cost(out) -> float:
-    pairs = sum(chunk_pairs(c.request.num_computed_tokens, c.num_tokens) for c in out.prefills)
-    context = sum(r.num_computed_tokens + 1 for r in out.decodes)
-    return LAW.step_s(out.num_tokens, pairs, context)
-
-
-def record_burst(path: str, n: int = 30, length: int = 400) -> None:
-    clock = FakeClock(START)
-    executor = SimulatedExecutor(clock=clock, cost_model=law_cost, shadow_kv=False)
-    live = LiveConfig(lanes=(LaneConfig("chat", slo=LaneSLO(ttft_s=3.0, tpot_s=1.0)),),
-                      default_lane="chat", long_context_lane=None, max_num_seqs=64,
-                      prefill_chunk_size=128, max_num_batched_tokens=192)
-    static = StaticConfig(num_kv_blocks=4096, max_model_len=8192, target_step_ms=250)
-    engine = Engine(EngineConfig(static, live), executor, clock=clock, step_law=LAW)
-    writer = TraceWriter(TraceSettings(path), "run1", "sim").start()
-    observer = Observer(None, writer, kv_snapshot_every=50)
-    for i in range(n):
-        engine.add_request(f"r{i}", [3 + (i * 31 + k) % 30000 for k in range(length)],
-                           SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
-    while engine.has_unfinished_requests():
-        observer.on_step(engine, engine.step())
-    assert writer.sync(30)
-    observer.stop()
-    writer.stop()
 
 
 def test_steps_carry_their_target_and_reason_and_slow_requests_say_what_they_waited_through(
         tmp_path):
     path = str(tmp_path / "trace.duckdb")
-    record_burst(path)
+    fill_goodput_trace(path)
     con = open_read_only(path)
     try:
         reasons = dict(con.execute("SELECT step_reason, count(*) FROM steps GROUP BY ALL")
@@ -73,3 +39,32 @@ def test_steps_carry_their_target_and_reason_and_slow_requests_say_what_they_wai
     assert "steps until 1st token" in text
     top = max(slow[0]["step_reasons"], key=slow[0]["step_reasons"].get)
     assert f"{top} {slow[0]['step_reasons'][top]}/" in text
+
+
+def test_deferred_admissions_are_counted_in_the_summary_the_series_and_its_text(tmp_path):
+    """Under slo_unreachable: defer the burst's late requests are admitted deferred, not
+    refused: the summary counts them by reason, the outcome series has them by their
+    admission's bucket, and `trace summary` prints them; a shed burst has none."""
+    deferred_db, shed_db = str(tmp_path / "defer.duckdb"), str(tmp_path / "shed.duckdb")
+    fill_goodput_trace(deferred_db, slo_unreachable="defer")
+    fill_goodput_trace(shed_db)
+    con = open_read_only(deferred_db)
+    try:
+        admitted = con.execute("SELECT count(*) FROM admissions WHERE kind = 'admitted' AND"
+                               " reason = 'slo_deferred'").fetchone()[0]
+        summary = queries.summary(con)
+        rows = series.outcome_series(con, buckets=20)["rows"]
+    finally:
+        con.close()
+    assert admitted > 0
+    assert summary["deferred"] == [{"reason": "slo_deferred", "requests": admitted}]
+    assert sum(r["requests"] for r in rows if r["outcome"] == "deferred") == admitted
+    assert {r["reason"] for r in rows if r["outcome"] == "deferred"} == {"slo_deferred"}
+    section = fmt.summary(summary).split("admitted deferred", 1)[1].splitlines()
+    assert any(line.split() == ["slo_deferred", str(admitted)] for line in section)
+    con = open_read_only(shed_db)
+    try:
+        assert queries.summary(con)["deferred"] == []
+        assert all(r["outcome"] != "deferred" for r in series.outcome_series(con)["rows"])
+    finally:
+        con.close()
