@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
-import signal
 import sys
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +35,7 @@ from control.fleet.prefix_keys import PrefixSpec
 from control.fleet.replica import EngineReplica
 from control.fleet.router import RoutingPolicy
 from control.serve.settings import LOOPBACK_HOSTS, ServeSettings
+from control.serve.stop_signals import stop_on_signals, wait_for_stop
 from engine.gc_heap import freeze_startup_heap
 
 log = logging.getLogger("batchpilot.fleet")
@@ -250,10 +249,7 @@ def run(settings: FleetSettings) -> int:
     print(f"{READY_LINE}: {count}{cpus} of {settings.serve.model_name}"
           f" at {url}\n  probes: {url}/healthz {url}/readyz   metrics: {url}/metrics\n"
           f"  stop: Ctrl+C or SIGTERM (drains first)", flush=True)
-    stop_event = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop_event.set())
-    stop_event.wait()
+    wait_for_stop(stop_on_signals())
     log.info("draining the fleet (grace %.1fs)", settings.serve.shutdown_grace_s)
     aborted = stop(ingress, settings.serve.shutdown_grace_s)
     if aborted:

@@ -24,6 +24,7 @@ import time
 
 from control.cli.dashboard import public_host_refusal
 from control.serve.server import READY_LINE
+from control.serve.stop_signals import stop_on_signals, wait_for_stop
 
 
 def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
@@ -74,16 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n  API        {url}   (OpenAI-compatible; /metrics; /control)\n"
           f"  dashboard  http://{args.dashboard_host}:{args.dashboard_port}\n"
           f"  trace      {args.trace_db}\n\nCtrl+C stops both.", flush=True)
-    stop = threading.Event()
-    # NOTE: SIGINT too, explicitly: a process started in the background by a shell without
-    # job control (`make run &`, a CI step) inherits SIGINT ignored, and Python then never
-    # raises KeyboardInterrupt: a Ctrl+C or `kill -INT` would stop nothing
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals()
     threading.Thread(target=_pump, args=(server,), name="server-log", daemon=True).start()
     try:
-        while not stop.is_set() and server.poll() is None and dashboard.poll() is None:
-            stop.wait(0.5)
+        wait_for_stop(stop, lambda: server.poll() is None and dashboard.poll() is None)
     except KeyboardInterrupt:
         stop.set()  # Ctrl+C: stop both, below
     finally:

@@ -1,0 +1,34 @@
+"""Ctrl+C and SIGTERM as a request to stop, for a main thread that only waits (`batchpilot
+fleet` on Ray, `make run`'s server and dashboard).
+
+Two ways such a wait can miss the signal, both met on this machine:
+- A process a shell without job control starts in the background (`make run &`, a CI
+  step) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: the
+  handlers here are installed for SIGINT too, explicitly.
+- The kernel may deliver a process's signal to any thread that does not block it (Ray's
+  gRPC threads, a C extension's). Python runs its handler only when the main thread next
+  returns to the interpreter, which a wait without a timeout never does: `batchpilot fleet`
+  once ignored Ctrl+C and SIGTERM for minutes. So the wait polls, every POLL_S.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+
+POLL_S = 0.5  # the longest a stop request waits for the main thread to see it
+
+
+def stop_on_signals() -> threading.Event:
+    """An event that SIGINT and SIGTERM set (call from the main thread)."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def wait_for_stop(stop: threading.Event, alive: Callable[[], bool] = lambda: True) -> None:
+    """Return once `stop` is set (a signal) or `alive()` is false, within POLL_S."""
+    while not stop.is_set() and alive():
+        stop.wait(POLL_S)
