@@ -38,6 +38,7 @@ from control.loadtest.records import PlannedRequest, RequestResult
 from control.loadtest.store import insert_rows, rows_for_api
 from engine.config import LaneConfig, LaneSLO, LiveConfig
 from engine.config.patch import live_to_dict
+from engine.config.yaml_loader import load_config_file
 
 ROOT = Path(__file__).resolve().parents[3]
 SPEC = load_spec(DEFAULT_SPEC)
@@ -233,6 +234,18 @@ def test_slos_are_shown_and_a_lane_without_targets_or_fixed_steps_fail():
     got = result(ev, "slo_set")
     assert got.status == "fail" and "interactive TTFT 2 s, TPOT 0.3 s" in got.evidence
     assert "step_policy fixed (not goodput)" in got.evidence
+
+
+def test_the_playbooks_serving_config_sets_the_slos_the_checklist_asks_for():
+    """playbooks/serving.yaml, the production starting point, once set no SLO on its lanes:
+    under the default goodput policy its server sized steps for nothing and shed nothing,
+    and its own go-live checklist failed it."""
+    loaded = load_config_file(ROOT / "playbooks" / "serving.yaml")
+    ev = good()
+    ev.config = live_to_dict(loaded.config.live)
+    got = result(ev, "slo_set")
+    assert got.status == "pass", got.evidence
+    assert "interactive TTFT 5 s, TPOT 0.5 s; long_context TTFT 30 s, TPOT 1 s" in got.evidence
 
 
 def grafana_copy(tmp_path: Path) -> Path:
