@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -69,10 +68,12 @@ def _dashboard(args: argparse.Namespace) -> int:
               " https://", file=sys.stderr)
         return 2
     print(f"batchpilot: dashboard at http://{args.host}:{args.port}", flush=True)
-    try:
-        return subprocess.call(streamlit_command(args))
-    except KeyboardInterrupt:
-        return 0
+    command = streamlit_command(args)
+    # exec, not a child: the process a supervisor signals (systemd, `make screenshots`, a
+    # test) is then Streamlit itself. A parent waiting in subprocess.call died on SIGTERM
+    # and left Streamlit running, holding its port.
+    os.execv(command[0], command)
+    return 0  # reached only where execv is replaced (tests)
 
 
 def add_dashboard_parser(sub: argparse._SubParsersAction) -> None:

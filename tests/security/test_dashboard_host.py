@@ -5,6 +5,7 @@ starts."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -24,8 +25,8 @@ def launches(monkeypatch) -> list[list[str]]:
         started.append(list(cmd))
         return 0
 
-    monkeypatch.setattr(subprocess, "call", record)
     monkeypatch.setattr(subprocess, "Popen", record)
+    monkeypatch.setattr(os, "execv", lambda path, cmd: record(cmd))  # batchpilot dashboard
     return started
 
 
