@@ -5,7 +5,11 @@ window on a thread, where its DuckDB cursor lives, and predicts in another proce
     window = read_window(con, since, until)   # con: a read-only file or the server's cursor
 
 A request belongs to the window when it arrived in [since, until]; only ended requests
-are in the trace (one still in flight has no `requests` row yet).
+are in the trace (one still in flight has no `requests` row yet). The window's own span
+(`Window.since` .. `Window.until`, the replay's start and the denominator of every rate:
+goodput, the offered rate of a capacity sweep) is its traffic's: from its first arrival to
+its last end, within [since, until]. `--since -1h` over a one-minute load test is a minute
+of traffic, not an hour in which a minute was busy.
 """
 
 from __future__ import annotations
@@ -219,8 +223,6 @@ def read_window(con, since: float | None, until: float | None) -> Window:
         raise ValueError(f"no request arrived in the window ({since=}, {until=}) that has"
                          " ended: widen --since/--until (batchpilot trace summary shows the"
                          " span recorded)")
-    lo = requests[0].arrival_time if since is None else since
-    hi = max(r.finished_time or r.arrival_time for r in requests) if until is None else until
     counts: dict[str, int] = {}
     for r in requests:
         counts[r.run_id] = counts.get(r.run_id, 0) + 1
@@ -230,6 +232,9 @@ def read_window(con, since: float | None, until: float | None) -> Window:
         notes.append(f"the window spans {len(counts)} server runs; replaying the"
                      f" {counts[run_id]} requests of run {run_id} (the most)")
         requests = [r for r in requests if r.run_id == run_id]
+    lo = requests[0].arrival_time  # (arrival order; >= since)
+    last_end = max(r.finished_time or r.arrival_time for r in requests)
+    hi = last_end if until is None else min(until, last_end)
     model, device, settings = _run(con, run_id)
     same = [row[0] for row in _rows(con, "SELECT run_id, settings FROM runs WHERE model = ?",
                                     [model]) if _run(con, row[0])[1] == device] or [run_id]
@@ -243,9 +248,9 @@ def read_window(con, since: float | None, until: float | None) -> Window:
         notes.append(f"steps held to target_step_ms={settings.get('target_step_ms')} by the"
                      f" server's start-up step law {settings['step_law']}"
                      " (engine/scheduling/step_time.py), in every replay")
-    end = max(hi, max(r.finished_time or r.arrival_time for r in requests))
-    return Window(lo, hi, model, device, settings, requests, _facts(con, run_id, lo, end),
-                  read_itl(con, run_id, lo, end), read_samples(con, same, end, group), notes,
+    return Window(lo, hi, model, device, settings, requests, _facts(con, run_id, lo, last_end),
+                  read_itl(con, run_id, lo, last_end), read_samples(con, same, last_end, group),
+                  notes,
                   law_refit=refit[1] if refit is not None else None)
 
 

@@ -42,6 +42,20 @@ def test_a_scaled_window_is_the_same_requests_denser(db):
                 before.finished_time - before.arrival_time)
 
 
+def test_a_window_asked_wider_than_its_traffic_spans_the_traffic(db):
+    """`--since -1h` over a short load test: rates (goodput, a sweep's offered rate) are
+    per second of traffic, as the loadtest counts them, not per second of the hour asked
+    (they read ~60x low once)."""
+    whole = read_trace_window(db)
+    wide = read_trace_window(db, since=START - 3600, until=START + 7200)
+    assert (wide.since, wide.until) == (whole.since, whole.until)
+    assert whole.since == whole.requests[0].arrival_time > START
+    assert whole.until == max(r.finished_time or r.arrival_time for r in whole.requests)
+    assert len(whole.requests) / whole.duration_s == pytest.approx(4.0, rel=0.35)
+    cut = read_trace_window(db, since=START, until=START + 5)  # ends inside the traffic
+    assert cut.until == START + 5 and cut.since == cut.requests[0].arrival_time
+
+
 def test_rate_scale_puts_the_proposal_beside_the_recorded_config_at_that_rate(db, capsys):
     assert main(["whatif", "--db", db, "--json", "--set", "max_num_seqs=16",
                  "--rate-scale", "3", *SLO]) == 0

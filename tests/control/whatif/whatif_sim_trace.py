@@ -114,13 +114,14 @@ def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
     return LAW
 
 
-def read_trace_window(path: str):
-    """The whole trace at `path` as a what-if Window (control/whatif/window.py)."""
+def read_trace_window(path: str, since: float | None = None, until: float | None = None):
+    """The trace at `path` (whole, or [since, until]) as a what-if Window
+    (control/whatif/window.py)."""
     from control.trace.store import open_read_only
     from control.whatif.window import read_window
 
     con = open_read_only(path)
     try:
-        return read_window(con, None, None)
+        return read_window(con, since, until)
     finally:
         con.close()
