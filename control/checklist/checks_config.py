@@ -10,6 +10,7 @@ from typing import Any
 from control.checklist.evidence import Evidence
 from control.checklist.registry import config_missing, fmt, lookup, register
 from control.checklist.result import Verdict, failed, passed
+from engine.config.slo import LaneSLO
 
 GLOBAL_LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_waiting_requests",
                  "queue_timeout_ms")
@@ -171,6 +172,4 @@ def slo_set(ev: Evidence, p: dict[str, Any]) -> Verdict:
 
 
 def _slo_text(slo: dict[str, Any]) -> str:
-    parts = [f"{key.removesuffix('_s').upper()} {slo[key]:g} s" for key in ("ttft_s", "tpot_s")
-             if slo.get(key) is not None]
-    return ", ".join(parts) or "no SLO"
+    return LaneSLO.parse(slo, "slo").describe()

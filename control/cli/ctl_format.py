@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from control.trace.format import clock, table
+from engine.config.slo import LaneSLO
 
 LANE_COLUMNS = ("weight", "max_running", "max_waiting", "policy", "tenant_fair_share",
                 "queue_timeout_ms", "preempt_first", "preempt_to_start", "batching")
@@ -18,12 +19,21 @@ def show(value: Any) -> str:
 
 def lanes_text(config: dict[str, Any], state: dict[str, Any], indent: str = "  ") -> list[str]:
     rows = [[name, *("-" if lane.get(c) is None else show(lane[c]) for c in LANE_COLUMNS),
+             slo_text(lane.get("slo"), config.get("default_slo")),
              state.get(name, {}).get("running", "-"), state.get(name, {}).get("waiting", "-")]
             for name, lane in config.get("lanes", {}).items()]
     headers = ["lane", ">weight", ">max_running", ">max_waiting", "policy", "fair_share",
-               ">timeout_ms", "preempt", "preempt_to_start", "batching", ">running",
+               ">timeout_ms", "preempt", "preempt_to_start", "batching", "slo", ">running",
                ">waiting"]
     return table(headers, rows, indent)
+
+
+def slo_text(own: dict[str, Any] | None, default: dict[str, Any] | None) -> str:
+    """A lane's SLO as it counts: its own, else default_slo's (marked so)."""
+    if own is not None:
+        return LaneSLO.parse(own, "slo").describe("/", "none")
+    inherited = LaneSLO.parse(default, "default_slo")
+    return f"{inherited.describe('/')} (default)" if inherited.is_set else "none"
 
 
 def get_text(data: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ from dashboard.control_form import (
     merge_patch,
 )
 from engine.config.schema import BATCHING_MODES, SCHEDULE_POLICIES
+from engine.config.slo import LaneSLO
 
 ctx = context()
 since, until = window(ctx)
@@ -85,9 +86,7 @@ def form_fields(config: dict[str, Any]) -> tuple[dict[str, Any], pd.DataFrame]:
 
 def slo_text(slo: dict[str, Any] | None) -> str:
     """{"ttft_s": 5, "tpot_s": 0.5} -> "TTFT 5 s, TPOT 0.5 s"; None -> "no targets"."""
-    parts = [f"{key[:-2].upper()} {value:g} s" for key, value in (slo or {}).items()
-             if value is not None]
-    return ", ".join(parts) or "no targets"
+    return LaneSLO.parse(slo, "slo").describe(none="no targets")
 
 
 def edit_form(data: dict[str, Any]) -> None:

@@ -46,6 +46,13 @@ class LaneSLO:
             return False
         return self.tpot_s is None or tpot_s is None or tpot_s <= self.tpot_s
 
+    def describe(self, sep: str = ", ", none: str = "no SLO") -> str:
+        """"TTFT 5 s, TPOT 0.5 s" (the targets set), or `none`."""
+        parts = [f"{name} {value:g} s" for name, value in (("TTFT", self.ttft_s),
+                                                          ("TPOT", self.tpot_s))
+                 if value is not None]
+        return sep.join(parts) or none
+
     def to_dict(self) -> dict[str, float | None]:
         return {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s}
 

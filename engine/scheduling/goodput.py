@@ -239,12 +239,7 @@ def describe_policy(live: LiveConfig, has_law: bool, target_step_ms: int) -> str
                 " in the config, chunked prefill off, or target_step_ms 0)")
     if live.step_policy == "fixed":
         return f"steps: held to target_step_ms {target_step_ms} ms (step_policy fixed)"
-    slos = ", ".join(f"{lane.name} {_slo_text(live.lane_slo(lane))}" for lane in live.lanes)
+    slos = ", ".join(f"{lane.name} {live.lane_slo(lane).describe('/')}" for lane in live.lanes)
     return (f"steps: goodput policy from {target_step_ms} ms up to {MAX_GROWTH:g}x for the"
             f" lanes' SLOs ({slos}); slo_unreachable {live.slo_unreachable}")
 
-
-def _slo_text(slo) -> str:
-    parts = [f"{name} {value:g} s" for name, value in (("TTFT", slo.ttft_s), ("TPOT", slo.tpot_s))
-             if value is not None]
-    return "/".join(parts) or "no SLO"

@@ -19,14 +19,16 @@ from control.cli.main import main
 LANES = {"interactive": {"weight": 4.0, "max_running": None, "max_waiting": None,
                          "policy": "priority", "tenant_fair_share": False,
                          "queue_timeout_ms": None, "preempt_first": False, "batching": None,
-                         "preempt_to_start": True},
+                         "preempt_to_start": True, "slo": {"ttft_s": 1.0, "tpot_s": 0.1}},
          "batch": {"weight": 1.0, "max_running": 8, "max_waiting": None, "policy": "fcfs",
                    "tenant_fair_share": True, "queue_timeout_ms": 60000,
-                   "preempt_first": True, "batching": "static", "preempt_to_start": False}}
+                   "preempt_first": True, "batching": "static", "preempt_to_start": False,
+                   "slo": None}}
 CONFIG = {"version": 7, "admission": "open",
           "config": {"max_num_seqs": 128, "kv_cache_high_watermark": 0.88,
                      "schedule_policy": "decode_first", "long_context_lane": None,
-                     "tenant_lanes": {"acme": "batch"}, "lanes": LANES},
+                     "tenant_lanes": {"acme": "batch"}, "lanes": LANES,
+                     "default_slo": {"ttft_s": 10.0, "tpot_s": None}},
           "static": {"block_size": 16, "num_kv_blocks": 4096},
           "profiles": {"degrade": {"max_num_seqs": 32}, "night": {"batching": "static"}},
           "lanes_state": {"interactive": {"running": 3, "waiting": 1},
@@ -227,7 +229,8 @@ def test_get_shows_version_settings_lanes_and_profiles(fake, ctl):
     assert re.search(r"^  long_context_lane\s+null$", out, re.M)
     assert "tenant_lanes  acme -> batch" in out
     assert re.search(r"^  batch\s+1\.0\s+8\s+-\s+fcfs\s+true\s+60000\s+true\s+false\s+static"
-                     r"\s+0\s+12$", out, re.M)
+                     r"\s+TTFT 10 s \(default\)\s+0\s+12$", out, re.M)  # default_slo's
+    assert re.search(r"^  interactive\s.*\s-\s+TTFT 1 s/TPOT 0\.1 s\s+3\s+1$", out, re.M)
     assert "profiles  degrade, night" in out
     code, out, _ = ctl("get", "--json")
     assert json.loads(out) == CONFIG
@@ -306,8 +309,8 @@ def test_ctl_steers_the_real_server(live, ctl, monkeypatch):
     code, out, _ = ctl("set", "lanes.bulk.weight=0.5", "lanes.bulk.batching=static",
                        "tenant_lanes.acme=bulk")
     assert code == 0 and "applied: now version 3 (was 2)" in out
-    assert re.search(r"^bulk\s+0\.5\s+-\s+-\s+fcfs\s+false\s+-\s+false\s+false\s+static\s+0\s+0$",
-                     ctl("lanes")[1], re.M)
+    assert re.search(r"^bulk\s+0\.5\s+-\s+-\s+fcfs\s+false\s+-\s+false\s+false\s+static"
+                     r"\s+none\s+0\s+0$", ctl("lanes")[1], re.M)
     code, out, _ = ctl("set", "lanes.bulk=null", "tenant_lanes.acme=null",
                        "--move", "bulk=batch")
     assert code == 0 and "lanes.bulk: {" in out and "tenant_lanes.acme: bulk -> null" in out
