@@ -65,16 +65,21 @@ def open_trace(settings: ServeSettings, run_id: str) -> TraceWriter | None:
     return TraceWriter(trace_settings, run_id, settings.model_name, run_settings).open()
 
 
-async def note_step_law(engine: AsyncEngine, writer: TraceWriter) -> None:
+async def note_loaded(engine: AsyncEngine, writer: TraceWriter | None,
+                      store: ConfigStore | None) -> None:
     """Once the model loaded: the step law fitted at start-up into the run's settings, so a
-    what-if replay of this trace holds its steps to the target as this server did."""
+    what-if replay of this trace holds its steps to the target as this server did; and the
+    starting config as version 1 of the history (and the trace), stamped now, not when
+    someone first asks for it (a startup row in the middle of the traffic, once)."""
     try:
         parts = await engine.wait_loaded()
     except RuntimeError:
-        return  # the load failed: nothing was fitted
+        return  # the load failed: nothing was fitted, nothing serves
     fit = getattr(parts, "step_fit", None)
-    if fit is not None:
+    if fit is not None and writer is not None:
         writer.note_run(step_law=fit.law.to_dict(), target_step_ms=fit.target_step_ms)
+    if store is not None:
+        store.current()
 
 
 def device_label(device: str | None) -> str:
@@ -139,7 +144,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
         gc_pauses.start()
         engine.start()
         loop_lag = asyncio.ensure_future(state.delivery.watch_event_loop())
-        noted = asyncio.ensure_future(note_step_law(engine, writer)) if writer else None
+        noted = asyncio.ensure_future(note_loaded(engine, writer, state.config_store))
         watch = None
         if state.config_store is not None and settings.config_path:  # SIGHUP reloads it
             state.config_watcher = ConfigWatcher(state.config_store, settings.config_path)
@@ -149,8 +154,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
             yield
         finally:
             loop_lag.cancel()
-            if noted is not None:
-                noted.cancel()
+            noted.cancel()
             if watch is not None:
                 watch.cancel()
             engine.abort_all("shutdown")

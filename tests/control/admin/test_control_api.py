@@ -11,7 +11,14 @@ import time
 
 import httpx
 import pytest
-from fixtures.serving import ServerProcess, asgi_client, make_engine, wait_until_idle, write_yaml
+from fixtures.serving import (
+    LiveServer,
+    ServerProcess,
+    asgi_client,
+    make_engine,
+    wait_until_idle,
+    write_yaml,
+)
 
 from control.admin.config_watch import ConfigWatcher
 from control.serve.settings import ServeSettings
@@ -37,6 +44,23 @@ async def generate(client, i, max_tokens=12, **headers):
         "model": "tiny", "prompt": f"request number {i}", "max_tokens": max_tokens,
         "ignore_eos": True}, headers=headers)
     return reply
+
+
+def test_the_starting_config_is_version_1_from_when_the_server_loaded(tiny_loaded, tmp_path):
+    """Not from when someone first asked for the config: the history and the trace once
+    stamped 'startup' at the first `ctl get`, minutes into the traffic."""
+    engine, settings = engine_for(tiny_loaded, tmp_path)
+    settings = settings.replace(trace_db=str(tmp_path / "trace.duckdb"))
+    with LiveServer(engine, settings) as url:
+        started = time.time()
+        time.sleep(1.5)
+        history = httpx.get(f"{url}/control/history", timeout=30).json()["versions"]
+        assert [v["source"] for v in history] == ["startup"]
+        assert history[0]["time"] < started + 0.5, (history[0]["time"] - started)
+        trace = httpx.get(f"{url}/v1/trace/config_changes", timeout=30).json()
+        assert [(c["version"], c["source"]) for c in trace] == [(1, "startup")]
+        assert trace[0]["time"] == pytest.approx(history[0]["time"])
+    engine.stop()
 
 
 def test_a_change_applies_from_the_next_step_and_is_audited(tiny_loaded, tmp_path):
