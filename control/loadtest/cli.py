@@ -199,6 +199,11 @@ def _report(args, client: Client, scenario, configs, runs) -> int:
              f"client: a refused request sent again up to {args.client_retries} times after"
              " its Retry-After (the OpenAI SDK's rule), its latencies counted from the first"
              " send" if args.client_retries else "client: a refusal is final (no resends)"]
+    if args.rate is not None:  # the description above states the scenario's own rate
+        notes.append(f"arrival rate: {args.rate:g} requests/s on average (--rate), in place"
+                     " of the scenario's own")
+    if args.requests:
+        notes.append(f"only the first {args.requests} planned requests (--requests)")
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -58,13 +58,20 @@ def scenario_from_dict(data: Any, where: str = "scenario") -> Scenario:
 
 
 def with_rate(scenario: Scenario, rate: float) -> Scenario:
-    """The scenario at a mean arrival rate of `rate` requests/s (poisson, gamma, bursts);
-    lengths and every other draw stay the same, since each has its own random stream."""
+    """The scenario at a mean arrival rate of `rate` requests/s; lengths and every other
+    draw stay the same, since each has its own random stream. A trace replay keeps its
+    arrivals' shape (bursts and gaps), its times scaled so that its mean rate (requests
+    after the first over the span of arrivals) is `rate`."""
     arrival = scenario.arrival
     if not (isinstance(rate, (int, float)) and rate > 0):
         raise ValueError(f"rate={rate!r} must be a number > 0 (requests/s)")
     if arrival.process == "trace":
-        raise ValueError("a trace replay has no rate setting; use scale_rate(scenario, factor)")
+        times = [p.arrival_s for p in plan(scenario)]
+        span = times[-1] - times[0] if times else 0.0
+        if span <= 0:
+            raise ValueError("the trace's requests all arrive at once: it has no rate to"
+                             " set; change how many it replays (requests)")
+        return scale_rate(scenario, rate / ((len(times) - 1) / span))
     if arrival.process == "bursts":
         assert arrival.burst_size is not None
         arrival = dataclasses.replace(arrival, every_s=arrival.burst_size / rate)

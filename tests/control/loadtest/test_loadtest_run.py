@@ -89,11 +89,15 @@ def test_loadtest_cli_compares_configs_and_stores_results(server, tmp_path, caps
     code = main(["loadtest", "--scenario", str(scenario), "--url", url, "--tokenizer",
                  str(engine.parts.frontend_tokenizer.name_or_path), "--compare",
                  "continuous:batching=continuous", "--compare", "static:batching=static",
-                 "--out", str(tmp_path / "out"), "--db", str(tmp_path / "lt.duckdb")])
+                 "--out", str(tmp_path / "out"), "--db", str(tmp_path / "lt.duckdb"),
+                 "--rate", "30"])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "continuous" in out and "static" in out
-    assert (tmp_path / "out" / "report.md").read_text().count("static") >= 1
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert report.count("static") >= 1
+    # the description states the scenario's own rate: the report says what was sent
+    assert "- arrival rate: 30 requests/s on average (--rate)" in report
     assert (tmp_path / "out" / "percentiles.png").read_bytes()[:4] == b"\x89PNG"
     con = duckdb.connect(str(tmp_path / "lt.duckdb"), read_only=True)
     assert con.execute("SELECT count(*) FROM loadtest_runs").fetchone()[0] == 2

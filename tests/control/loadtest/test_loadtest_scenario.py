@@ -143,8 +143,19 @@ def test_trace_replay_uses_the_trace_rows_scaled():
         assert req.output_tokens == max(1, round(row.output_tokens * 0.25))
     slower = plan(scale_rate(scenario, 0.5))
     assert slower[10].arrival_s == pytest.approx(planned[10].arrival_s * 2)
-    with pytest.raises(ValueError, match="scale_rate"):
-        with_rate(scenario, 2.0)
+    # --rate on a replay: the trace's shape, its mean rate the one asked (it once refused)
+    at_two = plan(with_rate(scenario, 2.0))
+    span = at_two[-1].arrival_s - at_two[0].arrival_s
+    assert (len(at_two) - 1) / span == pytest.approx(2.0)
+    factor = at_two[10].arrival_s / planned[10].arrival_s
+    assert all(a.arrival_s == pytest.approx(p.arrival_s * factor)
+               for a, p in zip(at_two, planned, strict=True))
+    assert [a.prompt_tokens for a in at_two] == [p.prompt_tokens for p in planned]
+    one = _scenario(arrival={"process": "trace"}, prompt={"dist": "trace"},
+                    output={"dist": "trace"}, trace={**trace, "limit": 1}, requests=None,
+                    duration_s=1e6)
+    with pytest.raises(ValueError, match="all arrive at once"):
+        with_rate(one, 2.0)
 
 
 def test_ratios_of_stream_cancel_rag_tenants_lanes():
