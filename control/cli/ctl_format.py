@@ -28,12 +28,13 @@ def lanes_text(config: dict[str, Any], state: dict[str, Any], indent: str = "  "
     return table(headers, rows, indent)
 
 
-def slo_text(own: dict[str, Any] | None, default: dict[str, Any] | None) -> str:
+def slo_text(own: dict[str, Any] | None, default: dict[str, Any] | None, sep: str = "/",
+             none: str = "none") -> str:
     """A lane's SLO as it counts: its own, else default_slo's (marked so)."""
     if own is not None:
-        return LaneSLO.parse(own, "slo").describe("/", "none")
+        return LaneSLO.parse(own, "slo").describe(sep, none)
     inherited = LaneSLO.parse(default, "default_slo")
-    return f"{inherited.describe('/')} (default)" if inherited.is_set else "none"
+    return f"{inherited.describe(sep)} (default)" if inherited.is_set else none
 
 
 def get_text(data: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from control.cli.ctl_error import CtlError
+from control.cli.ctl_format import slo_text as lane_slo_text
 from dashboard import charts, whatif_panel
 from dashboard.context import Ctx, ask, context, window
 from dashboard.control_form import (
@@ -27,7 +28,6 @@ from dashboard.control_form import (
     merge_patch,
 )
 from engine.config.schema import BATCHING_MODES, SCHEDULE_POLICIES
-from engine.config.slo import LaneSLO
 
 ctx = context()
 since, until = window(ctx)
@@ -76,17 +76,18 @@ def form_fields(config: dict[str, Any]) -> tuple[dict[str, Any], pd.DataFrame]:
     edited["batching"] = cols[1].selectbox(
         "batching", BATCHING_MODES, BATCHING_MODES.index(config["batching"]),
         key="bp_batching")
+    default = config.get("default_slo")
+
+    def slo(own: dict[str, Any] | None, fallback: dict[str, Any] | None = default) -> str:
+        return lane_slo_text(own, fallback, ", ", "no targets")
+
     st.markdown("**Lanes**. SLO targets, the table's `slo_*` cells (seconds; empty: the"
-                f" default SLO, {slo_text(config.get('default_slo'))}): "
-                + "; ".join(f"{name}: {slo_text(lane.get('slo'))}"
+                f" default SLO, {slo(default, None)}): "
+                + "; ".join(f"{name}: {slo(lane.get('slo'))}"
                             for name, lane in config["lanes"].items()))
     table = pd.DataFrame.from_dict(lane_rows(config["lanes"]), orient="index")
     return edited, st.data_editor(table, key="bp_lanes", num_rows="fixed")
 
-
-def slo_text(slo: dict[str, Any] | None) -> str:
-    """{"ttft_s": 5, "tpot_s": 0.5} -> "TTFT 5 s, TPOT 0.5 s"; None -> "no targets"."""
-    return LaneSLO.parse(slo, "slo").describe(none="no targets")
 
 
 def edit_form(data: dict[str, Any]) -> None:

@@ -195,6 +195,25 @@ def test_control_form_applies_validates_and_rolls_back(live_url):
     assert now["config"]["max_num_seqs"] == before["config"]["max_num_seqs"]
 
 
+def test_control_page_shows_which_lanes_take_the_default_slo(live_url):
+    """A lane without its own SLO counts default_slo's (it once read "no targets")."""
+    def set_default(slo):
+        version = config(live_url)["version"]
+        reply = httpx.patch(live_url + "/control/config", headers={"If-Match": str(version)},
+                            json={"changes": {"default_slo": slo}, "reason": "test"})
+        assert reply.status_code == 200, reply.text
+
+    set_default({"ttft_s": 10.0})
+    try:
+        shown = texts(open_page(CONTROL, bp_url=live_url))
+        assert "empty: the default SLO, TTFT 10 s)" in shown
+        assert "batch: TTFT 10 s (default)" in shown
+        assert "interactive: TTFT 5 s, TPOT 0.5 s" in shown  # its own
+    finally:
+        set_default({"ttft_s": None, "tpot_s": None})
+    assert "batch: no targets" in texts(open_page(CONTROL, bp_url=live_url))
+
+
 def test_checklist_page_shows_each_verdict_with_its_evidence(live_url):
     at = open_page(CHECKLIST, bp_url=live_url)
     metrics = {m.label: int(m.value) for m in at.metric}
