@@ -57,7 +57,8 @@ def get_text(data: dict[str, Any]) -> str:
 
 
 def fleet_text(data: dict[str, Any]) -> str:
-    replicas = "  ".join(f"{r['replica_id']}:v{r['fleet_version']}"
+    replicas = "  ".join(f"{r['replica_id']}:off" if not r.get("live", True) else
+                         f"{r['replica_id']}:v{r['fleet_version']}"
                          + ("" if r["fleet_version"] == r["target_version"]
                             else f"->v{r['target_version']}")
                          + ("" if r["healthy"] else "(down)")

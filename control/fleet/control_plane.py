@@ -68,7 +68,8 @@ class FleetControl:
 
     def convergence(self) -> dict[str, Any]:
         views = self.fleet.table.views
-        out = self.versions.convergence(self.reported(), [v.healthy for v in views])
+        live = [self.fleet.scaling.callable(v.replica_id) for v in views]
+        out = self.versions.convergence(self.reported(), [v.healthy for v in views], live)
         for row, push in zip(out["replicas"], self.last_push, strict=True):
             row["last_push"] = push
         return out

@@ -89,14 +89,18 @@ class FleetVersions:
         del self.events[:-HISTORY_LIMIT]
         return entry
 
-    def convergence(self, reported: list[int | None], healthy: list[bool]) -> dict[str, Any]:
-        """Each replica's version against its target. Converged: every replica runs its
-        target (a replica that is down is not converged: it will be pushed once up)."""
+    def convergence(self, reported: list[int | None], healthy: list[bool],
+                    live: list[bool] | None = None) -> dict[str, Any]:
+        """Each replica's version against its target. Converged: every live replica runs
+        its target (one that is down is not: it will be pushed once up). `live[i]` False:
+        autoscaling has slot i off, with no replica to run anything (it gets the target
+        when it starts, before it is routed to); shown, not waited for."""
+        live = live or [True] * len(reported)
         replicas = [{"replica_id": i, "fleet_version": v, "target_version": self.target(i),
-                     "healthy": ok}
-                    for i, (v, ok) in enumerate(zip(reported, healthy, strict=True))]
+                     "healthy": ok, "live": on}
+                    for i, (v, ok, on) in enumerate(zip(reported, healthy, live, strict=True))]
         converged = all(r["fleet_version"] == r["target_version"] and r["healthy"]
-                        for r in replicas)
+                        for r in replicas if r["live"])
         return {"fleet_version": self.current, "converged": converged, "replicas": replicas}
 
 

@@ -15,6 +15,7 @@ import httpx
 from fixtures.fleet_fakes import FakeReplica, until
 
 from control.admin.auth import Token
+from control.cli.ctl_format import fleet_text
 from control.fleet.autoscale import AutoscaleConfig
 from control.fleet.autoscale_board import MemoryBoard, policy_tick, read_signals
 from control.fleet.ingress import FleetIngress, build_app
@@ -101,6 +102,11 @@ def test_a_burst_starts_a_replica_and_an_idle_spell_drains_then_stops_it():
         await asyncio.sleep(0.3)
         assert phases == ["on", "off", "off"] and routed_to(fleet) == {0}
         assert fakes[1].stray_calls == fakes[2].stray_calls == 0  # never called
+        # slots autoscaling keeps off run nothing: the fleet's config has converged (it
+        # once read "converging" forever, slots 1 and 2 "down")
+        got = (await c.get("/control/config", headers=READ)).json()
+        assert got["converged"] and [r["live"] for r in got["replicas"]] == [True, False, False]
+        assert "replicas 0:v0  1:off  2:off" in fleet_text(got)
         fakes[0].waiting = 3  # a queue builds on replica 0: 3 a replica, over 2
         await until(lambda: phases[1] == "starting")
         # a scale event under way: a canary or a restart would count a replica in flux
