@@ -63,6 +63,14 @@ class FleetControl:
                 self.versions = FleetVersions(state["config"])
             return self.versions
 
+    def runs_target(self, replica_id: int) -> bool:
+        """Whether the replica runs the config the fleet means for it (every replica does
+        before the fleet has versions: each runs the YAML). A replica Serve restarted or
+        autoscaling started comes up on the YAML until the reconcile loop pushes it."""
+        versions = self.versions
+        return versions is None or self.fleet.table.views[replica_id].polled.get(
+            "fleet_version") == versions.target(replica_id)
+
     def reported(self) -> list[int | None]:
         return [v.polled.get("fleet_version") for v in self.fleet.table.views]
 

@@ -26,6 +26,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -140,7 +141,7 @@ class FleetIngress:
         key = affinity_key(prompt_prefix(body, self.policy), str(tenant),
                            salt if isinstance(salt, str) else None, self.policy)
         try:
-            decision = choose(key, self.table.snapshot(self.scaling.routed), self.policy,
+            decision = choose(key, self.table.snapshot(self.in_service()), self.policy,
                               self.rng, matched)
         except NoReplicaAvailable as exc:
             raise APIError(503, str(exc), code="no_replica", headers={"Retry-After": "1"}) \
@@ -153,6 +154,17 @@ class FleetIngress:
             decision = dataclasses.replace(decision, matched_blocks=matched.get(rid, 0))
             self.matched[rid] = self.matched.get(rid, 0) + decision.matched_blocks
         return decision
+
+    def in_service(self) -> Callable[[int], bool]:
+        """Which replicas new requests may go to (when healthy): their slot on, and running
+        the fleet's config, so none is served under the YAML a fresh replica starts on;
+        while no healthy one runs it yet (a change being pushed), any whose slot is on."""
+        ids = range(len(self.handles))
+        on = [self.scaling.routed(i) for i in ids]
+        current = [on[i] and self.control.runs_target(i) for i in ids]
+        views = self.table.views
+        return (current if any(c and views[i].healthy for i, c in enumerate(current))
+                else on).__getitem__
 
     async def forward(self, request: Request, body: bytes, replica_id: int,
                       retry: bool = True, hop: Hop | None = None,

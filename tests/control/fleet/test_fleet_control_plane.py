@@ -188,3 +188,63 @@ def test_a_canary_with_too_few_requests_extends_then_rolls_back():
         bad = await start_canary(c, replicas=3)  # no baseline left
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "canary"
     run_fleet(scenario)
+
+
+class SlowInstall(FakeReplica):
+    """A replica whose installs wait for `release` (a push under way)."""
+
+    def __init__(self, replica_id: int):
+        super().__init__(replica_id)
+        self.release = asyncio.Event()
+        self.release.set()
+
+    async def install(self, config: dict, version: int, **kw) -> dict:
+        await self.release.wait()
+        return await super().install(config, version, **kw)
+
+
+def test_a_replica_back_on_the_yaml_takes_no_request_until_it_runs_the_fleets_config():
+    """Serve restarted it (or autoscaling started it): it comes up on the YAML, version 0,
+    while the fleet is at 1. Routed meanwhile, its requests would run under the old config
+    (another tenant's lanes, the limits before an incident's change); none go to it until the
+    reconcile loop's push lands. With no replica on the fleet's version, all are routed."""
+    def routed_to(fleet) -> set[int]:
+        return {fleet.route({"prompt": f"document {k}"}, {}).replica_id for k in range(60)}
+
+    async def scenario(c, fakes, fleet):
+        ok = await c.patch("/control/config", headers={"If-Match": "0"},
+                           json={"changes": {"max_num_seqs": 32}})
+        assert ok.json()["converged"]
+        await until(lambda: [v.polled.get("fleet_version") for v in fleet.table.views]
+                    == [1, 1, 1])
+        assert routed_to(fleet) == {0, 1, 2}
+        fakes[1].release.clear()  # its next push waits
+        fakes[1].fleet_version = 0  # restarted: back on the YAML
+        await until(lambda: [v.polled.get("fleet_version") for v in fleet.table.views]
+                    == [1, 0, 1])
+        assert routed_to(fleet) == {0, 2}
+        fakes[1].release.set()
+        await until(lambda: fakes[1].installs == [1, 1])  # the reconcile loop's push
+        await until(lambda: fleet.table.views[1].polled.get("fleet_version") == 1)
+        assert routed_to(fleet) == {0, 1, 2}
+        for fake in fakes:  # no replica on the fleet's version: availability first
+            fake.fleet_version = 0
+            fake.release.clear()
+        await until(lambda: all(v.polled.get("fleet_version") == 0
+                                for v in fleet.table.views))
+        assert routed_to(fleet) == {0, 1, 2}
+        for fake in fakes:
+            fake.release.set()
+
+    async def main():
+        fakes = [SlowInstall(i) for i in range(3)]
+        fleet = FleetIngress([LocalHandle(f) for f in fakes], RoutingPolicy(), poll_s=0.02)
+        fleet.start_polls()
+        await wait_healthy(lambda: all(v.healthy for v in fleet.table.views))
+        transport = httpx.ASGITransport(app=build_app(fleet))
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://fleet") as c:
+                await scenario(c, fakes, fleet)
+        finally:
+            await fleet.stop_polls()
+    asyncio.run(main())
