@@ -180,7 +180,9 @@ class FleetControl:
                                          lane_moves=entry.lane_moves, dry_run=False)
             answer["applied_s"] = time.monotonic() - start
             if answer.get("ok"):
-                self.fleet.table.views[replica_id].polled["fleet_version"] = entry.version
+                view = self.fleet.table.views[replica_id]
+                view.polled["fleet_version"] = entry.version
+                view.pushed = (time.monotonic(), entry.version)
             else:
                 self._retry_at[replica_id] = time.monotonic() + RETRY_S
                 log.warning("replica %d did not take fleet version %d: %s", replica_id,

@@ -40,6 +40,9 @@ class ReplicaView:
     failures: int = 0  # calls that failed (replica died under them), ever
     late_polls: int = 0  # polls (or calls) in a row not answered in time
     routable: bool = True  # False while a rolling restart has taken it out (restart.py)
+    # (time.monotonic(), fleet version) of the last push it took (control_plane.py): a
+    # poll asked before then may answer the version it ran before the push
+    pushed: tuple[float, int] | None = None
 
     def load(self, in_service: bool = True) -> ReplicaLoad:
         """`in_service`: False while autoscaling has the replica's slot off or draining."""
@@ -80,13 +83,18 @@ class LoadTable:
             log.warning("replica %d marked down: %s", replica_id, why)
         view.healthy = False
 
-    def polled(self, replica_id: int, stats: dict[str, Any] | None) -> None:
-        """A poll's answer: stats, or None when it failed (down at once)."""
+    def polled(self, replica_id: int, stats: dict[str, Any] | None,
+               asked_at: float | None = None) -> None:
+        """A poll's answer: stats, or None when it failed (down at once). `asked_at`: the
+        time.monotonic() the poll was sent; one sent before the replica's last push keeps
+        the pushed fleet version (it may have been answered before the push landed)."""
         view = self.views[replica_id]
         view.late_polls = 0
         if stats is None:
             view.healthy = False
             return
+        if view.pushed is not None and asked_at is not None and asked_at < view.pushed[0]:
+            stats = {**stats, "fleet_version": view.pushed[1]}
         if not view.healthy and stats.get("ready"):
             log.info("replica %d is up (pid %s)", replica_id, stats.get("pid"))
         view.polled, view.polled_at = stats, time.monotonic()
@@ -116,7 +124,7 @@ async def poll_forever(table: LoadTable, replica_id: int,
             table.polled(replica_id, None)
             await asyncio.sleep(poll_s)
             continue
-        late = False
+        late, asked_at = False, time.monotonic()
         try:
             stats = await asyncio.wait_for(fetch(), timeout_s)
         except asyncio.CancelledError:
@@ -133,5 +141,5 @@ async def poll_forever(table: LoadTable, replica_id: int,
         if late:
             table.late(replica_id)
         else:
-            table.polled(replica_id, stats)
+            table.polled(replica_id, stats, asked_at)
         await asyncio.sleep(poll_s)
