@@ -10,7 +10,10 @@ machine without them skips (CI fails instead: tests/fixtures/browser.py)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fixtures.browser import CHROMIUM, NO_CHROMIUM, dashboard
@@ -30,24 +33,32 @@ def trace_db(tmp_path_factory) -> str:
     return path
 
 
-def chrome_seen(url: str, screenshot: Path) -> dict[str, bool]:
-    """Open the Overview page once its script has run; what of Streamlit's chrome shows."""
+@contextmanager
+def overview(url: str, width: int, height: int, settle_ms: int) -> Iterator[Any]:
+    """Chromium on the dashboard's first page (Overview), once its script has run and
+    `settle_ms` more have passed; yields the page."""
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page = browser.new_page(viewport={"width": width, "height": height})
             page.goto(url)
             page.wait_for_selector("[data-testid=stMainBlockContainer] h1", timeout=60_000)
             page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')",
                                    timeout=60_000)
-            page.wait_for_timeout(500)  # the toolbar renders with the first script run
-            page.screenshot(path=str(screenshot))
-            return {"deploy": page.locator(DEPLOY).is_visible()
-                    or page.get_by_text("Deploy", exact=True).count() > 0,
-                    "menu": page.locator(MENU).is_visible(),
-                    "title": "batchpilot" in page.title()}
+            page.wait_for_timeout(settle_ms)
+            yield page
         finally:
             browser.close()
+
+
+def chrome_seen(url: str, screenshot: Path) -> dict[str, bool]:
+    """What of Streamlit's chrome the Overview page shows."""
+    with overview(url, 1400, 900, 500) as page:  # the toolbar renders with the first run
+        page.screenshot(path=str(screenshot))
+        return {"deploy": page.locator(DEPLOY).is_visible()
+                or page.get_by_text("Deploy", exact=True).count() > 0,
+                "menu": page.locator(MENU).is_visible(),
+                "title": "batchpilot" in page.title()}
 
 
 def test_dashboard_shows_no_deploy_button_or_developer_menu(trace_db, tmp_path):
@@ -66,22 +77,13 @@ def test_overview_shows_deferred_admissions_as_a_person_sees_them(tmp_path):
     path = str(tmp_path / "defer.duckdb")
     fill_goodput_trace(path, slo_unreachable="defer")
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with dashboard(tmp_path, trace_db=path) as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1600})
-            page.goto(url)
-            page.wait_for_selector("[data-testid=stMainBlockContainer] h1", timeout=60_000)
-            page.wait_for_function("!document.querySelector('[data-testid=stStatusWidget]')",
-                                   timeout=60_000)
-            page.wait_for_timeout(1500)  # charts draw
-            page.screenshot(path=str(SHOTS / "overview_deferred.png"), full_page=True)
-            deferred = page.locator("[data-testid=stMetric]").filter(has_text="Deferred")
-            value = deferred.locator("[data-testid=stMetricValue]").inner_text()
-            title = page.get_by_text("Refused, deferred, timed out and cancelled, by reason")
-            charts = page.locator("[data-testid=stVegaLiteChart] canvas, "
-                                  "[data-testid=stVegaLiteChart] svg")
-            assert int(value) > 0
-            assert title.count() >= 1 and charts.count() >= 6
-        finally:
-            browser.close()
+    with dashboard(tmp_path, trace_db=path) as url, \
+            overview(url, 1500, 1600, 1500) as page:  # (charts draw)
+        page.screenshot(path=str(SHOTS / "overview_deferred.png"), full_page=True)
+        deferred = page.locator("[data-testid=stMetric]").filter(has_text="Deferred")
+        value = deferred.locator("[data-testid=stMetricValue]").inner_text()
+        title = page.get_by_text("Refused, deferred, timed out and cancelled, by reason")
+        charts = page.locator("[data-testid=stVegaLiteChart] canvas, "
+                              "[data-testid=stVegaLiteChart] svg")
+        assert int(value) > 0
+        assert title.count() >= 1 and charts.count() >= 6

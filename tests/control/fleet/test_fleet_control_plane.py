@@ -17,9 +17,10 @@ from engine.config import LiveConfig, StaticConfig
 from engine.config.patch import apply_patch, live_to_dict
 
 
-def run_fleet(scenario, n: int = 3, tokens: tuple[Token, ...] = ()):
+def run_fleet(scenario, n: int = 3, tokens: tuple[Token, ...] = (),
+              replica: type[FakeReplica] = FakeReplica):
     async def main():
-        fakes = [FakeReplica(i) for i in range(n)]
+        fakes = [replica(i) for i in range(n)]
         fleet = FleetIngress([LocalHandle(f) for f in fakes], RoutingPolicy(), poll_s=0.02,
                              control_tokens=tokens)
         fleet.start_polls()
@@ -237,15 +238,4 @@ def test_a_replica_back_on_the_yaml_takes_no_request_until_it_runs_the_fleets_co
         for fake in fakes:
             fake.release.set()
 
-    async def main():
-        fakes = [SlowInstall(i) for i in range(3)]
-        fleet = FleetIngress([LocalHandle(f) for f in fakes], RoutingPolicy(), poll_s=0.02)
-        fleet.start_polls()
-        await wait_healthy(lambda: all(v.healthy for v in fleet.table.views))
-        transport = httpx.ASGITransport(app=build_app(fleet))
-        try:
-            async with httpx.AsyncClient(transport=transport, base_url="http://fleet") as c:
-                await scenario(c, fakes, fleet)
-        finally:
-            await fleet.stop_polls()
-    asyncio.run(main())
+    run_fleet(scenario, replica=SlowInstall)
