@@ -40,6 +40,14 @@ class OtelSettings:
             raise ValueError(f"otlp_slow_ttft_s={self.slow_ttft_s!r} must be > 0 or unset")
         return self
 
+    def describe(self) -> str:
+        """One line for the ready banner."""
+        slow = f", and any slower than {self.slow_ttft_s:g} s to a first token" \
+            if self.slow_ttft_s is not None else ""
+        return (f"otlp: spans to {self.endpoint} ({self.protocol}); kept: as the caller's"
+                f" traceparent says, else {self.sample_ratio:g} of traces; always errors and"
+                f" timeouts{slow}")
+
 
 def sampled_at_the_door(trace_id: str, parent_span_id: str, caller_sampled: bool,
                         settings: OtelSettings) -> bool:

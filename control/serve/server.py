@@ -156,6 +156,8 @@ class DrainingServer(uvicorn.Server):
             notes = [getattr(parts, "weights", ""), fit.summary() if fit is not None else "",
                      describe_policy(self.state.engine.live_config, fit is not None,
                                      parts.static.target_step_ms)]
+            if self.state.settings.otlp is not None:
+                notes.append(self.state.settings.otlp.describe())
             if self.edge is not None:
                 notes.append(f"edge: bodies validated in their own process (pid"
                              f" {self.edge.proc.pid}) before they reach the engine's")

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 from fixtures.otlp_receiver import OtlpGrpcReceiver, OtlpReceiver, Span
-from fixtures.serving import asgi_client, make_engine, wait_until_idle
+from fixtures.serving import ServerProcess, asgi_client, make_engine, wait_until_idle
 
 from control.serve.settings import ServeSettings
 
@@ -252,3 +252,13 @@ def test_a_server_without_an_export_never_imports_the_sdk():
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_ready_banner_says_where_spans_go_and_which_are_kept(tiny_llama_dir, tmp_path):
+    with ServerProcess(tiny_llama_dir, tmp_path, {}, "--otlp-traces-endpoint",
+                       "http://127.0.0.1:9/v1/traces", "--otlp-sample-ratio", "0.25",
+                       "--otlp-slow-ttft-s", "2") as server:
+        banner = server.log()
+    assert ("otlp: spans to http://127.0.0.1:9/v1/traces (http/protobuf); kept: as the"
+            " caller's traceparent says, else 0.25 of traces; always errors and timeouts,"
+            " and any slower than 2 s to a first token") in banner
