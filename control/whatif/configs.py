@@ -17,8 +17,8 @@ import os
 from typing import Any
 
 from control.whatif.window import Window
-from engine.config import EngineConfig, LaneConfig
-from engine.config.patch import apply_patch
+from engine.config import EngineConfig, LaneConfig, LiveConfig
+from engine.config.patch import apply_diff, apply_patch
 
 
 def base_config(window: Window, config_path: str | None) -> tuple[EngineConfig, list[str]]:
@@ -43,6 +43,7 @@ def recorded_config(window: Window, base: EngineConfig, exact: bool = False,
     facts, notes = window.facts, []
     static, live = base.static, base.live
     if not exact:
+        live = _replayed(live, window.changes, notes)
         static = dataclasses.replace(static, num_kv_blocks=facts.num_kv_blocks)
         live = live.replace(max_num_batched_tokens=facts.max_num_batched_tokens,
                             max_num_seqs=facts.max_num_seqs)
@@ -68,6 +69,26 @@ def recorded_config(window: Window, base: EngineConfig, exact: bool = False,
         raise ValueError(f"the recorded config, as reconstructed, is invalid: {exc}; pass the"
                          " server's YAML with --config") from None
     return config, notes
+
+
+def _replayed(live: LiveConfig, changes: list[dict[str, list[Any]]],
+              notes: list[str]) -> LiveConfig:
+    """The config the run started on with its recorded changes up to the window replayed:
+    a window after `ctl set step_policy=fixed` ran under the law, not the YAML's policy."""
+    keys: set[str] = set()
+    for change in changes:
+        try:
+            live = apply_diff(live, change)
+        except ValueError as exc:  # made to another base than the one given here
+            notes.append(f"a recorded change could not be replayed onto the base config"
+                         f" ({exc}): {sorted(change)} left as the base has them")
+            continue
+        keys |= set(change)
+    if keys:
+        shown = ", ".join(sorted(keys)[:8]) + (", ..." if len(keys) > 8 else "")
+        notes.append(f"{len(changes)} config change(s) recorded before the window replayed"
+                     f" onto the base: {shown}")
+    return live
 
 
 def propose(recorded: EngineConfig, patch: dict[str, Any]) -> EngineConfig:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from control.trace.audit_sources import LAW_REFIT_SOURCE
+from control.trace.audit_sources import LAW_REFIT_SOURCE, is_config_version
 from control.whatif.calibrate import FEATURES, StepSamples
 from engine.calibration.step_law import StepLaw
 
@@ -90,6 +90,10 @@ class Window:
     # the law in force at the window's start when the server had refitted it from served
     # steps before then (a step_law_refit audit row: engine/calibration/online_law.py)
     law_refit: dict[str, Any] | None = None
+    # the run's config changes up to the version in force at the window's first step, in
+    # order, as recorded ({dotted key: [old, new]}): a trace file holds the starting config
+    # only as the YAML or defaults it started from, and the rest as these diffs
+    changes: list[dict[str, list[Any]]] = field(default_factory=list)
 
     @property
     def step_law(self) -> StepLaw | None:
@@ -248,10 +252,20 @@ def read_window(con, since: float | None, until: float | None) -> Window:
         notes.append(f"steps held to target_step_ms={settings.get('target_step_ms')} by the"
                      f" server's start-up step law {settings['step_law']}"
                      " (engine/scheduling/step_time.py), in every replay")
-    return Window(lo, hi, model, device, settings, requests, _facts(con, run_id, lo, last_end),
+    facts = _facts(con, run_id, lo, last_end)
+    return Window(lo, hi, model, device, settings, requests, facts,
                   read_itl(con, run_id, lo, last_end), read_samples(con, same, last_end, group),
-                  notes,
-                  law_refit=refit[1] if refit is not None else None)
+                  notes, law_refit=refit[1] if refit is not None else None,
+                  changes=_changes_up_to(con, run_id, facts.config_version))
+
+
+def _changes_up_to(con, run_id: str, version: int) -> list[dict[str, list[Any]]]:
+    """The run's config versions' diffs up to `version`, oldest first (audit rows, such as
+    a step law refit or a drain, are not versions)."""
+    rows = _rows(con, "SELECT source, change FROM config_changes WHERE run_id = ? AND"
+                 " version <= ? ORDER BY version, time", [run_id, version])
+    return [json.loads(change) for source, change in rows
+            if is_config_version(source) and change not in (None, "", "{}")]
 
 
 def _law_in_force(con, run_id: str, at: float) -> tuple[float, dict[str, Any]] | None:

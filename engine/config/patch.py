@@ -97,6 +97,25 @@ def diff(old: LiveConfig, new: LiveConfig) -> dict[str, list[Any]]:
     return _diff(live_to_dict(old), live_to_dict(new), "")
 
 
+def apply_diff(live: LiveConfig, changes: dict[str, list[Any]]) -> LiveConfig:
+    """`live` with the new side of a `diff` set (a recorded change replayed onto the config
+    it was made to; the old side is not checked). Not validated: the caller does."""
+    data = live_to_dict(live)
+    for path, (_, new) in changes.items():
+        if path.startswith("tenant_lanes."):  # a tenant's name may hold dots
+            parents, last = ["tenant_lanes"], path[len("tenant_lanes."):]
+        else:
+            *parents, last = path.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        if new is None and len(parents) == 1 and parents[0] in MAPPINGS:
+            node.pop(last, None)  # a lane or a tenant's lane removed
+        else:
+            node[last] = new
+    return live_from_dict(data).replace(version=live.version)
+
+
 def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     for key in sorted(set(a) | set(b), key=str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.config import LiveConfig, StaticConfig
-from engine.config.patch import apply_patch, diff, live_from_dict, live_to_dict, merge
+from engine.config.patch import apply_diff, apply_patch, diff, live_from_dict, live_to_dict, merge
 
 STATIC = StaticConfig(num_kv_blocks=512, max_model_len=4096)
 LIVE = LiveConfig(prefill_chunk_size=512)
@@ -60,3 +60,20 @@ def test_the_original_snapshot_is_never_modified():
     with pytest.raises(ValueError):
         apply_patch(LIVE, STATIC, {"lanes": {"batch": {"weight": -9}}})
     assert live_to_dict(LIVE) == before
+
+
+def test_a_recorded_diff_replayed_gives_the_config_it_was_taken_from():
+    """apply_diff (the what-if rebuilding the config in force from the trace's changes)
+    inverts diff: fields, a lane's nested SLO, a lane and a tenant mapping added and
+    removed (a tenant's name may hold dots)."""
+    before = LiveConfig(tenant_lanes={"acme.corp": "batch", "old": "batch"})
+    after = apply_patch(before, StaticConfig(), {
+        "step_policy": "fixed", "slo_unreachable": "serve", "long_context_lane": None,
+        "default_slo": {"ttft_s": 9.0},
+        "lanes": {"interactive": {"slo": {"ttft_s": 2.0}, "max_running": 5},
+                  "bulk": {"weight": 0.5}, "batch": {"preempt_first": False}},
+        "tenant_lanes": {"acme.corp": "bulk", "old": None, "new.co": "interactive"}})
+    changes = diff(before, after)
+    assert {"tenant_lanes.acme.corp", "lanes.bulk", "long_context_lane"} <= set(changes)
+    assert apply_diff(before, changes) == after
+    assert apply_diff(after, diff(after, before)) == before

@@ -20,6 +20,7 @@ from control.metrics.observer import Observer
 from control.trace.writer import TraceSettings, TraceWriter
 from engine.calibration.step_law import StepLaw
 from engine.config import EngineConfig, LiveConfig, StaticConfig
+from engine.config.patch import apply_patch, diff
 from engine.engine import Engine
 from engine.request import SamplingParams
 from engine.sim.executor import FakeClock, SimulatedExecutor
@@ -64,14 +65,17 @@ def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
            static: StaticConfig = STATIC, step_law: StepLaw | None = None,
            cost_model: CpuLikeStepCost | None = None,
            jobs: list[tuple[float, int, int, str]] | None = None,
-           resent_every: int = 0) -> tuple[float, float, float]:
+           resent_every: int = 0,
+           change_at: tuple[int, dict] | None = None) -> tuple[float, float, float]:
     """Run the workload through a simulated engine into a trace at `path` (writer
     stopped). `cancel_every`: every k-th request is aborted 0.3 s after it arrives;
     `start`: the epoch second the clock starts at (a live window: a recent one);
     `step_law`: the scheduler holds steps to static.target_step_ms by it, and the run's
     settings say so (as a server with fitted budgets writes them); `cost_model`: the steps
     cost what it says instead of LAW (engine/sim/step_cost.py: not the fit's linear law);
-    `resent_every`: every k-th request is a client's resend (Engine.add_request resent)."""
+    `resent_every`: every k-th request is a client's resend (Engine.add_request resent);
+    `change_at`: (k, live patch) applied before request k arrives, recorded as the
+    control API records a change."""
     clock = FakeClock(start)
     executor = SimulatedExecutor(clock=clock, step_cost_s=LAW[0], prefill_token_cost_s=LAW[1],
                                  decode_token_cost_s=LAW[2], cost_model=cost_model,
@@ -90,6 +94,8 @@ def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
         if not engine.has_unfinished_requests():
             clock.now = max(clock.now, start + jobs[i][0])
         while i < len(jobs) and start + jobs[i][0] <= clock.now:
+            if change_at is not None and i == change_at[0]:
+                _change(engine, writer, clock(), change_at[1])
             arrival, prompt_len, out_len, tenant = jobs[i]
             prompt = [rng.randrange(3, 30000) for _ in range(prompt_len)]
             if tenant == "rag":
@@ -112,6 +118,12 @@ def record(path: str, live: LiveConfig, n: int = 150, rate_per_s: float = 8.0,
     observer.stop()
     writer.stop()
     return LAW
+
+
+def _change(engine: Engine, writer: TraceWriter, now: float, patch: dict) -> None:
+    before = engine.live_config
+    after = engine.update_config(apply_patch(before, engine.static, patch))
+    writer.submit_config_change(now, after.version, "api", "tester", diff(before, after))
 
 
 def read_trace_window(path: str, since: float | None = None, until: float | None = None):
