@@ -1,4 +1,5 @@
-"""A step-time law fitted to the trace's own steps (non-negative least squares).
+"""A step-time law fitted to the trace's own steps (non-negative least squares of each step's
+relative error).
 
     step_s ~= fixed_s + prefill_s * prefill_tokens + decode_s * decode_tokens
               + context_s * decode_context_tokens + seq_s * num_seqs
