@@ -116,7 +116,7 @@ def _fit_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
     seconds: a plain fit is ruled by the long prefill steps and let the fixed cost take
     what they left, which overestimated small decode steps 1.8x on a served trace (its
     replay's TPOT came out +65%); weighted, those steps are within 4% and the long ones
-    as before (bench/RESULTS.md, "What-if accuracy")."""
+    as before (bench/RESULTS.md, "The fit to each step's relative error")."""
     weight = 1.0 / np.maximum(y, MIN_STEP_S)
     return fit_nonnegative(X * weight[:, None], y * weight)
 
