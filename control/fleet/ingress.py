@@ -278,7 +278,9 @@ class FleetIngress:
                 **({"autoscale": self.scaling.view()} if self.scaling.enabled else {}),
                 "replicas": [{**v.polled, "replica_id": v.replica_id, "healthy": v.healthy,
                               "routable": v.routable, "ingress_inflight": v.inflight,
-                              "failures": v.failures}
+                              "failures": v.failures,
+                              # False: not routed until the fleet's config reaches it
+                              "runs_config": self.control.runs_target(v.replica_id)}
                              for v in views]}
 
     def ready(self) -> bool:

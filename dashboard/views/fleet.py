@@ -48,7 +48,9 @@ def replica_rows(ready: dict[str, Any]) -> pd.DataFrame:
             "replica": r["replica_id"],
             "state": (SCALED_STATE[phase] if phase != "on" else
                       "down" if not r.get("healthy") else
-                      "out of routing" if not r.get("routable", True) else "serving"),
+                      "out of routing" if not r.get("routable", True) else
+                      "syncing config (not routed)" if r.get("runs_config") is False else
+                      "serving"),
             "config version": r.get("fleet_version"),
             "waiting": r.get("waiting"), "running": r.get("running"),
             "in flight": r.get("ingress_inflight"),
@@ -139,7 +141,8 @@ if "replicas" not in ready or "routing" not in ready:  # one server's /readyz
     st.stop()
 
 replicas = ready["replicas"]
-serving = sum(1 for r in replicas if r.get("healthy") and r.get("routable", True))
+serving = sum(1 for r in replicas if r.get("healthy") and r.get("routable", True)
+              and r.get("runs_config") is not False)
 cols = st.columns(4)
 cols[0].metric("Replicas serving", f"{serving} of {len(replicas)}")
 cols[1].metric("Routing", ready["routing"])

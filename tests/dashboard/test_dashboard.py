@@ -247,6 +247,38 @@ def test_the_fleet_page_renders_a_fleets_replicas(fleet_url):
     assert list(at.dataframe[0].value.index) == [0, 1, 2]
 
 
+class HeldInstall(FakeReplica):
+    """A stand-in that cannot take a push while `hold` is set (the ingress retries it)."""
+
+    hold = False
+
+    async def install(self, config: dict, version: int, **kw) -> dict:
+        if self.hold and not kw["dry_run"]:
+            return {"ok": False, "status": 503, "code": "busy", "message": "held by the test"}
+        return await super().install(config, version, **kw)
+
+
+def test_the_fleet_page_shows_a_replica_syncing_its_config_as_not_serving():
+    """Not routed until the fleet's config reaches it (control/fleet/ingress.py): the page
+    says so instead of "serving"."""
+    fakes = [HeldInstall(i) for i in range(2)]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with fake_fleet_server(fakes, port):
+        url = f"http://127.0.0.1:{port}"
+        fakes[1].hold = True
+        reply = httpx.patch(f"{url}/control/config", headers={"If-Match": "0"}, timeout=30,
+                            json={"changes": {"max_num_seqs": 32}})
+        assert reply.status_code == 200 and not reply.json()["converged"], reply.text
+        at = open_page(FLEET, bp_url=url)
+        states = list(at.dataframe[0].value["state"])
+        metrics = {m.label: m.value for m in at.metric}
+        fakes[1].hold = False
+    assert states == ["serving", "syncing config (not routed)"], states
+    assert metrics["Replicas serving"] == "1 of 2"
+
+
 def test_the_canary_page_renders_a_fleet_before_and_during_a_canary(fleet_url):
     at = open_page(CANARY, bp_url=fleet_url)
     assert not problems(at), problems(at)
