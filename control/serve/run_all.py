@@ -79,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=_pump, args=(server,), name="server-log", daemon=True).start()
     try:
         wait_for_stop(stop, lambda: server.poll() is None and dashboard.poll() is None)
-    except KeyboardInterrupt:
-        stop.set()  # Ctrl+C: stop both, below
-    finally:
+    finally:  # (Ctrl+C sets `stop`: its handler replaces KeyboardInterrupt)
         _signal_group(dashboard, signal.SIGINT)
         if server.poll() is None:
             server.send_signal(signal.SIGINT)

@@ -89,7 +89,6 @@ def form_fields(config: dict[str, Any]) -> tuple[dict[str, Any], pd.DataFrame]:
     return edited, st.data_editor(table, key="bp_lanes", num_rows="fixed")
 
 
-
 def edit_form(data: dict[str, Any]) -> None:
     config = data["config"]
     with st.form("bp_config_form"):
