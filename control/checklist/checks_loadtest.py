@@ -5,6 +5,7 @@ prompts did not stall the decodes of streaming requests."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from control.checklist.evidence import Evidence
@@ -82,10 +83,27 @@ def real_length_distributions(ev: Evidence, p: dict[str, Any]) -> Verdict:
                   f"{shown}", runs=len(sized))
 
 
-@register("latency_under_slo", ttft_s=2.0, tpot_s=0.2, e2e_s=None, percentiles=[95, 99],
-          label=None, min_requests=20,
+@dataclass(frozen=True)
+class Judged:
+    """One set of latencies judged by latency_under_slo: a run's, or one lane's of it."""
+
+    name: str  # the run (and lane), for a failure
+    short: str  # "" or "LANE ", before each figure that passed
+    summary: dict[str, Any]  # a Summary as stored: ttft/tpot/e2e -> {p95: ..}
+    targets: dict[str, float]  # metric -> seconds
+
+
+TARGETS = ("lanes", "fixed")  # latency_under_slo: each lane's own SLO, or the params'
+METRICS = ("ttft", "tpot", "e2e")
+
+
+@register("latency_under_slo", targets="lanes", ttft_s=None, tpot_s=None, e2e_s=None,
+          percentiles=[95, 99], label=None, min_requests=20, choices={"targets": TARGETS},
           nullable={"ttft_s": float, "tpot_s": float, "e2e_s": float, "label": str})
 def latency_under_slo(ev: Evidence, p: dict[str, Any]) -> Verdict:
+    """targets lanes: each lane the server ran requests in, against the SLO it reported for
+    that lane (a number in ttft_s / tpot_s / e2e_s overrides it for every lane); fixed: the
+    run's percentiles against ttft_s / tpot_s / e2e_s (null: not judged)."""
     if not ev.loadtest_runs:
         return no_results(ev)
     rows = [r for r in ev.loadtest_runs if r["requests"] >= p["min_requests"]
@@ -94,28 +112,71 @@ def latency_under_slo(ev: Evidence, p: dict[str, Any]) -> Verdict:
         return needs(f"no stored run with >= {p['min_requests']} requests"
                      + (f" and config {p['label']!r}" if p["label"] else ""))
     latest = [r for r in rows if r["run_id"] == rows[0]["run_id"]]
-    over, within, unmeasured = [], [], []
+    judged: list[Judged] = []
+    untargeted: set[str] = set()
     for row in latest:
-        for metric in ("ttft", "tpot", "e2e"):
-            slo = p[f"{metric}_s"]
-            if slo is None:
-                continue
-            for q in p["percentiles"]:
-                value = (row["summary"].get(metric) or {}).get(f"p{q}")
+        if p["targets"] == "fixed":
+            fixed = {m: p[f"{m}_s"] for m in METRICS if p[f"{m}_s"] is not None}
+            judged.append(Judged(run_name(row), "", row["summary"], fixed))
+            continue
+        lanes = row["summary"].get("by_server_lane")
+        if not lanes:
+            return needs(f"{run_name(row)}: {_NO_LANES[lanes is None]}")
+        for lane, group in sorted(lanes.items()):
+            targets = _lane_targets(lane, group, p)
+            if targets:
+                judged.append(Judged(f"{run_name(row)} lane {lane}", f"{lane} ", group,
+                                     targets))
+            else:
+                untargeted.add(lane)
+    if not judged:
+        return needs(f"{run_name(latest[0])}: no SLO on the lanes it ran in"
+                     f" ({', '.join(sorted(untargeted))}): set one (item slo_set,"
+                     " `batchpilot ctl set lanes.interactive.slo.ttft_s=2`)")
+    return _percentiles_verdict(judged, p["percentiles"], run_name(latest[0]), untargeted)
+
+
+_NO_LANES = {  # by_server_lane missing (True) or empty (False)
+    True: "stored before load tests recorded the lane each request ran in; run it again,"
+          " or set params.targets: fixed with ttft_s and tpot_s",
+    False: "the server reported no lane (batchpilot.lane) for any request it served: not a"
+           " batchpilot server? Set params.targets: fixed with ttft_s and tpot_s"}
+
+
+def _lane_targets(lane: str, group: dict[str, Any], p: dict[str, Any]) -> dict[str, float]:
+    """The targets a lane's group is judged by: the SLO its run checked goodput by (the
+    scenario's, else the one the server reported for the lane), each overridden by a
+    number in the params."""
+    slo = group.get("slo") or {}
+    own = (slo["by_lane"].get(lane) or {}) if "by_lane" in slo else slo
+    targets = {m: p[f"{m}_s"] if p[f"{m}_s"] is not None else own.get(f"{m}_s")
+               for m in METRICS}
+    return {m: v for m, v in targets.items() if v is not None}
+
+
+def _percentiles_verdict(judged: list[Judged], percentiles: list[int], run: str,
+                         untargeted: set[str]) -> Verdict:
+    over, within, unmeasured = [], [], []
+    for group in judged:
+        for metric, slo in group.targets.items():
+            for q in percentiles:
+                value = (group.summary.get(metric) or {}).get(f"p{q}")
                 text = f"{metric} p{q} {fmt(value)} s"
                 if value is None:
-                    unmeasured.append(f"{metric} p{q}")
+                    unmeasured.append(f"{group.short}{metric} p{q}")
                 elif value > slo:
-                    over.append(f"{run_name(row)} {text} > {slo:g} s")
+                    over.append(f"{group.name} {text} > {slo:g} s")
                 else:
-                    within.append(f"{text} <= {slo:g}")
+                    within.append(f"{group.short}{text} <= {slo:g}")
     if over:
         return failed("; ".join(over), over=over)
     if not within:
-        return needs(f"{run_name(latest[0])}: nothing measured ({', '.join(unmeasured)};"
+        return needs(f"{run}: nothing measured ({', '.join(unmeasured)};"
                      " TTFT and TPOT need streamed requests)")
     note = f" (not measured: {', '.join(unmeasured)})" if unmeasured else ""
-    return passed(f"{run_name(latest[0])}: {', '.join(within)}{note}", within=within)
+    if untargeted:
+        note += f" (no SLO, not judged: lane {', '.join(sorted(untargeted))})"
+    return passed(f"{run}: {', '.join(within)}{note}", within=within)
 
 
 def _gaps_measured(row: dict[str, Any]) -> bool:

@@ -28,16 +28,18 @@ class Check:
     fn: CheckFn
     defaults: dict[str, Any]  # every parameter it takes -> its default
     nullable: dict[str, type]  # parameters that may be null (off) -> the type otherwise
+    choices: dict[str, tuple[str, ...]]  # string parameters -> the values they may take
 
 
 CHECKS: dict[str, Check] = {}
 
 
 def register(name: str, nullable: dict[str, type] | None = None,
+             choices: dict[str, tuple[str, ...]] | None = None,
              **defaults: Any) -> Callable[[CheckFn], CheckFn]:
     def add(fn: CheckFn) -> CheckFn:
         assert name not in CHECKS, f"check {name!r} registered twice"
-        CHECKS[name] = Check(name, fn, defaults, nullable or {})
+        CHECKS[name] = Check(name, fn, defaults, nullable or {}, choices or {})
         return fn
     return add
 

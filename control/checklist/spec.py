@@ -128,6 +128,9 @@ def _item(where: str, raw: Any, seen: set[str]) -> Item:
             continue
         _check_type(f"{where}: params.{key}", value,
                     check.nullable.get(key, type(check.defaults[key])))
+        if key in check.choices and value not in check.choices[key]:
+            raise ValueError(f"{where}: params.{key}={value!r} must be one of"
+                             f" {', '.join(check.choices[key])}")
     return Item(item_id, _text(where, raw, "title"), _text(where, raw, "why"), name,
                 {**check.defaults, **given})
 

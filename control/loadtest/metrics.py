@@ -75,6 +75,10 @@ class Summary:
     slo_met_share: float | None  # of ok requests; None: no SLO or no ok request
     by_lane: dict[str, Summary] = field(default_factory=dict)  # lane None as AUTO_LANE
     by_tenant: dict[str, Summary] = field(default_factory=dict)
+    # by the lane the server ran each request in (batchpilot.lane; the planned lane or the
+    # server's choice), requests it never ran left out: each lane's latencies against the
+    # SLO it reported (`slo`), as the go-live checklist judges them
+    by_server_lane: dict[str, Summary] = field(default_factory=dict)
     # sent again after a refusal (--client-retries), and of those, ended ok
     resent: int = 0
     resent_ok: int = 0
@@ -213,6 +217,8 @@ def summarize(results: list[RequestResult], duration_s: float, slo: SLO | None,
         results, lambda r: AUTO_LANE if r.planned.lane is None else r.planned.lane,
         duration_s, slo, label)
     summary.by_tenant = _groups(results, lambda r: r.planned.tenant, duration_s, slo, label)
+    summary.by_server_lane = _groups([r for r in results if r.server_lane],
+                                     lambda r: r.server_lane, duration_s, slo, label)
     return summary
 
 
@@ -221,7 +227,7 @@ def summary_from_dict(d: dict) -> Summary:
     d = dict(d)
     for name in LATENCIES + GAPS:
         d[name] = Dist(**d.get(name, {}))  # no gaps in results stored before they existed
-    for groups in ("by_lane", "by_tenant"):
+    for groups in ("by_lane", "by_tenant", "by_server_lane"):
         d[groups] = {k: summary_from_dict(v) for k, v in d.get(groups, {}).items()}
     return Summary(**d)
 

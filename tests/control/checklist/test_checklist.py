@@ -68,6 +68,13 @@ def good() -> Evidence:
                "itl": {"p99": 0.12}, "e2e": {"p95": 9.0, "p99": 12.0},
                "ttft_gap": {"count": 70, "p50": 0.004, "p99": 0.03},
                "e2e_gap": {"count": 84, "p50": 0.002, "p99": 0.02}}
+    # each lane the server ran requests in, with the SLO it reported for it (targets: lanes)
+    summary["by_server_lane"] = {
+        "interactive": {"ttft": {"p95": 0.8, "p99": 1.5}, "tpot": {"p95": 0.05, "p99": 0.08},
+                        "slo": {"by_lane": {"interactive": {"ttft_s": 2.0, "tpot_s": 0.2,
+                                                            "e2e_s": None}}}},
+        "batch": {"ttft": {"p95": 30.0, "p99": 41.0}, "tpot": {"p95": 0.9, "p99": 1.2},
+                  "slo": {"by_lane": {}}}}
     return Evidence(
         config=live_to_dict(live), config_from="GET /control/config, version 3",
         static={"block_size": 16, "num_kv_blocks": 2048, "max_model_len": 8192},
@@ -95,8 +102,18 @@ def good() -> Evidence:
         loadtest_from="the trace of http://x", repo_root=ROOT)
 
 
-def result(ev: Evidence, item_id: str):
-    return next(r for r in evaluate(SPEC, ev) if r.id == item_id)
+def spec_with(item_id: str, **params):
+    """The default spec with these params of one item changed, loaded as a file would be."""
+    data = yaml.safe_load(Path(DEFAULT_SPEC).read_text())
+    for section in data["sections"]:
+        for item in section["items"]:
+            if item["id"] == item_id:
+                item["params"] = {**item.get("params", {}), **params}
+    return parse_spec(data)
+
+
+def result(ev: Evidence, item_id: str, spec=SPEC):
+    return next(r for r in evaluate(spec, ev) if r.id == item_id)
 
 
 def test_a_deployment_that_did_everything_passes_every_item():
@@ -110,6 +127,10 @@ def test_a_deployment_that_did_everything_passes_every_item():
     assert by_id["latency_reconciled"].evidence == (
         "run lt1 (scenario mixed): TTFT gap p50 0.004 s, p99 0.03 s (70 requests) <= 0.1 s;"
         " E2E gap p50 0.002 s, p99 0.02 s (84 requests) <= 0.1 s")
+    assert by_id["latency_slo"].evidence == (
+        "run lt1 (scenario mixed): interactive ttft p95 0.8 s <= 2, interactive ttft p99 1.5 s"
+        " <= 2, interactive tpot p95 0.05 s <= 0.2, interactive tpot p99 0.08 s <= 0.2"
+        " (no SLO, not judged: lane batch)")
     assert {r.section for r in results} == {s.title for s in SPEC.sections}
 
 
@@ -150,8 +171,15 @@ FAILURES = {
         ("loadtest_stats.0.prompt_std", 0.0), ("loadtest_stats.0.prompt_min", 128),
         ("loadtest_stats.0.prompt_max", 128), ("loadtest_stats.0.prompt_mean", 128.0)],
         "prompt tokens all 128, CV 0"),
-    "p99 over the SLO": ("latency_slo", [("loadtest_runs.0.summary.ttft.p99", 3.5)],
-                         "ttft p99 3.5 s > 2 s"),
+    "p99 over the lane's SLO": ("latency_slo", [
+        ("loadtest_runs.0.summary.by_server_lane.interactive.ttft.p99", 3.5)],
+        "run lt1 (scenario mixed) lane interactive ttft p99 3.5 s > 2 s"),
+    "p99 over a target the spec sets for every lane": ("latency_slo", [
+        ("items.latency_slo.tpot_s", 0.07)],
+        "run lt1 (scenario mixed) lane interactive tpot p99 0.08 s > 0.07 s"),
+    "p99 over the spec's fixed SLO": ("latency_slo", [
+        ("items.latency_slo.targets", "fixed"), ("items.latency_slo.ttft_s", 2.0),
+        ("loadtest_runs.0.summary.ttft.p99", 3.5)], "ttft p99 3.5 s > 2 s"),
     "server under-reports TTFT": ("latency_reconciled", [
         ("loadtest_runs.0.summary.ttft_gap.p99", 0.4)],
         "run lt1 (scenario mixed): TTFT gap p50 0.004 s, p99 0.4 s (70 requests) > 0.1 s"),
@@ -183,13 +211,15 @@ FAILURES = {
 @pytest.mark.parametrize("case", FAILURES, ids=str)
 def test_each_reason_fails_its_item_and_shows_the_value(case):
     item_id, changes, shown = FAILURES[case]
-    ev = good()
+    ev, params = good(), {}
     for path, value in changes:
-        if "." in path:
+        if path.startswith("items."):  # a parameter of the spec's item
+            params[path.removeprefix(f"items.{item_id}.")] = value
+        elif "." in path:
             _set(ev, path, value)
         else:
             setattr(ev, path, value)
-    results = evaluate(SPEC, ev)
+    results = evaluate(spec_with(item_id, **params) if params else SPEC, ev)
     got = next(r for r in results if r.id == item_id)
     assert got.status == "fail", got
     assert shown in got.evidence, got.evidence
@@ -286,7 +316,16 @@ NEEDS = {
         setattr(ev, "loadtest_runs", []), setattr(ev, "loadtest_from", ""),
         ev.missing.update(loadtest="tracing is off")), "tracing is off"),
     "no streamed requests": ("latency_slo", lambda ev: ev.loadtest_runs[0].update(
-        summary={"ttft": {}, "tpot": {}}), "nothing measured"),
+        summary={"ttft": {}, "tpot": {}, "by_server_lane": {"interactive": {
+            "ttft": {}, "tpot": {}, "slo": {"ttft_s": 2.0}}}}), "nothing measured"),
+    "a run stored before lanes were recorded": ("latency_slo", lambda ev: ev.loadtest_runs[
+        0]["summary"].pop("by_server_lane"), "run it again, or set params.targets: fixed"),
+    "a server that reports no lane": ("latency_slo", lambda ev: ev.loadtest_runs[0][
+        "summary"].update(by_server_lane={}), "not a batchpilot server?"),
+    "no lane with an SLO": ("latency_slo", lambda ev: ev.loadtest_runs[0]["summary"][
+        "by_server_lane"]["interactive"].update(slo={"by_lane": {"interactive": {
+            "ttft_s": None, "tpot_s": None}}}),
+        "no SLO on the lanes it ran in (batch, interactive): set one (item slo_set"),
     "no server timing in the results": ("latency_reconciled", lambda ev: [
         ev.loadtest_runs[0]["summary"].pop(g) for g in ("ttft_gap", "e2e_gap")],
         "no stored load-test run carries the server's timing"),
@@ -346,6 +385,8 @@ ITEM = {"id": "x", "title": "X", "why": "because", "check": "watermarks_ordered"
     ({**ITEM, "thresholds": {}}, "item 'x': unknown key(s) ['thresholds']"),
     ({**ITEM, "check": "latency_under_slo", "params": {"ttft_s": "2s"}},
      "params.ttft_s='2s' must be a number"),
+    ({**ITEM, "check": "latency_under_slo", "params": {"targets": "lane"}},
+     "item 'x': params.targets='lane' must be one of lanes, fixed"),
 ])
 def test_spec_errors_name_the_item_and_field(item, message):
     with pytest.raises(ValueError) as err:
@@ -357,9 +398,11 @@ def test_spec_rejects_duplicate_ids_and_accepts_a_null_threshold():
     with pytest.raises(ValueError, match="item 'x': the id is used twice"):
         parse_spec({"sections": [{"id": "s", "title": "S", "items": [ITEM, ITEM]}]})
     spec = parse_spec({"sections": [{"id": "s", "title": "S", "items": [
-        {**ITEM, "check": "latency_under_slo", "params": {"tpot_s": None}}]}]})
-    assert spec.sections[0].items[0].params["tpot_s"] is None
-    assert spec.sections[0].items[0].params["ttft_s"] == 2.0  # the check's default
+        {**ITEM, "check": "latency_under_slo",
+         "params": {"targets": "fixed", "ttft_s": 2.0, "tpot_s": None}}]}]})
+    params = spec.sections[0].items[0].params
+    assert params["tpot_s"] is None and params["ttft_s"] == 2.0
+    assert params["percentiles"] == [95, 99]  # the check's default
 
 
 def test_gap_thresholds_come_from_the_spec():

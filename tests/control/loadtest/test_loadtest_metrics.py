@@ -20,6 +20,7 @@ import json
 from dataclasses import asdict
 
 import duckdb
+import numpy as np
 import pytest
 from fixtures.loadtest import FIXTURE, load_recorded
 
@@ -157,6 +158,21 @@ def test_without_a_scenario_slo_goodput_counts_each_lanes_own_from_the_server(re
     given = summarize(results, duration_s, SLO(ttft_s=0.3))  # a given SLO wins
     assert given.slo == {"ttft_s": 0.3, "tpot_s": None, "e2e_s": None}
     assert given.goodput_rps == approx(0.5)
+    # by the lane the server ran each in, whatever lane the client planned: each group's
+    # latencies and the SLO its lane reported (what the go-live checklist judges)
+    chat = s.by_server_lane["chat"]
+    assert sorted(s.by_server_lane) == ["bulk", "chat"]
+    assert chat.requests == sum(r.server_lane == "chat" for r in results)
+    assert chat.slo == {"by_lane": {"chat": {"ttft_s": 0.3, "tpot_s": None, "e2e_s": None}}}
+    assert s.by_server_lane["bulk"].slo is None
+    assert chat.ttft.p99 == approx(float(np.percentile(
+        [r.ttft_s for r in results if r.server_lane == "chat" and r.outcome == "ok"
+         and r.planned.stream], 99)))
+    assert summary_from_dict(asdict(s)).by_server_lane["chat"] == chat
+
+
+def test_requests_the_server_never_ran_have_no_server_lane(summary):
+    assert summary.by_server_lane == {}  # the recording carries no batchpilot.lane
 
 
 def test_by_lane_and_by_tenant(summary):

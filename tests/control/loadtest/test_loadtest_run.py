@@ -69,6 +69,42 @@ def test_streams_cancellations_and_timing(server):
     assert deadline
 
 
+def test_each_lane_is_judged_by_the_slo_its_responses_carried(server):
+    """The lane and SLO each response carried group the summary (by_server_lane), and the
+    go-live checklist judges each lane by its own SLO: a lane without one is named, not
+    judged; a target the spec sets for every lane overrides the lane's."""
+    from dataclasses import asdict
+
+    from control.checklist.checks_loadtest import latency_under_slo
+    from control.checklist.evidence import Evidence
+    from control.checklist.registry import CHECKS
+    from control.loadtest.metrics import summarize
+
+    url, engine, _ = server
+    plan = planned(9)
+    prompts = {p.index: f"lane prompt {p.index}" for p in plan}
+    results, duration = asyncio.run(run(url, plan, prompts, model="tiny", concurrency=3))
+    summary = summarize(results, duration, None)
+    live = engine.live_config
+    targets = {lane.name: live.lane_slo(lane) for lane in live.lanes}
+    assert sorted(summary.by_server_lane) == ["batch", "interactive"]  # None: interactive
+    for lane, group in summary.by_server_lane.items():
+        slo = targets[lane]
+        assert group.slo == ({"by_lane": {lane: {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s,
+                                                 "e2e_s": None}}} if slo.is_set else None)
+    assert targets["interactive"].ttft_s and not targets["batch"].is_set
+    ev = Evidence(loadtest_runs=[{"run_id": "r", "label": "", "scenario": "s",
+                                  "requests": 9, "summary": asdict(summary)}])
+    params = dict(CHECKS["latency_under_slo"].defaults, min_requests=9)
+    verdict = latency_under_slo(ev, params)
+    assert verdict.status == "pass", verdict.evidence
+    assert "interactive ttft p99" in verdict.evidence
+    assert "(no SLO, not judged: lane batch)" in verdict.evidence
+    strict = latency_under_slo(ev, {**params, "ttft_s": 1e-6})  # for every lane
+    assert strict.status == "fail"
+    assert "lane batch ttft p95" in strict.evidence and "> 1e-06 s" in strict.evidence
+
+
 async def _wait_for(condition, timeout_s: float = 10.0) -> bool:
     for _ in range(int(timeout_s / 0.05)):
         if condition():
