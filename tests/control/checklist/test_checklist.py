@@ -317,7 +317,8 @@ NEEDS = {
         ev.missing.update(loadtest="tracing is off")), "tracing is off"),
     "no streamed requests": ("latency_slo", lambda ev: ev.loadtest_runs[0].update(
         summary={"ttft": {}, "tpot": {}, "by_server_lane": {"interactive": {
-            "ttft": {}, "tpot": {}, "slo": {"ttft_s": 2.0}}}}), "nothing measured"),
+            "ttft": {}, "tpot": {}, "slo": {"by_lane": {"interactive": {"ttft_s": 2.0}}}}}}),
+        "nothing measured"),
     "a run stored before lanes were recorded": ("latency_slo", lambda ev: ev.loadtest_runs[
         0]["summary"].pop("by_server_lane"), "run it again, or set params.targets: fixed"),
     "a server that reports no lane": ("latency_slo", lambda ev: ev.loadtest_runs[0][

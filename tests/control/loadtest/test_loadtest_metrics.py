@@ -169,6 +169,9 @@ def test_without_a_scenario_slo_goodput_counts_each_lanes_own_from_the_server(re
         [r.ttft_s for r in results if r.server_lane == "chat" and r.outcome == "ok"
          and r.planned.stream], 99)))
     assert summary_from_dict(asdict(s)).by_server_lane["chat"] == chat
+    # a scenario's SLO is the load test's own: the lanes' groups keep their lane's
+    assert given.by_server_lane["chat"].slo == chat.slo
+    assert given.by_server_lane["chat"].goodput_rps == chat.goodput_rps
 
 
 def test_requests_the_server_never_ran_have_no_server_lane(summary):
