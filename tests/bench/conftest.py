@@ -38,6 +38,9 @@ def pytest_collection_finish(session) -> None:
 
 
 def pytest_sessionfinish(session) -> None:
+    pool = session.config.stash.get(POOL, None)
+    if pool is not None:
+        pool.close()
     folder = session.config.stash.get(FOLDER, None)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)

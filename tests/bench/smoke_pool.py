@@ -66,3 +66,10 @@ class SmokePool:
 
     def result(self, name: str) -> Any:
         return self._futures[name].result(timeout=WAIT_S)
+
+    def close(self) -> None:
+        """Start no more jobs (the session ended, e.g. stopped at a failure before asking
+        for them); the running ones end under their own timeouts."""
+        with self._lock:
+            self._todo.clear()
+            self._lock.notify_all()
