@@ -27,8 +27,8 @@ a public host; control/edge/); --edge off measures it without.
 
     python -m bench.hostile_traffic [--disconnects 1000] [--tenants 20000]
                                     [--poison-rounds 5] [--phase-s 15] [--phases poison]
-    python -m bench.hostile_traffic --smoke      # 50 disconnects, 300 tenants, poison: 2
-                                                 # rounds of 2 s phases, 16 innocents a set
+    python -m bench.hostile_traffic --smoke      # 50 disconnects, 300 tenants, poison: 1
+                                                 # round of 2 s phases, 16 innocents a set
 
 Last line: one JSON object.
 """
@@ -56,7 +56,7 @@ from bench.random_models import tiny_checkpoint
 SERVING = {"serving": {"max_num_seqs": 16, "max_waiting_requests": 64,
                        "max_batched_tokens": 256, "prefill_chunk_size": 128,
                        "num_kv_blocks": 512}}
-SMOKE = {"disconnects": 50, "tenants": 300, "idle_requests": 10, "poison_rounds": 2,
+SMOKE = {"disconnects": 50, "tenants": 300, "idle_requests": 10, "poison_rounds": 1,
          "phase_s": 2.0, "innocents": 16, "innocent_tokens": 12}
 PHASES = ("disconnects", "burst", "tenants", "poison")
 ALLOWED = {200, 429, 503}
