@@ -110,11 +110,16 @@ def pytest_configure(config):
 BALANCE_FOLDERS = ("dashboard", "grafana")
 
 
+def _uses_ray(item) -> bool:
+    """A test of the Ray fleet: its file is *_ray.py or it takes the shared `fleet`."""
+    return Path(str(item.fspath)).stem.endswith("_ray") \
+        or "fleet" in getattr(item, "fixturenames", ())
+
+
 def pytest_itemcollected(item):
-    path = Path(str(item.fspath))
-    if "bench" in path.parts or path.stem.endswith("_ray") \
-            or "fleet" in getattr(item, "fixturenames", ()) \
-            or any(folder in path.parts for folder in BALANCE_FOLDERS):
+    parts = Path(str(item.fspath)).parts
+    if "bench" in parts or _uses_ray(item) \
+            or any(folder in parts for folder in BALANCE_FOLDERS):
         item.add_marker(ONE_PROCESS)
 
 
@@ -122,10 +127,9 @@ def _one_process_rank(item) -> int:
     """The one_process suite's order: its own tests first, while the smokes' pool (started
     at collection, tests/bench/conftest.py) runs beside them; then the smokes' results;
     then the Ray fleet's tests, whose Ray would otherwise run beside a Ray smoke's."""
-    path = Path(str(item.fspath))
-    if path.stem.endswith("_ray") or "fleet" in getattr(item, "fixturenames", ()):
+    if _uses_ray(item):
         return 2
-    return 1 if "bench" in path.parts else 0
+    return 1 if "bench" in Path(str(item.fspath)).parts else 0
 
 
 def pytest_collection_modifyitems(config, items):

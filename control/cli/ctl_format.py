@@ -56,13 +56,17 @@ def get_text(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _replica_text(r: dict[str, Any]) -> str:
+    """`1:v3`, `1:v2->v3` (converging), `1:v3(down)`, or `1:off` (autoscaling's slot off)."""
+    if not r.get("live", True):
+        return f"{r['replica_id']}:off"
+    target = "" if r["fleet_version"] == r["target_version"] else f"->v{r['target_version']}"
+    down = "" if r["healthy"] else "(down)"
+    return f"{r['replica_id']}:v{r['fleet_version']}{target}{down}"
+
+
 def fleet_text(data: dict[str, Any]) -> str:
-    replicas = "  ".join(f"{r['replica_id']}:off" if not r.get("live", True) else
-                         f"{r['replica_id']}:v{r['fleet_version']}"
-                         + ("" if r["fleet_version"] == r["target_version"]
-                            else f"->v{r['target_version']}")
-                         + ("" if r["healthy"] else "(down)")
-                         for r in data.get("replicas", []))
+    replicas = "  ".join(_replica_text(r) for r in data.get("replicas", []))
     canary = data.get("canary")
     running = f"   canary {canary['canary_id']} {canary['status']}" if canary else ""
     return (f"fleet {'converged' if data['converged'] else 'converging'}   replicas"

@@ -180,3 +180,12 @@ def test_the_autoscale_settings_change_live_and_refuse_what_they_cannot_be():
         change = (await c.get("/control/fleet/autoscale", headers=READ)).json()
         assert change["config_changes"][-1]["actor"] == "ops"
     run_fleet(scenario)
+
+
+def test_fleet_text_shows_each_replicas_version_target_health_and_off_slots():
+    rows = [{"replica_id": 0, "fleet_version": 3, "target_version": 3, "healthy": True},
+            {"replica_id": 1, "fleet_version": 2, "target_version": 3, "healthy": False},
+            {"replica_id": 2, "fleet_version": None, "target_version": 3, "healthy": False,
+             "live": False}]
+    assert fleet_text({"converged": False, "replicas": rows}) == (
+        "fleet converging   replicas 0:v3  1:v2->v3(down)  2:off")
