@@ -182,7 +182,30 @@ def start(settings: FleetSettings) -> Any:
 
 
 def deploy(settings: FleetSettings) -> Any:
-    """The fleet of `sized` settings deployed on the running Ray -> the ingress handle."""
+    """The fleet of `sized` settings deployed on the running Ray -> the ingress handle.
+    RuntimeError: a replica failed to start, or Serve's own start failed twice."""
+    from ray import serve
+    from ray.exceptions import RayActorError
+
+    try:
+        return _deploy_once(settings)
+    except RayActorError as exc:
+        if settings.address:  # a shared cluster's Serve is not ours to restart
+            raise RuntimeError(f"Ray Serve failed to start on {settings.address}: {exc}") \
+                from None
+        # NOTE: on a starved 2-core machine Serve's controller has killed its HTTP proxy
+        # before it became ready (a missed health check), and serve.start raised. That is
+        # Serve's start-up under load, not the fleet: once more from a clean Serve
+        log.warning("Ray Serve's start failed (%s); starting it once more", exc)
+        serve.shutdown()
+    try:
+        return _deploy_once(settings)
+    except RayActorError as exc:
+        raise RuntimeError(f"Ray Serve failed to start twice (a machine too busy for its"
+                           f" health checks?): {exc}") from None
+
+
+def _deploy_once(settings: FleetSettings) -> Any:
     from ray import serve
 
     serve.start(http_options={"host": settings.serve.host, "port": settings.serve.port})
