@@ -134,6 +134,13 @@ def phase(url: str, slot: int) -> str:
     return autoscale(url)["slots"][slot]["phase"]
 
 
+def routable(url: str, replica_id: int) -> bool:
+    """The ingress routes to `replica_id` (its slot being on is not enough: the ingress
+    learns a replica is healthy at its next poll)."""
+    body = httpx.get(f"{url}/readyz", timeout=30).json()
+    return any(r["replica_id"] == replica_id and r["routable"] for r in body["replicas"])
+
+
 def event_time(url: str, name: str, after: float) -> float | None:
     found = [e["time"] for e in autoscale(url)["events"]
              if e["event"] == name and e["time"] >= after]
@@ -200,8 +207,8 @@ def measure(model: str, args: argparse.Namespace, trace_dir: Path) -> dict[str, 
     url = f"http://127.0.0.1:{args.port}"
     try:
         start(settings)
-        wait_for(lambda: phase(url, 0) == "on" and phase(url, 1) == "off", args.wait_s,
-                 "1 replica")
+        wait_for(lambda: phase(url, 0) == "on" and phase(url, 1) == "off"
+                 and routable(url, 0), args.wait_s, "1 replica")
         result = run_phases(url, args)
     finally:
         serve.shutdown()  # each replica flushes its trace as it stops
