@@ -123,10 +123,20 @@ def pytest_itemcollected(item):
         item.add_marker(ONE_PROCESS)
 
 
+def _one_process_rank(item) -> int:
+    """The one_process suite's order: its own tests first, while the smokes' pool (started
+    at collection, tests/bench/conftest.py) runs beside them; then the smokes' results;
+    then the Ray fleet's tests, whose Ray would otherwise run beside a Ray smoke's."""
+    if _uses_ray(item):
+        return 2
+    return 1 if "bench" in Path(str(item.fspath)).parts else 0
+
+
 def pytest_collection_modifyitems(config, items):
     """make test runs the quiet phase over the files whose module-level pytestmark says
     quiet (tests/run_suites.py reads them): a test marked quiet another way would be run
-    by no phase at all."""
+    by no phase at all. Items keep their order within each rank (_one_process_rank)."""
+    items.sort(key=_one_process_rank)
     from run_suites import quiet_files
 
     files = set(quiet_files())
