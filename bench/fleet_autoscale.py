@@ -15,13 +15,13 @@ burst queues. Phases, each timed from its start:
 2. idle: no requests, until replica 1's slot is off again.
 
 Reported: seconds from the burst's start to the scale_up event and to replica 1 ready, from
-the last request to the scale_down event and to its slot off; how long the rule's want had
-held when each event fired (`*_waited_s`: the configured delay plus the policy's lag); the
-scale events as the ingress recorded them (GET /control/fleet/autoscale); requests sent,
-ok, failed (any non-200 or a stream not ending with finish_reason "length"), and the
-requests rows each replica's trace holds (`--trace-dir`: replica-<id>.duckdb), which must
-equal the client's count, and the scale events each trace recorded as audit rows
-(config_changes, source autoscale_*).
+the moment the clients stop sending to the scale_down event and to its slot off; how long
+the rule's want had held when each event fired (`*_waited_s`: the configured delay plus the
+policy's lag); the scale events as the ingress recorded them (GET
+/control/fleet/autoscale); requests sent, ok, failed (any non-200 or a stream not ending
+with finish_reason "length"), and the requests rows each replica's trace holds
+(`--trace-dir`: replica-<id>.duckdb), which must equal the client's count, and the scale
+events each trace recorded as audit rows (config_changes, source autoscale_*).
 """
 
 from __future__ import annotations
@@ -159,10 +159,13 @@ def run_phases(url: str, args: argparse.Namespace) -> dict[str, Any]:
     served_before = client.by_replica.get("1", 0)
     wait_for(lambda: client.by_replica.get("1", 0) >= served_before + args.after_up
              and time.time() - wall0 >= args.burst_s, args.wait_s, "replica 1 serving")
-    client.finish()
+    # NOTE: from when the clients stop sending, not from their last request's end: the
+    # rule may see idle (one request left running) before that last one ends, and the
+    # scale-down came 3.8 s after it with a 4 s delay. Before the stop it cannot.
     idle0 = time.time()
-    off_s = wait_for(lambda: phase(url, 1) == "off", args.down_delay + args.wait_s,
-                     "replica 1 off")
+    client.finish()  # the requests in flight end
+    wait_for(lambda: phase(url, 1) == "off", args.down_delay + args.wait_s, "replica 1 off")
+    off_s = time.time() - idle0
     up_at, down_at = event_time(url, "scale_up", wall0), event_time(url, "scale_down", idle0)
     waited = {e["event"]: e["waited_s"] for e in autoscale(url)["events"]
               if e["event"] in ("scale_up", "scale_down")}
