@@ -38,9 +38,10 @@ class SchedulerOutput:
     num_decode_tokens: int = 0
     num_prefill_tokens: int = 0
     # the step law's time of this work (engine/scheduling/step_time.py), and its features
-    # (tokens, prefill pairs, decode context: engine/calibration/step_law.py)
+    # (tokens, decodes among them, prefill pairs, decode context: StepFeatures of
+    # engine/calibration/step_law.py)
     predicted_s: float | None = None
-    law_features: tuple[int, int, int] | None = None
+    law_features: tuple[int, int, int, int] | None = None
     # the step's time target and why it was chosen (engine/scheduling/goodput.py); None
     # without a step law
     target_s: float | None = None

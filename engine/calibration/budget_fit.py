@@ -7,7 +7,9 @@ chunks deep into a long prompt, batches of decodes over long contexts) and the s
 is fitted to them (engine/calibration/step_law.py):
 
     step_s ~= fixed_s + token_s * tokens + prefill_pair_s * prefill_pairs
-              + decode_kv_s * decode_context
+              + decode_kv_s * decode_context                    (a step with a prompt)
+    step_s ~= decode_fixed_s + decode_row_s * decodes
+              + decode_kv_s * decode_context                    (decodes alone)
 
 Two things follow from the law, with `target_s = target_step_ms / 1000`:
 
@@ -80,7 +82,9 @@ class StepFit:
         chosen = ", ".join(f"{k}={v}" for k, v in {**self.fitted, **self.kept}.items())
         law = self.law
         measured = (f"measured {1000 * law.fixed_s:.3g} ms + {1000 * law.token_s:.3g}"
-                    f" ms/token + {1e6 * law.decode_kv_s:.3g} us per decode context token")
+                    f" ms/token + {1e6 * law.decode_kv_s:.3g} us per decode context token;"
+                    f" decodes alone {1000 * law.decode_fixed_s:.3g} ms +"
+                    f" {1000 * law.decode_row_s:.3g} ms/decode")
         kept = f"; set in config: {', '.join(self.kept)}" if self.kept else ""
         note = f"; {self.note}" if self.note else ""
         return (f"budgets: {chosen} fitted to {self.target_step_ms} ms steps ({measured})"
@@ -92,8 +96,7 @@ class StepFit:
                 "law_max_error_pct": round(law_error_pct(self.law, list(self.probes)), 1),
                 "step_tokens": self.step_tokens,
                 "probes": [{"step": p.label, "ms": round(1000 * p.seconds, 3),
-                            "predicted_ms": round(1000 * self.law.step_s(
-                                p.tokens, p.prefill_pairs, p.decode_context), 3)}
+                            "predicted_ms": round(1000 * self.law.step_s(*p.features), 3)}
                            for p in self.probes],
                 "rule": "max_num_batched_tokens = the tokens of a first chunk one step runs"
                         " within the target by the law (never fewer than the fixed cost's"

@@ -7,11 +7,11 @@ per token, a neighbour on the memory bus makes long-context decodes dearer than 
 `LawSlowdown` corrects the law by one factor (measured / predicted); it cannot correct its
 shape, so decode-heavy and prompt-heavy steps then miss the target in opposite directions.
 
-Every REFIT_EVERY served steps, `OnlineLaw` fits the law's four terms over the last WINDOW
+Every REFIT_EVERY served steps, `OnlineLaw` fits the law's six terms over the last WINDOW
 served steps (their features, step_law.py, and measured seconds) plus ANCHOR_STEPS made-up
-steps (typical prompt chunks and decode batches) priced by the current law times the
-window's median measured / predicted ratio. The anchors hold the terms the served steps do
-not vary (only decodes served: the prompt attention term) at the current law's, scaled as
+steps (typical prompt chunks, decode batches and mixed steps) priced by the current law
+times the window's median measured / predicted ratio. The anchors hold the terms the served
+steps do not vary (only decodes served: the prompt terms) at the current law's, scaled as
 the device is; where served steps vary, they outnumber the anchors and decide. The refit
 replaces the law only if it predicts the window better than the current law rescaled by
 that same median ratio does (by ADOPT_GAIN at least): a change of scale alone stays with
@@ -25,19 +25,22 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-from engine.calibration.step_law import StepLaw, StepProbe, chunk_pairs, fit_law
+from engine.calibration.step_law import StepFeatures, StepLaw, StepProbe, chunk_pairs, fit_law
 
 WINDOW = 256  # served steps a refit looks at
 REFIT_EVERY = 64  # served steps between two refits
 MIN_STEPS = 64  # served steps before the first refit
 ADOPT_GAIN = 0.2  # the refit's mean relative error must be at most (1 - this) x the rescale's
-# made-up steps priced by the current law: (tokens, prefill pairs, decode context)
+# made-up steps priced by the current law: StepFeatures (tokens, decodes, prefill pairs,
+# decode context)
 ANCHOR_STEPS = (
-    (1, 0, 0),  # the fixed cost, about
-    (256, chunk_pairs(0, 256), 0),  # a first prompt chunk
-    (512, chunk_pairs(2048, 512), 0),  # a chunk deep into a long prompt
-    (16, 0, 16 * 512),  # 16 decodes over 512-token contexts
-    (64, 0, 64 * 2048),  # 64 decodes over 2k-token contexts
+    (1, 0, 1, 0),  # a prompt step's fixed cost, about
+    (256, 0, chunk_pairs(0, 256), 0),  # a first prompt chunk
+    (512, 0, chunk_pairs(2048, 512), 0),  # a chunk deep into a long prompt
+    (272, 16, chunk_pairs(0, 256), 16 * 512),  # that first chunk beside 16 decodes
+    (1, 1, 0, 128),  # a step of decodes alone: its fixed cost, about
+    (16, 16, 0, 16 * 512),  # 16 decodes over 512-token contexts
+    (64, 64, 0, 64 * 2048),  # 64 decodes over 2k-token contexts
 )
 
 
@@ -65,9 +68,9 @@ class OnlineLaw:
         self.adopted = 0
         self.last: Refit | None = None
 
-    def observe(self, features: tuple[int, int, int] | None, seconds: float,
+    def observe(self, features: StepFeatures | None, seconds: float,
                 current: StepLaw) -> Refit | None:
-        """One served step's (tokens, prefill pairs, decode context) and measured time,
+        """One served step's StepFeatures and measured time,
         under the law `current`; -> the refit this step ran (every REFIT_EVERY steps, to
         be adopted if `adopted`), else None."""
         if features is None or seconds <= 0:
@@ -94,7 +97,7 @@ class OnlineLaw:
 
 
 def _predict(law: StepLaw, p: StepProbe) -> float:
-    return law.step_s(p.tokens, p.prefill_pairs, p.decode_context)
+    return law.step_s(*p.features)
 
 
 def _mean_error_pct(law: StepLaw, steps: list[StepProbe], scale: float) -> float:

@@ -10,7 +10,9 @@ Three families of probe steps, each the best of two runs after a warm-up of the 
      target, `max_tokens` or PROBE_MAX_S (the fixed cost and the cost per token);
   2. one chunk deep into a long prompt, at two depths (the chunk's attention over what is
      cached: it grows with the position, and dominates chunks deep into 4k prompts);
-  3. a batch of decodes at two context lengths (KV read per decode token: memory-bound).
+  3. a batch of decodes at two context lengths (KV read per decode token: memory-bound),
+     and one and a quarter batch of decodes at the shorter (a step of decodes alone runs
+     its own code: its fixed cost and cost per decode are not a prompt step's).
 Every probe runs in blocks 0.. of a still-empty KV pool; `RunnerProbe.clear` zeroes them.
 """
 
@@ -52,13 +54,16 @@ def measure(prober: StepProber, target_s: float, *, max_tokens: int, max_context
     starts = [s for s in sorted({deepest // 4, deepest}) if s >= 4 * deep]  # shallower:
     probes += _family([(deep, s) for s in starts],  # the ramp's own chunks already say it
                       lambda n, s: prober.prefill(s, n),
-                      lambda n, s, t: StepProbe(n, chunk_pairs(s, n), 0, t, f"prefill {n} @{s}"))
+                      lambda n, s, t: StepProbe(n, 0, chunk_pairs(s, n), 0, t,
+                                                f"prefill {n} @{s}"))
     batch = max(1, min(DECODE_BATCH, max_batch))
     per_decode = pool_tokens // block_size // batch * block_size  # whole blocks each
     longest = min(per_decode, max_context, MAX_PROBE_CONTEXT)
-    contexts = sorted({max(1, longest // 4), longest})
-    probes += _family([(batch, c) for c in contexts], prober.decodes,
-                      lambda b, c, t: StepProbe(b, 0, b * c, t, f"decode {b} x {c}"))
+    short = max(1, longest // 4)
+    shapes = [(b, short) for b in sorted({1, max(1, batch // 4), batch})]
+    shapes += [(batch, longest)] if longest > short else []
+    probes += _family(shapes, prober.decodes,
+                      lambda b, c, t: StepProbe(b, b, 0, b * c, t, f"decode {b} x {c}"))
     return probes
 
 
@@ -72,7 +77,7 @@ def _prefill_ramp(prober: StepProber, target_s: float, max_tokens: int,
     probes: list[StepProbe] = []
     for tokens in sizes:
         seconds = min(prober.prefill(0, tokens), prober.prefill(0, tokens))
-        probes.append(StepProbe(tokens, chunk_pairs(0, tokens), 0, seconds,
+        probes.append(StepProbe(tokens, 0, chunk_pairs(0, tokens), 0, seconds,
                                 f"prefill {tokens} @0"))
         long_enough = seconds >= target_s / 2 or clock() - started > PROBE_MAX_S
         if len(probes) >= MIN_POINTS and long_enough:

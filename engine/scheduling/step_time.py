@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.calibration.step_law import StepLaw, chunk_pairs
+from engine.calibration.step_law import StepFeatures, StepLaw, chunk_pairs
 from engine.request import Request
 
 DECODE_SHARE = 0.5  # of (target - fixed): the most the running set's decodes may take
@@ -46,8 +46,10 @@ class StepTime:
     target_s: float
     decode_share_s: float
     running_decode_s: float | None = None  # summed at the first start tried this step
-    # the law's features of the work charged: tokens, prefill pairs, decode context
+    # the law's features of the work charged (StepFeatures): tokens, decodes among them,
+    # prefill pairs, decode context
     tokens: int = 0
+    decodes: int = 0
     pairs: int = 0
     context: int = 0
 
@@ -56,22 +58,25 @@ class StepTime:
         return cls(law, target_s, DECODE_SHARE * (target_s - law.fixed_s))
 
     @property
-    def features(self) -> tuple[int, int, int]:
-        """(tokens, prefill pairs, decode context) of the work charged (step_law.py)."""
-        return self.tokens, self.pairs, self.context
+    def features(self) -> StepFeatures:
+        """(tokens, decodes, prefill pairs, decode context) of the work charged."""
+        return self.tokens, self.decodes, self.pairs, self.context
 
     @property
     def predicted_s(self) -> float:
         """The law's time of the work charged so far (the fixed cost included)."""
-        return self.law.step_s(self.tokens, self.pairs, self.context)
+        return self.law.step_s(self.tokens, self.decodes, self.pairs, self.context)
 
     @property
     def left_s(self) -> float:
-        return self.target_s - self.predicted_s
+        """The time a prompt chunk may take: the step priced as one with a chunk, which
+        it becomes once one joins (a step of decodes alone costs less on its own)."""
+        return self.target_s - self.law.with_prompt_s(self.tokens, self.pairs, self.context)
 
     def take_decodes(self, num_decodes: int, context: int) -> None:
         """Charge `num_decodes` decodes attending `context` KV tokens in all."""
         self.tokens += num_decodes
+        self.decodes += num_decodes
         self.context += context
 
     def take_chunk(self, start: int, num_tokens: int) -> None:
@@ -83,6 +88,7 @@ class StepTime:
         chunks ((start, tokens) each)."""
         if decode_context is not None:
             self.tokens -= 1
+            self.decodes -= 1
             self.context -= decode_context
         for start, num_tokens in chunks:
             self.tokens -= num_tokens

@@ -30,12 +30,13 @@ def served(true: StepLaw, n: int, rng: random.Random, decodes_only: bool = False
     for _ in range(n):
         seqs = rng.randrange(1, 64)
         context = seqs * rng.randrange(100, 3000)
-        tokens, pairs = seqs, 0
+        tokens, pairs = seqs, 0  # decodes alone, unless a chunk joins them
         if not decodes_only and rng.random() < 0.6:
             chunk, start = rng.randrange(16, 512), rng.randrange(0, 3000)
             tokens, pairs = tokens + chunk, chunk_pairs(start, chunk)
         noise = rng.lognormvariate(0, 0.03)
-        yield (tokens, pairs, context), true.step_s(tokens, pairs, context) * noise
+        features = (tokens, seqs, pairs, context)
+        yield features, true.step_s(*features) * noise
 
 
 def feed(online: OnlineLaw, steps, law: StepLaw = LAW) -> tuple[list, StepLaw]:

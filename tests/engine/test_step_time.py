@@ -4,10 +4,12 @@ on the simulated executor."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
 from engine_helpers import EOS, START_TIME, Driver, prompt
+from fixtures.law_engine import features_of
 
 from engine.calibration.step_law import StepLaw, StepProbe, chunk_pairs, fit_law
 from engine.config import EngineConfig, LiveConfig, StaticConfig
@@ -40,22 +42,52 @@ def test_no_time_affords_no_tokens_and_a_law_without_attention_is_linear():
     assert StepLaw(0.01, 0.001, 0.0, 0.0).affordable_chunk(5000, 0.1) == 100
 
 
+# decodes alone run their own code: a third of the prompt step's fixed cost, each decode
+# 1.5x a prompt token (about this CPU's: engine/calibration/step_law.py)
+CPU_DECODES = dataclasses.replace(CPU, decode_fixed_s=0.013, decode_row_s=0.0012)
+LAW_TERMS = ("fixed_s", "token_s", "prefill_pair_s", "decode_kv_s", "decode_fixed_s",
+             "decode_row_s")
+
+
 def _probes(law: StepLaw, noise: float = 0.0, seed: int = 0) -> list[StepProbe]:
+    """The start-up probe's shapes (engine/calibration/probe.py), timed by `law`."""
     rng = random.Random(seed)
-    shapes = [(n, chunk_pairs(0, n), 0) for n in (16, 32, 64, 128, 256)]
-    shapes += [(64, chunk_pairs(s, 64), 0) for s in (1000, 4000)]
-    shapes += [(16, 0, 16 * c) for c in (256, 1024)]
-    return [StepProbe(t, p, c, law.step_s(t, p, c) * (1 + noise * rng.uniform(-1, 1)), "")
-            for t, p, c in shapes]
+    shapes = [(n, 0, chunk_pairs(0, n), 0) for n in (16, 32, 64, 128, 256)]
+    shapes += [(64, 0, chunk_pairs(s, 64), 0) for s in (1000, 4000)]
+    shapes += [(b, b, 0, b * 256) for b in (1, 4, 16)] + [(16, 16, 0, 16 * 1024)]
+    return [StepProbe(*f, law.step_s(*f) * (1 + noise * rng.uniform(-1, 1)), "")
+            for f in shapes]
 
 
-def test_the_fit_recovers_the_law_and_never_goes_negative():
-    fitted = fit_law(_probes(CPU))
-    for name in ("fixed_s", "token_s", "prefill_pair_s", "decode_kv_s"):
-        assert getattr(fitted, name) == pytest.approx(getattr(CPU, name), rel=1e-6)
+@pytest.mark.parametrize("law", [CPU, CPU_DECODES], ids=["one_law", "decode_steps_own"])
+def test_the_fit_recovers_the_law_and_never_goes_negative(law):
+    fitted = fit_law(_probes(law))
+    for name in LAW_TERMS:
+        assert getattr(fitted, name) == pytest.approx(getattr(law, name), rel=1e-6), name
     for seed in range(20):
-        noisy = fit_law(_probes(CPU, noise=0.3, seed=seed))
-        assert min(noisy.fixed_s, noisy.token_s, noisy.prefill_pair_s, noisy.decode_kv_s) >= 0
+        noisy = fit_law(_probes(law, noise=0.3, seed=seed))
+        assert min(getattr(noisy, name) for name in LAW_TERMS) >= 0
+
+
+def test_a_step_of_decodes_alone_is_priced_by_its_own_terms():
+    """A lone decode costs its own fixed cost, not a prompt step's; a chunk joining the
+    decodes makes the step a prompt step, where they are rows like the chunk's."""
+    assert CPU_DECODES.step_s(1, 1, 0, 100) == pytest.approx(0.013 + 0.0012 + 100 * 7.5e-6)
+    with_chunk = CPU_DECODES.step_s(17, 1, chunk_pairs(0, 16), 100)
+    assert with_chunk == pytest.approx(CPU.step_s(17, 1, chunk_pairs(0, 16), 100))
+    assert with_chunk == pytest.approx(0.040 + 17 * 0.0008 + chunk_pairs(0, 16) * 0.7e-6
+                                       + 100 * 7.5e-6)
+    # a law written before the decode-step terms (an old trace's) prices both alike
+    old = StepLaw.from_dict({k: v for k, v in CPU_DECODES.to_dict().items()
+                             if not k.startswith("decode_fixed") and k != "decode_row_ms"})
+    assert old.step_s(16, 16, 0, 1600) == pytest.approx(0.040 + 16 * 0.0008 + 1600 * 7.5e-6)
+    assert StepLaw.from_dict(CPU_DECODES.to_dict()) == CPU_DECODES
+
+
+def test_a_probe_of_one_kind_of_step_prices_the_other_alike():
+    prompts_only = [p for p in _probes(CPU_DECODES) if not p.decodes_alone]
+    fitted = fit_law(prompts_only)
+    assert fitted.decode_fixed_s == fitted.fixed_s and fitted.decode_row_s == fitted.token_s
 
 
 def make_timed_engine(law: StepLaw | None = CPU, **live_changes):
@@ -77,10 +109,7 @@ def run_capturing(engine: Engine, driver: Driver, max_steps: int = 3000) -> list
 
     def capture(now):
         out, stats = schedule(now)
-        context = sum(r.num_computed_tokens + 1 for r in out.decodes)
-        pairs = sum(chunk_pairs(c.request.num_computed_tokens, c.num_tokens)
-                    for c in out.prefills)
-        captured.append((out, CPU.step_s(out.num_tokens, pairs, context), stats))
+        captured.append((out, CPU.step_s(*features_of(out)), stats))
         return out, stats
 
     engine.scheduler.schedule = capture

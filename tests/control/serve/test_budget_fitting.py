@@ -33,11 +33,11 @@ class FakeProber:
 
     def prefill(self, start: int, num_tokens: int) -> float:
         self.calls.append(("prefill", start, num_tokens))
-        return self.law.step_s(num_tokens, chunk_pairs(start, num_tokens), 0)
+        return self.law.step_s(num_tokens, 0, chunk_pairs(start, num_tokens), 0)
 
     def decodes(self, batch: int, context: int) -> float:
         self.calls.append(("decode", batch, context))
-        return self.law.step_s(batch, 0, batch * context)
+        return self.law.step_s(batch, batch, 0, batch * context)
 
 
 def fit(explicit: dict | None = None, law=CPU_LAW, target_ms: int = 250, **static):
@@ -135,11 +135,12 @@ def test_the_yaml_takes_the_target_and_checks_its_type():
 def assert_the_law_is_sane(law: StepLaw, largest_step: int) -> None:
     """Costs are finite and >= 0; a first chunk costs more the more tokens it runs, and a
     decode batch no less the longer its contexts (else the budgets mean nothing)."""
-    costs = (law.fixed_s, law.token_s, law.prefill_pair_s, law.decode_kv_s)
+    costs = (law.fixed_s, law.token_s, law.prefill_pair_s, law.decode_kv_s,
+             law.decode_fixed_s, law.decode_row_s)
     assert all(math.isfinite(c) and c >= 0 for c in costs), law
     chunks = [law.fixed_s + law.chunk_s(0, n) for n in range(1, largest_step + 2)]
     assert chunks[0] > 0 and all(b > a for a, b in itertools.pairwise(chunks)), law
-    decodes = [law.step_s(8, 0, 8 * context) for context in (1, 64, 512)]
+    decodes = [law.step_s(8, 8, 0, 8 * context) for context in (1, 64, 512)]
     assert decodes == sorted(decodes), law
 
 
@@ -181,7 +182,8 @@ def test_decode_probes_fit_a_pool_that_does_not_split_evenly_into_their_batch(ti
     # 95 blocks over 8 decodes: 190 tokens each would round up to 12 blocks, 96 in all
     llm = LLM(tiny_loaded, num_kv_blocks=95, max_num_seqs=8, target_step_ms=250)
     decodes = [p.label for p in llm.step_fit.probes if p.label.startswith("decode")]
-    assert decodes == ["decode 8 x 44", "decode 8 x 176"]  # 11 whole blocks each
+    # 11 whole blocks each; a lone decode and a quarter batch at the shorter context
+    assert decodes == ["decode 1 x 44", "decode 2 x 44", "decode 8 x 44", "decode 8 x 176"]
     assert llm.generate([[1, 2, 3]], use_tqdm=False)[0].token_ids
 
 

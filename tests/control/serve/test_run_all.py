@@ -90,7 +90,7 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
     # big step costs more than a small one (which term carries the growth is the fit's
     # choice: on a fast CPU the tiny model's per-token term fitted to 0, its attention not)
     law = StepLaw.from_dict(json.loads(settings)["step_law"])
-    assert law.step_s(512, chunk_pairs(0, 512), 0) > law.step_s(16, chunk_pairs(0, 16), 0)
+    assert law.step_s(512, 0, chunk_pairs(0, 512), 0) > law.step_s(16, 0, chunk_pairs(0, 16), 0)
 
 
 def processes_with(needle: str) -> list[str]:
