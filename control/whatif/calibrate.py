@@ -3,21 +3,25 @@ relative error).
 
     step_s ~= fixed_s + prefill_s * prefill_tokens + decode_s * decode_tokens
               + context_s * decode_context_tokens + seq_s * num_seqs
-              + pair_s * prefill_pairs
+              + pair_s * prefill_pairs + prompt_step_s * [the step has a prompt chunk]
 
 `decode_context_tokens` is the KV the step's decodes attend to (each decode's tokens so far,
 derived from the trace: cached prompt + every token it ran up to that step).
 `prefill_pairs` are the (query, key) pairs of the step's prefill chunks' attention, as the
 scheduler's own law counts them (engine/calibration/step_law.py, `chunk_pairs`): a chunk
 deep into a long document costs more per token than a chat's first chunk, quadratically.
-The two laws share that form; this one is fitted to the trace's steps, that one to the
-start-up probe, and the drift watch compares served steps with the latter. The target is
-the engine clock's span of a step (`end_time - start_time`: schedule + execute), the clock
-every latency is measured on; `gap_s` (the median time from a step's end to the next start
-while requests were left: update, emitting, the engine loop) is added per step by replay.
+`prompt_step` (1 for a step with a prompt chunk, 0 for decodes alone): a step of decodes
+alone runs other code (on CPU the native decode layers), whose fixed cost is not a prompt
+step's (SmolLM2 here: 14-16 ms against 20-37); the scheduler's law has its own fixed cost
+for such steps too. The two laws share those terms; this one is fitted to the trace's
+steps, that one to the start-up probe, and the drift watch compares served steps with the
+latter. The target is the engine clock's span of a step (`end_time - start_time`: schedule
++ execute), the clock every latency is measured on; `gap_s` (the median time from a step's
+end to the next start while requests were left: update, emitting, the engine loop) is added
+per step by replay.
 
     model = calibrate(samples)       # StepSamples: one row per step that ran tokens
-    model.predict(np.array([[1, 64, 3, 900, 4, 2080]]))  # rows of FEATURES -> seconds
+    model.predict(np.array([[1, 64, 3, 900, 4, 2080, 1]]))  # rows of FEATURES -> seconds
 
 Every fit reports its error (R^2, median and p90 absolute % error in sample and on held-out
 steps: every HOLDOUT_EVERY-th step, left out of a second fit) and says plainly when it is
@@ -33,7 +37,7 @@ import numpy as np
 from engine.calibration.least_squares import fit_nonnegative
 
 FEATURES = ("fixed", "prefill_tokens", "decode_tokens", "decode_context_tokens", "num_seqs",
-            "prefill_pairs")
+            "prefill_pairs", "prompt_step")
 MIN_STEPS = 50  # fewer: the fit is reported as unreliable
 HOLDOUT_EVERY = 5  # every 5th step is held out for the leave-out error
 MIN_STEP_S = 1e-4  # a step's time floor in the relative fit's weights (seconds)
@@ -85,7 +89,7 @@ class StepTimeModel:
                pairs: int = 0) -> float:
         c = self.coef
         return (c[0] + c[1] * prefill + c[2] * decode + c[3] * context + c[4] * seqs
-                + c[5] * pairs)
+                + c[5] * pairs + c[6] * (prefill > 0))
 
     def beyond_seen(self, row: tuple[float, ...]) -> bool:
         """True when a step is larger than every step of the fit in some feature

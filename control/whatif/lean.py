@@ -30,15 +30,15 @@ SAMPLED_TOKEN = 7  # every replayed request ignores EOS, so any id will do
 
 class LeanExecutor:
     """Advances the clock by the fitted time of each step (calibrate.FEATURES order: fixed,
-    prefill tokens, decode tokens, decode context, sequences, prefill pairs). Keeps the
-    largest value of each feature and counts the steps beyond the fit's range
+    prefill tokens, decode tokens, decode context, sequences, prefill pairs, prompt step).
+    Keeps the largest value of each feature and counts the steps beyond the fit's range
     (StepTimeModel.beyond_seen)."""
 
     def __init__(self, model: StepTimeModel, clock: FakeClock):
         self.coef = model.coef
         self.clock = clock
         self.limit = [1.05 * v for v in model.seen_max]  # beyond_seen's 5% slack
-        self.largest = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        self.largest = [1.0] + [0.0] * (len(model.coef) - 1)
         self.steps = 0
         self.beyond_seen = 0
 
@@ -48,7 +48,9 @@ class LeanExecutor:
         context = sum(map(_computed, decodes)) + len(decodes)
         pairs = sum(chunk_pairs(ch.request.num_computed_tokens, ch.num_tokens)
                     for ch in out.prefills)
-        row = (1.0, out.num_prefill_tokens, out.num_decode_tokens, context, out.num_seqs, pairs)
+        prefill = out.num_prefill_tokens
+        row = (1.0, prefill, out.num_decode_tokens, context, out.num_seqs, pairs,
+               1.0 if prefill else 0.0)
         big, limit = self.largest, self.limit
         beyond = False
         for i in range(1, len(row)):

@@ -214,7 +214,8 @@ def read_samples(con, run_ids: list[str], until: float, group: str) -> StepSampl
         for k in ("step_id", "start", "end", "prefill", "decode", "ctx", "seqs", "pairs",
                   "left"))
     ran = (prefill + decode) > 0
-    X = np.column_stack([np.ones(len(step_id)), prefill, decode, ctx, seqs, pairs])[ran]
+    X = np.column_stack([np.ones(len(step_id)), prefill, decode, ctx, seqs, pairs,
+                         prefill > 0])[ran]
     nxt = (runs[1:] == runs[:-1]) & (step_id[1:] == step_id[:-1] + 1) & (left[:-1] > 0)
     gaps = (start[1:] - end[:-1])[nxt & ran[:-1]]
     return StepSamples(X, (end - start)[ran], np.maximum(gaps, 0.0), group)

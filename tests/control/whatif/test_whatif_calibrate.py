@@ -6,11 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from control.whatif.calibrate import MIN_STEPS, StepSamples, calibrate
+from control.whatif.calibrate import FEATURES, MIN_STEPS, StepSamples, calibrate
 from engine.calibration.least_squares import nnls
 
-# fixed, prefill, decode, context, seqs, prefill (query, key) pairs
-LAW = np.array([0.003, 2e-5, 4e-4, 1e-7, 1.5e-4, 2e-9])
+# fixed, prefill, decode, context, seqs, prefill (query, key) pairs, a prompt step's extra
+# fixed cost over decodes alone
+LAW = np.array([0.003, 2e-5, 4e-4, 1e-7, 1.5e-4, 2e-9, 0.004])
 
 
 def synthetic(n: int, seed: int = 0, noise: float = 0.01, law=LAW) -> StepSamples:
@@ -22,7 +23,8 @@ def synthetic(n: int, seed: int = 0, noise: float = 0.01, law=LAW) -> StepSample
     prefill = prefill_seqs * chunk
     pairs = prefill_seqs * (chunk * start + chunk * (chunk + 1) / 2)  # step_law.chunk_pairs
     context = decode * rng.integers(50, 4000, n)
-    X = np.column_stack([np.ones(n), prefill, decode, context, decode + prefill_seqs, pairs])
+    X = np.column_stack([np.ones(n), prefill, decode, context, decode + prefill_seqs, pairs,
+                         prefill_seqs > 0])
     y = X @ law * (1 + noise * rng.standard_normal(n))
     return StepSamples(X.astype(float), y, gaps=np.full(n - 1, 0.0007), group="test")
 
@@ -68,11 +70,26 @@ def test_a_step_beyond_what_the_fit_saw_is_flagged():
     model = calibrate(synthetic(500))
     seen = model.seen_max
     assert not model.beyond_seen(seen)
-    assert model.beyond_seen((1.0, seen[1] * 2, 1, 1, 1, 1))  # a prefill twice the largest
-    assert model.beyond_seen((1.0, 1, 1, 1, seen[4] + 10, 1))  # more sequences than ever
-    assert model.beyond_seen((1.0, 1, 1, 1, 1, seen[5] * 2))  # a chunk far deeper
+    assert model.beyond_seen((1.0, seen[1] * 2, 1, 1, 1, 1, 1))  # a prefill twice the largest
+    assert model.beyond_seen((1.0, 1, 1, 1, seen[4] + 10, 1, 1))  # more sequences than ever
+    assert model.beyond_seen((1.0, 1, 1, 1, 1, seen[5] * 2, 1))  # a chunk far deeper
 
 
 def test_no_steps_is_an_error_an_operator_can_act_on():
     with pytest.raises(ValueError, match="no step that ran tokens"):
-        calibrate(StepSamples(np.zeros((0, 6)), np.zeros(0)))
+        calibrate(StepSamples(np.zeros((0, len(FEATURES))), np.zeros(0)))
+
+
+def test_a_step_of_decodes_alone_has_its_own_fixed_cost():
+    """Decodes alone run other code than a prompt step (on CPU the native decode layers):
+    the fit tells their fixed cost from a prompt step's, where one fixed cost for both
+    overpriced the decode steps of a goodput-policy replay."""
+    model = calibrate(synthetic(2000))
+    assert model.coef[0] == pytest.approx(LAW[0], rel=0.05)  # decodes alone
+    assert model.coef[0] + model.coef[-1] == pytest.approx(LAW[0] + LAW[-1], rel=0.05)
+    decodes_alone = model.step_s(0, 16, 16 * 500, 16)
+    assert decodes_alone == pytest.approx(LAW[0] + 16 * (LAW[2] + LAW[4]) + 16 * 500 * LAW[3],
+                                          rel=0.05)
+    with_a_chunk = model.step_s(64, 16, 16 * 500, 17, 64 * 65 // 2)
+    assert with_a_chunk - decodes_alone == pytest.approx(
+        LAW[-1] + 64 * LAW[1] + LAW[4] + 64 * 65 // 2 * LAW[5], rel=0.05)
