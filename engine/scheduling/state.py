@@ -23,7 +23,7 @@ import logging
 from collections.abc import Collection
 
 from engine.calibration.online_law import OnlineLaw, Refit
-from engine.calibration.step_law import StepLaw
+from engine.calibration.step_law import StepFeatures, StepLaw
 from engine.config import LiveConfig, StaticConfig
 from engine.errors import SchedulerInvariantError
 from engine.kv.block_manager import BlockManager
@@ -66,7 +66,7 @@ class SchedulerState:
         self._deferred_waited = False
 
     def observe_step(self, predicted_s: float | None,
-                     features: tuple[int, int, int] | None, measured_s: float) -> Refit | None:
+                     features: StepFeatures | None, measured_s: float) -> Refit | None:
         """The step just served, measured (Engine.step): the slowdown's moving average and
         the online refit; a refit adopted replaces the law, and the slowdown starts over
         (the new law was fitted to served steps, their overheads included)."""

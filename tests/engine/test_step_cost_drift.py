@@ -22,6 +22,8 @@ from engine.calibration.drift import (
     StepCostWatch,
 )
 from engine.calibration.online_law import ANCHOR_STEPS
+from engine.calibration.probe import measure
+from engine.calibration.step_law import chunk_pairs, fit_law
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.sim.executor import FakeClock, SimulatedExecutor
@@ -131,3 +133,36 @@ def test_steps_are_compared_with_steps_of_their_own_size():
     assert watch.reading(t, 1.0).window_steps == steps
     # an idle server: the window empties, and with it the evidence
     assert watch.reading(t + WINDOW_S + 1, 1.0).drift is None
+
+
+class DecodeStepsOwnCode:
+    """A device whose steps of decodes alone run other code than prompt steps (as this
+    CPU's native decode layers do): 8 ms + 0.5 ms a decode, against a prompt step's 20 ms +
+    0.2 ms a token; both read 2 us per decode context token. `prefill`/`decodes` are the
+    start-up probe's StepProber; `step_s` a served step's time."""
+
+    def step_s(self, tokens: int, decodes: int, pairs: int, context: int) -> float:
+        if decodes == tokens:
+            return 0.008 + 0.0005 * decodes + 2e-6 * context
+        return 0.020 + 0.0002 * tokens + 1e-9 * pairs + 2e-6 * context
+
+    def prefill(self, start: int, num_tokens: int) -> float:
+        return self.step_s(num_tokens, 0, chunk_pairs(start, num_tokens), 0)
+
+    def decodes(self, batch: int, context: int) -> float:
+        return self.step_s(batch, batch, 0, batch * context)
+
+
+def test_more_requests_running_on_the_same_device_is_not_drift():
+    """2 running decodes, then 16: the steps' shape changes, the device does not. With one
+    law for both kinds of step, a lone decode was priced as a prompt step and the reading
+    rose with the load (2.5-2.9 on the tests' tiny model under 16 clients, idle machine)."""
+    device = DecodeStepsOwnCode()
+    law = fit_law(measure(device, 0.25, max_tokens=512, max_context=2048, pool_tokens=32768,
+                          max_batch=64, block_size=16))
+    watch, t = StepCostWatch(), 0.0
+    for running in [2] * (WARMUP_STEPS + BASELINE_STEPS + 50) + [16] * 400:
+        t += 0.05
+        features = (running, running, 0, running * 300)
+        watch.observe(t, law.step_s(*features), device.step_s(*features))
+    assert 0.9 < watch.reading(t, 1.0).drift < 1.1
