@@ -70,9 +70,9 @@ class OnlineLaw:
 
     def observe(self, features: StepFeatures | None, seconds: float,
                 current: StepLaw) -> Refit | None:
-        """One served step's StepFeatures and measured time,
-        under the law `current`; -> the refit this step ran (every REFIT_EVERY steps, to
-        be adopted if `adopted`), else None."""
+        """One served step's StepFeatures and measured time, under the law `current`; ->
+        the refit this step ran (every REFIT_EVERY steps, to be adopted if `adopted`), else
+        None."""
         if features is None or seconds <= 0:
             return None
         self.window.append(StepProbe(*features, seconds, "served"))

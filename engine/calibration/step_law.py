@@ -6,10 +6,10 @@ A step with a prompt chunk (its decodes ride along as rows of the same matrices)
     step_s ~= fixed_s + token_s * tokens
               + prefill_pair_s * prefill_pairs + decode_kv_s * decode_context
 
-A step of decodes alone runs other code (on CPU the native decode layers and the AMX
-tiles; on a GPU, graphs captured per batch size), with its own fixed and per-row costs:
+A step of decodes alone may run other code (on this CPU the native decode layers on the
+AMX tiles, one row on the Q4_1 GEMV), with its own fixed and per-decode costs:
 
-    step_s ~= decode_fixed_s + decode_s * decodes + decode_kv_s * decode_context
+    step_s ~= decode_fixed_s + decode_row_s * decodes + decode_kv_s * decode_context
 
 `tokens`: every token the step runs (one per decode, a chunk's worth per prefill chunk);
 `decodes`: how many of them are decodes (a step is decodes alone when decodes == tokens).

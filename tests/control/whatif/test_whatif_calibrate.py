@@ -83,7 +83,7 @@ def test_no_steps_is_an_error_an_operator_can_act_on():
 def test_a_step_of_decodes_alone_has_its_own_fixed_cost():
     """Decodes alone run other code than a prompt step (on CPU the native decode layers):
     the fit tells their fixed cost from a prompt step's, where one fixed cost for both
-    overpriced the decode steps of a goodput-policy replay."""
+    could only split the difference."""
     model = calibrate(synthetic(2000))
     assert model.coef[0] == pytest.approx(LAW[0], rel=0.05)  # decodes alone
     assert model.coef[0] + model.coef[-1] == pytest.approx(LAW[0] + LAW[-1], rel=0.05)
