@@ -84,7 +84,7 @@ def test_terms_the_served_steps_never_vary_stay_anchored_to_the_law():
 def test_steps_without_a_law_or_time_are_not_counted():
     online = OnlineLaw()
     assert online.observe(None, 0.1, LAW) is None
-    assert online.observe((1, 0, 0), 0.0, LAW) is None
+    assert online.observe((1, 0, 0, 0), 0.0, LAW) is None
     assert online.served == 0
 
 
