@@ -23,6 +23,8 @@ CPU, side by side in one run:
                          law and fixed budgets (simulated engine, CPU-like step costs)
     step_cost_drift      a CPU hog started mid-run: seconds until the step cost's drift
                          passes 1.5, and the scheduler's law scale before and during it
+    step_law_fit         decode steps of 1-48 decodes measured against the start-up step
+                         law and against one law for both kinds of step: measured / predicted
     lane_preemption      interactive TTFT p99 under a batch flood, preempt_to_start on vs
                          off (simulated engine), and what it costs the batch work
     latency_reconcile    client vs server TTFT and queue delay behind a long prefill and

@@ -47,6 +47,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "step_cost_drift": [],
     "cpu_peers": [],
     "serving_path": [],
+    "step_law_fit": [],
 }
 # seconds a smoke may take (default 240): the fleet smokes start Ray and three or four
 # replica processes; beside the other half of make test on a loaded CI machine
@@ -107,6 +108,21 @@ def test_benchmark_runs_in_smoke_mode(name, smokes):
         check_serving_path(result)
     if name == "fleet_autoscale":
         check_fleet_autoscale(result)
+    if name == "step_law_fit":
+        check_step_law_fit(result)
+
+
+def check_step_law_fit(result: dict) -> None:
+    """Every shape measured and priced by both laws, the ratios finite and positive and
+    their ranges the shapes' own; which law fits better is printed, never asserted."""
+    assert [(r["decodes"], r["context"]) for r in result["shapes"]] == [(1, 32), (4, 32),
+                                                                        (16, 32)]
+    for name in ("own_terms", "one_law"):
+        ratios = [r[f"{name}_ratio"] for r in result["shapes"]]
+        assert all(math.isfinite(x) and x > 0 for x in ratios), result
+        assert result["ratio_range"][name] == [min(ratios), max(ratios)], result
+    one = result["laws"]["one_law"]  # one law: decodes priced as prompt tokens
+    assert one["decode_fixed_ms"] == one["fixed_ms"] and one["decode_row_ms"] == one["token_ms"]
 
 
 def check_fleet_autoscale(result: dict) -> None:
