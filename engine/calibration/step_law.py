@@ -39,6 +39,11 @@ FEATURES = ("fixed", "tokens", "prefill_pairs", "decode_context", "decode_fixed"
 StepFeatures = tuple[int, int, int, int]  # (tokens, decodes, prefill pairs, decode context)
 
 
+def decodes_alone(tokens: int, decodes: int) -> bool:
+    """Whether a step of `tokens` tokens, `decodes` of them decodes, has no prompt chunk."""
+    return decodes >= tokens
+
+
 def chunk_pairs(start: int, num_tokens: int) -> int:
     """(query, key) pairs of a causal chunk of `num_tokens` after `start` cached tokens."""
     return num_tokens * start + num_tokens * (num_tokens + 1) // 2
@@ -66,7 +71,7 @@ class StepLaw:
     def step_s(self, tokens: int, decodes: int, prefill_pairs: int, decode_context: int,
                ) -> float:
         """A step of `tokens` tokens, `decodes` of them decodes (StepFeatures' order)."""
-        if decodes >= tokens:  # decodes alone
+        if decodes_alone(tokens, decodes):
             return (self.decode_fixed_s + self.decode_row_s * decodes
                     + self.decode_kv_s * decode_context)
         return self.with_prompt_s(tokens, prefill_pairs, decode_context)
@@ -129,14 +134,10 @@ class StepProbe:
     def features(self) -> StepFeatures:
         return self.tokens, self.decodes, self.prefill_pairs, self.decode_context
 
-    @property
-    def decodes_alone(self) -> bool:
-        return self.decodes >= self.tokens
-
     def row(self) -> list[float]:
         """The step's values of FEATURES: each kind of step has its own fixed and per-token
         columns, zero in the other kind's."""
-        alone = float(self.decodes_alone)
+        alone = float(decodes_alone(self.tokens, self.decodes))
         prompt = 1.0 - alone
         return [prompt, prompt * self.tokens, float(self.prefill_pairs),
                 float(self.decode_context), alone, alone * self.decodes]
@@ -150,7 +151,7 @@ def fit_law(probes: list[StepProbe]) -> StepLaw:
     if len(probes) < len(FEATURES) - 2:  # too few to separate the terms: tokens alone
         slope = sum(p.seconds for p in probes) / max(sum(p.tokens for p in probes), 1)
         return StepLaw(0.0, slope, 0.0, 0.0)
-    kinds = {p.decodes_alone for p in probes}
+    kinds = {decodes_alone(p.tokens, p.decodes) for p in probes}
     columns = list(range(len(FEATURES)))
     if kinds != {True, False}:  # one kind: fit the prompt step's columns to it
         probes = [StepProbe(p.tokens, 0, p.prefill_pairs, p.decode_context, p.seconds,

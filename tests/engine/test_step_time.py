@@ -11,7 +11,7 @@ import pytest
 from engine_helpers import EOS, START_TIME, Driver, prompt
 from fixtures.law_engine import features_of
 
-from engine.calibration.step_law import StepLaw, StepProbe, chunk_pairs, fit_law
+from engine.calibration.step_law import StepLaw, StepProbe, chunk_pairs, decodes_alone, fit_law
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
@@ -85,7 +85,7 @@ def test_a_step_of_decodes_alone_is_priced_by_its_own_terms():
 
 
 def test_a_probe_of_one_kind_of_step_prices_the_other_alike():
-    prompts_only = [p for p in _probes(CPU_DECODES) if not p.decodes_alone]
+    prompts_only = [p for p in _probes(CPU_DECODES) if not decodes_alone(p.tokens, p.decodes)]
     fitted = fit_law(prompts_only)
     assert fitted.decode_fixed_s == fitted.fixed_s and fitted.decode_row_s == fitted.token_s
 
