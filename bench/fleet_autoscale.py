@@ -159,9 +159,9 @@ def run_phases(url: str, args: argparse.Namespace) -> dict[str, Any]:
     served_before = client.by_replica.get("1", 0)
     wait_for(lambda: client.by_replica.get("1", 0) >= served_before + args.after_up
              and time.time() - wall0 >= args.burst_s, args.wait_s, "replica 1 serving")
-    # NOTE: from when the clients stop sending, not from their last request's end: the
-    # rule may see idle (one request left running) before that last one ends, and the
-    # scale-down came 3.8 s after it with a 4 s delay. Before the stop it cannot.
+    # timed from when the clients stop sending: until then queued requests keep the rule
+    # from wanting fewer replicas; the last request's end is no lower bound (the rule may
+    # see idle while that request still runs)
     idle0 = time.time()
     client.finish()  # the requests in flight end
     wait_for(lambda: phase(url, 1) == "off", args.down_delay + args.wait_s, "replica 1 off")
