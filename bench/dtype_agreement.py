@@ -14,6 +14,10 @@ tests (tests/llm/helpers.py), each generating --tokens greedy tokens:
                         kernels/cpu_prefill_amx.py, else torch's bf16 SDPA,
                         kernels/cpu_prefill_sdpa.py); the parity prompts are short, so take
                         --context 300 to send their prefills there
+    auto batched, float32 decode attention
+                        `auto batched` with decodes over more than 16 keys in float32
+                        products (native_library.AMX_DECODE off): what their bf16 products
+                        on AMX (kernels/cpu_decode_amx.h) cost
     bfloat16 batched    all prompts at once
 
 --context N puts ~N tokens of shared text (a document the prompts ask about) before each
@@ -37,13 +41,16 @@ from bench.offline_throughput import TEXT
 from bench.random_models import run_bench
 from engine.llm import LLM
 from engine.request import SamplingParams
-from kernels import cpu_prefill_amx, cpu_prefill_sdpa
+from kernels import cpu_prefill_amx, cpu_prefill_sdpa, native_library
 from tests.llm.helpers import PROMPTS
 
-# (name, dtype, one prompt at a time, the bf16 prefill routes on: AMX, else SDPA)
-SIDES = (("auto batched", "auto", False, True), ("auto one at a time", "auto", True, True),
-         ("auto batched, float32 prefill attention", "auto", False, False),
-         ("bfloat16 batched", "bfloat16", False, True))
+# (name, dtype, one prompt at a time, the bf16 prefill routes on: AMX, else SDPA,
+#  decodes' bf16 products on AMX)
+SIDES = (("auto batched", "auto", False, True, True),
+         ("auto one at a time", "auto", True, True, True),
+         ("auto batched, float32 prefill attention", "auto", False, False, True),
+         ("auto batched, float32 decode attention", "auto", False, True, False),
+         ("bfloat16 batched", "bfloat16", False, True, True))
 SMOKE = {"tokens": 6, "context": 40}
 CHARS_PER_TOKEN = 4  # English text in SmolLM2's tokenizer, roughly
 
@@ -56,12 +63,13 @@ def prompts_with_context(tokens: int) -> list[str]:
     return [f"{document}\n\n{prompt}" for prompt in PROMPTS]
 
 
-def generate(model: str, dtype: str, one_at_a_time: bool, sdpa: bool, tokens: int,
-             prompts: list[str]) -> list[list[int]]:
+def generate(model: str, dtype: str, one_at_a_time: bool, sdpa: bool, amx_decode: bool,
+             tokens: int, prompts: list[str]) -> list[list[int]]:
     llm = LLM(model, dtype=dtype)
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     with mock.patch.object(cpu_prefill_sdpa, "SDPA_PREFILL", sdpa), \
-            mock.patch.object(cpu_prefill_amx, "AMX_PREFILL", sdpa):
+            mock.patch.object(cpu_prefill_amx, "AMX_PREFILL", sdpa), \
+            mock.patch.object(native_library, "AMX_DECODE", amx_decode):
         if one_at_a_time:
             return [llm.generate([p], params, use_tqdm=False)[0].token_ids for p in prompts]
         return [out.token_ids for out in llm.generate(prompts, params, use_tqdm=False)]
@@ -79,11 +87,11 @@ def agreement(reference: list[list[int]], got: list[list[int]]) -> dict:
 
 def measure(model: str, args: argparse.Namespace) -> dict:
     prompts = prompts_with_context(args.context)
-    reference = generate(model, "float32", False, True, args.tokens, prompts)
+    reference = generate(model, "float32", False, True, True, args.tokens, prompts)
     sides = {}
-    for name, dtype, single, sdpa in SIDES:
-        sides[name] = agreement(reference,
-                                generate(model, dtype, single, sdpa, args.tokens, prompts))
+    for name, dtype, single, sdpa, amx_decode in SIDES:
+        sides[name] = agreement(reference, generate(model, dtype, single, sdpa, amx_decode,
+                                                    args.tokens, prompts))
         side = sides[name]
         print(f"  {name:<40} {side['positions']:4.0%} of positions, {side['identical']} of"
               f" {side['sequences']} identical, first differences after"

@@ -11,7 +11,8 @@
 
    Shapes (row-major):
      q       float32, row t of head i at q + t * q_stride + i * d (heads contiguous)
-     caches  [num_blocks, bs, kvh, d], float32 or bfloat16 (uint16 bit patterns)
+     caches  [num_blocks, bs, kvh, d], float32 or bfloat16 (uint16 bit patterns); cache_mode
+             0 float32, 1 bfloat16, 2 bfloat16 with bf16 products on AMX (cpu_decode_amx.h)
      tables  int32 [S, table_stride]: block ids; only the ceil(ctx / bs) first are read
      ctx     int32 [S] >= 1: keys of sequence s
      seqs    int32 [num_decodes]: decode i is sequence seqs[i]
@@ -23,6 +24,9 @@
 #include <string.h>
 
 #include "cpu_vector_math.h"
+
+void bp_q4_amx_begin(void); /* cpu_amx_q4.c: this thread's tile palette, and its release */
+void bp_q4_amx_end(void);
 
 #define MAX_H 128    /* query heads */
 #define MAX_HD 16384 /* query heads x head_dim: 64 KiB per stack buffer */
@@ -226,12 +230,13 @@ DEFINE_ITEM(item_f32, float, f32)
 DEFINE_ITEM(item_bf16, uint16_t, bf16)
 
 #include "cpu_decode_tiled.h" /* tiled_*: the KV-head-major items */
+#include "cpu_decode_amx.h"   /* amx_item_bf16: both products on AMX tiles */
 
 /* Item `it` of a step's decode attention, `per_seq` items per decode (see below): the
    query heads of decode it / per_seq that read KV heads h0 .. h0 + kvh / per_seq - 1.
    Also run by kernels/cpu_layers.c inside its own parallel region. */
 void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_stride,
-                       const void *k_cache, const void *v_cache, int64_t cache_is_bf16,
+                       const void *k_cache, const void *v_cache, int64_t cache_mode,
                        int64_t nh, int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
                        int64_t table_stride, const int32_t *seqs, const int32_t *rows,
                        const int32_t *ctx, float scale, float *out) {
@@ -241,7 +246,11 @@ void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_st
     float *oi = out + ((int64_t)rows[i] * nh + h0 * g) * d;
     const int32_t *table = tables + s * table_stride;
     const int tiled = TILED_TAKES(d);
-    if (cache_is_bf16)
+    if (bp_amx_decode_takes(cache_mode, nh, kvh, d) && AMX_ITEM_TAKES(kv_per_item * g, g) &&
+        ctx[s] > AMX_DEC_MIN_KEYS)
+        amx_item_bf16(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs, h0, table, ctx[s],
+                      scale, oi);
+    else if (cache_mode)
         (tiled ? tiled_bf16 : item_bf16)(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs,
                                          h0, table, ctx[s], scale, oi);
     else
@@ -272,19 +281,25 @@ int64_t bp_attention_items_per_decode(int64_t num_decodes, int64_t kvh, int64_t 
 
 /* Returns 0, or -1 when the heads do not fit the stack buffers (nothing written then). */
 int bp_decode_attention(const float *q, int64_t q_stride, const void *k_cache,
-                        const void *v_cache, int64_t cache_is_bf16, int64_t num_decodes,
+                        const void *v_cache, int64_t cache_mode, int64_t num_decodes,
                         int64_t nh, int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
                         int64_t table_stride, const int32_t *seqs, const int32_t *rows,
                         const int32_t *ctx, float scale, float *out, int64_t num_threads) {
     if (nh > MAX_H || nh * d > MAX_HD || (nh / kvh) * kvh != nh) return -1;
     const int64_t per_seq = bp_attention_items_per_decode(num_decodes, kvh, num_threads);
     const int64_t items = num_decodes * per_seq;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads) if (num_threads > 1)
-    for (int64_t it = 0; it < items; ++it) {
-        prefetch_item(it + 2, items, per_seq, k_cache, v_cache, cache_is_bf16 ? 2 : 4, kvh,
-                      d, bs, tables, table_stride, seqs, ctx);
-        bp_attention_item(it, per_seq, q, q_stride, k_cache, v_cache, cache_is_bf16, nh, kvh,
-                          d, bs, tables, table_stride, seqs, rows, ctx, scale, out);
+    const int amx = bp_amx_decode_takes(cache_mode, nh, kvh, d);
+#pragma omp parallel num_threads(num_threads) if (num_threads > 1)
+    {
+        if (amx) bp_q4_amx_begin(); /* each thread's tile palette */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; ++it) {
+            prefetch_item(it + 2, items, per_seq, k_cache, v_cache, cache_mode ? 2 : 4, kvh,
+                          d, bs, tables, table_stride, seqs, ctx);
+            bp_attention_item(it, per_seq, q, q_stride, k_cache, v_cache, cache_mode, nh,
+                              kvh, d, bs, tables, table_stride, seqs, rows, ctx, scale, out);
+        }
+        if (amx) bp_q4_amx_end();
     }
     return 0;
 }

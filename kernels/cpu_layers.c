@@ -21,7 +21,8 @@
               4 Q4_1 blocks in AMX tiles (cpu_amx_q4.c; out a multiple of 16, in of 32:
               the projections' inputs rounded to bf16, float32 sums, as the bf16 path);
               biases float [out] or NULL; ln1, ln2 float [D]
-     caches   float32 or bfloat16 (cache_bf16) [num_blocks, bs, kvh, d]
+     caches   float32 or bfloat16 (cache_bf16: 0 float32, else bf16; 2 also asks for
+              decode attention on AMX, cpu_decode_amx.h) [num_blocks, bs, kvh, d]
      cos, ssin float [T, d]: cos and sin with its first half negated (rope_for_rotate)
      slots    int64 [T] >= 0; tables int32 [T, table_stride]; ctx int32 [T], this step's
               token included; rows int32 [T] = 0 .. T-1 (row t is sequence t)
@@ -63,6 +64,7 @@ void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_st
                        int64_t table_stride, const int32_t *seqs, const int32_t *rows,
                        const int32_t *ctx, float scale, float *out);
 int64_t bp_attention_items_per_decode(int64_t num_decodes, int64_t kvh, int64_t num_threads);
+int bp_amx_decode_takes(int64_t cache_is_bf16, int64_t nh, int64_t kvh, int64_t d);
 int64_t bp_quant_row_bytes(int64_t format, int64_t K);
 void bp_dot_group_quant(int64_t format, const uint8_t *w, int64_t row_bytes, int64_t K,
                         const float *in, float *out, int64_t n, int64_t m);
@@ -273,12 +275,13 @@ int bp_decode_layers(const bp_layer *layers, int64_t num_layers, const bp_step *
     float *gu = att + T * nh * d, *act = gu + T * 2 * I;
     uint16_t *a16 = (uint16_t *)(act + T * I);
     const int64_t per_seq = bp_attention_items_per_decode(T, kvh, s->num_threads);
+    const int amx = fmt == FORMAT_Q4_TILES || bp_amx_decode_takes(s->cache_bf16, nh, kvh, d);
 #pragma omp parallel num_threads(s->num_threads) if (s->num_threads > 1)
     {
-        if (fmt == FORMAT_Q4_TILES) bp_q4_amx_begin(); /* each thread's tile palette */
+        if (amx) bp_q4_amx_begin(); /* each thread's tile palette */
         for (int64_t l = 0; l < num_layers; ++l)
             layer(&layers[l], s, x, h, qkv, att, gu, act, a16, per_seq);
-        if (fmt == FORMAT_Q4_TILES) bp_q4_amx_end();
+        if (amx) bp_q4_amx_end();
     }
     return 0;
 }

@@ -57,12 +57,17 @@ SOURCES = tuple(Path(__file__).with_name(name) for name in
                 ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c", "cpu_elementwise.c",
                  "cpu_prefill.c", "cpu_prefill_amx.c", "cpu_amx_q4.c", "cpu_amx_tiles.c"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in  # included by the sources
-                ("cpu_vector_math.h", "cpu_decode_tiled.h", "cpu_prefill_amx_pack.h"))
+                ("cpu_vector_math.h", "cpu_decode_tiled.h", "cpu_decode_amx.h",
+                 "cpu_prefill_amx_pack.h"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
 CPUINFO = Path("/proc/cpuinfo")  # Linux; elsewhere the key has the machine and gcc's view
 MAX_HEADS, MAX_HEADS_X_DIM = 128, 16384  # MAX_H, MAX_HD of cpu_decode.c
+# False: decodes over a bf16 cache keep float32 products (the parity tests of that path;
+# A/B runs). True: both products on AMX tiles where the CPU has them (cpu_decode_amx.h),
+# rounding q * scale and the softmax weights to bf16 as the AMX prefill kernel does.
+AMX_DECODE = True
 PARALLEL_MIN_WORK = 4096  # key x query-head pairs per layer: below, one thread (threads_for)
 
 _reason: list[str] = []  # why load() returned None (one entry once it has)
@@ -246,6 +251,22 @@ def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
             and num_heads * head_dim <= MAX_HEADS_X_DIM and load() is not None)
 
 
+def cache_mode(cache_dtype: torch.dtype) -> int:
+    """The kernels' cache argument: 0 float32, 1 bfloat16 with float32 products, 2 bfloat16
+    with bf16 products on AMX where the library has them (AMX_DECODE; else as 1)."""
+    if cache_dtype != torch.bfloat16:
+        return 0
+    return 2 if AMX_DECODE else 1
+
+
+def amx_decode_serves(kv_dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether decodes over this cache take bf16 products on AMX here (cpu_decode_amx.h:
+    head_dim 64 or 128, over more than 16 keys; what a server's ready line says)."""
+    lib = load()
+    return (AMX_DECODE and kv_dtype == torch.bfloat16 and head_dim in (64, 128)
+            and lib is not None and lib.bp_q4_amx_ready() == 1)
+
+
 def decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor,
                      v_cache: torch.Tensor, block_tables: torch.Tensor,
                      context_lens: torch.Tensor, seqs: torch.Tensor, rows: torch.Tensor,
@@ -262,7 +283,7 @@ def decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor,
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     status = lib.bp_decode_attention(
         q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(),
-        int(k_cache.dtype == torch.bfloat16), seqs.shape[0], num_heads, num_kv_heads,
+        cache_mode(k_cache.dtype), seqs.shape[0], num_heads, num_kv_heads,
         head_dim, block_size, block_tables.data_ptr(), block_tables.stride(0),
         seqs.data_ptr(), rows.data_ptr(), context_lens.data_ptr(), scale, out.data_ptr(),
         num_threads)

@@ -87,7 +87,7 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     from engine.execution.model_runner import ModelRunner
     from engine.llm import build_engine, fit_engine_config, fit_to_runner, fitted_static_fields
     from engine.models import load_model
-    from kernels import cpu_prefill_amx
+    from kernels import cpu_prefill_amx, native_library
 
     serving = read_serving_config(settings.config_path)
     if loaded is None:
@@ -116,8 +116,13 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     weights = plan.describe() if plan is not None else str(loaded.dtype).removeprefix("torch.")
     kv = str(runner.kv_dtype).removeprefix("torch.")
     on_cpu = torch.device(runner.device).type == "cpu"
-    if on_cpu and cpu_prefill_amx.serves(runner.kv_dtype, loaded.model.head_dim):
-        kv += " (long prefill chunks' attention on AMX)"
+    head_dim = loaded.model.head_dim
+    on_amx = [what for what, served in (
+        ("long prefill chunks", cpu_prefill_amx.serves(runner.kv_dtype, head_dim)),
+        ("decodes over more than 16 keys",
+         native_library.amx_decode_serves(runner.kv_dtype, head_dim))) if served]
+    if on_cpu and on_amx:
+        kv += f" (attention on AMX: {', '.join(on_amx)})"
     return EngineParts(engine, OutputProcessor(loaded.tokenizer), frontend, vocab,
                        config.static, serving.profiles, step_fit,
                        f"weights: {weights}; KV cache {kv}", fitted)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_cpu_attention import make_paged
 
-from kernels import cpu_attention, cpu_prefill, cpu_prefill_amx, reference
+from kernels import cpu_attention, cpu_prefill, cpu_prefill_amx, native_library, reference
 
 # skips where the library did not build, fails under CI (conftest.py)
 pytestmark = pytest.mark.usefixtures("native_library")
@@ -22,8 +22,10 @@ pytestmark = pytest.mark.usefixtures("native_library")
 @pytest.fixture(autouse=True)
 def _float32_kernel_only(monkeypatch):
     """Chunks the AMX kernel would take on a bf16 cache (test_cpu_prefill_amx.py) stay in
-    the float32 kernel this file tests."""
+    the float32 kernel this file tests, and the decodes beside them in float32 products
+    (their AMX path: test_cpu_decode_amx.py)."""
     monkeypatch.setattr(cpu_prefill_amx, "AMX_PREFILL", False)
+    monkeypatch.setattr(native_library, "AMX_DECODE", False)
 
 
 def _both_paths(monkeypatch, paged, scale=0.125):

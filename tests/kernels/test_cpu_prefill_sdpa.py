@@ -12,7 +12,7 @@ import pytest
 import torch
 from test_cpu_attention import make_paged
 
-from kernels import cpu_attention, cpu_prefill_amx, cpu_prefill_sdpa, reference
+from kernels import cpu_attention, cpu_prefill_amx, cpu_prefill_sdpa, native_library, reference
 from kernels.cpu_prefill_sdpa import MIN_PAIRS, MIN_ROWS, split_chunks
 
 # bf16 q and softmax weights: ~3 significant digits of outputs of magnitude ~1
@@ -42,6 +42,7 @@ def test_only_a_bf16_cache_is_taken(monkeypatch):
 @pytest.mark.parametrize("group,head_dim", [(1, 64), (3, 64), (4, 40)])
 def test_long_chunks_match_the_float32_reference(group, head_dim, monkeypatch):
     monkeypatch.setattr(cpu_prefill_amx, "AMX_PREFILL", False)  # this path where AMX is too
+    monkeypatch.setattr(native_library, "AMX_DECODE", False)  # decodes: float32 products
     # (context, rows): from position 0 (is_causal), over a cached prefix (explicit mask),
     # a short chunk and decodes beside them (the native kernels)
     seqs = [(150, 150), (420, 96), (30, 30), (200, 1), (64, 1)]

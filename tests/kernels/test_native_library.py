@@ -45,10 +45,11 @@ def native_matches_reference(paged, scale=0.125, expect_native=True):
     torch.testing.assert_close(out.float(), expected.float(), atol=tol, rtol=tol)
     wide = [t.float() if t.is_floating_point() and t.dim() == 3 else t for t in paged]
     if q.dtype != torch.float32:  # fp32 q on the bf16 cache: the kernels' own precision
-        # (long prefill chunks on a bf16 cache take bf16 products: test_cpu_prefill_amx.py,
-        # test_cpu_prefill_sdpa.py)
+        # (long prefill chunks and, on AMX, decodes on a bf16 cache take bf16 products:
+        # test_cpu_prefill_amx.py, test_cpu_prefill_sdpa.py, test_cpu_decode_amx.py)
         with mock.patch.object(cpu_prefill_sdpa, "SDPA_PREFILL", False), \
-                mock.patch.object(cpu_prefill_amx, "AMX_PREFILL", False):
+                mock.patch.object(cpu_prefill_amx, "AMX_PREFILL", False), \
+                mock.patch.object(native_library, "AMX_DECODE", False):
             torch.testing.assert_close(cpu_attention.paged_attention(*wide, scale),
                                        reference.paged_attention(*wide, scale),
                                        atol=2e-5, rtol=2e-5)

@@ -3,6 +3,8 @@ load_model, and the engine parts say which dtype the weights run in (for the rea
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 
@@ -12,7 +14,7 @@ from control.serve.settings import ServeSettings
 from engine.config import StaticConfig
 from engine.models.cpu_dtype import kv_cache_dtype, resolve_dtype
 from engine.models.projections import Projection
-from kernels import cpu_prefill_amx
+from kernels import cpu_prefill_amx, native_library
 
 
 def test_a_bad_dtype_is_refused_before_anything_loads(capsys):
@@ -82,7 +84,29 @@ def test_the_ready_line_says_when_long_prefills_run_on_amx(tiny_llama_dir, one_t
     parts = build_parts(settings)
     model = parts.engine.executor.loaded.model
     assert asked == [(torch.bfloat16, model.head_dim)]
-    assert parts.weights.endswith("; KV cache bfloat16 (long prefill chunks' attention on AMX)")
+    assert parts.weights.endswith("; KV cache bfloat16 (attention on AMX: long prefill chunks)")
+
+
+def test_the_ready_line_says_when_decodes_run_on_amx(tiny_llama_dir, one_torch_thread,
+                                                     monkeypatch):
+    asked = []
+    monkeypatch.setattr(cpu_prefill_amx, "serves", lambda kv, head_dim: False)
+    monkeypatch.setattr(native_library, "amx_decode_serves",
+                        lambda kv, head_dim: asked.append((kv, head_dim)) or True)
+    settings = ServeSettings(model=str(tiny_llama_dir), device="cpu",
+                             engine_overrides={"kv_cache_dtype": "bfloat16"})
+    parts = build_parts(settings)
+    model = parts.engine.executor.loaded.model
+    assert asked == [(torch.bfloat16, model.head_dim)]
+    assert parts.weights.endswith(
+        "; KV cache bfloat16 (attention on AMX: decodes over more than 16 keys)")
+
+
+def test_amx_decodes_need_a_bf16_cache_and_head_dim_64_or_128():
+    assert not native_library.amx_decode_serves(torch.float32, 64)
+    assert not native_library.amx_decode_serves(torch.bfloat16, 80)
+    with mock.patch.object(native_library, "AMX_DECODE", False):
+        assert not native_library.amx_decode_serves(torch.bfloat16, 64)
 
 
 def test_a_bad_kv_cache_dtype_is_refused_naming_the_choices():
