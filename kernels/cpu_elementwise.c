@@ -70,13 +70,6 @@ int bp_silu_mul(const void *gu, int64_t gu_bf16, void *out, int64_t out_bf16, in
     return 0;
 }
 
-/* dst[i] = x[i] * c[i] + x[(i + d/2) % d] * sn[i] for one head: two branch-free halves. */
-static inline void rotate_head(const float *restrict x, const float *restrict c,
-                               const float *restrict sn, int64_t half, float *restrict dst) {
-    for (int64_t i = 0; i < half; ++i) dst[i] = x[i] * c[i] + x[i + half] * sn[i];
-    for (int64_t i = half; i < 2 * half; ++i) dst[i] = x[i] * c[i] + x[i - half] * sn[i];
-}
-
 /* RoPE and the KV write of one layer: qkv act [T, (nh + 2 kvh) d] -> q float [T, nh, d]
    rotated; k rotated and v stored at slots[t] of the caches ([.., kvh, d], float32 or
    bfloat16 by cache_bf16, rounded as torch's .to(bfloat16); slots checked by the caller); cos, ssin float [T, d] (ssin: sin with its first half negated).

@@ -230,8 +230,7 @@ static void rope_and_store(const bp_step *s, float *qkv, int64_t qkv_width, void
         for (int64_t j = 0; j < s->heads + s->kv_heads; ++j) {
             float *v = row + j * d;
             memcpy(tmp, v, (size_t)d * sizeof(float));
-            for (int64_t i = 0; i < d; ++i)
-                v[i] = tmp[i] * c[i] + tmp[(i + half) % d] * sn[i];
+            rotate_head(tmp, c, sn, half, v);
         }
         const size_t at = (size_t)(s->slots[t] * kvd) * cache_size;
         narrow(row + s->heads * d, (char *)kc + at, (int)s->cache_bf16, kvd);
