@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from engine import native_heap
 from engine.execution.sampler import sample, score_rows
 from engine.logprobs import SampledTokens, TokenLogprob
 from engine.models import LoadedModel, allocate_kv_caches, build_attention_metadata, cpu_dtype
@@ -61,6 +62,8 @@ class ModelRunner:
         self.num_kv_blocks = num_kv_blocks
         self.kv_dtype = cpu_dtype.kv_cache_dtype(kv_cache_dtype, loaded.dtype,
                                                  loaded.dtype_plan)
+        if torch.device(self.device).type == "cpu":  # steps' temporaries reuse freed pages
+            native_heap.keep_freed_memory()
         self.kv_caches = allocate_kv_caches(
             self.model.num_layers, num_kv_blocks, block_size, self.model.num_kv_heads,
             self.model.head_dim, self.kv_dtype, self.device)

@@ -48,6 +48,7 @@ SMOKE_RUNS: dict[str, list[str]] = {
     "cpu_peers": [],
     "serving_path": [],
     "step_law_fit": [],
+    "malloc_tuning": [],
 }
 # seconds a smoke may take (default 240): the fleet smokes start Ray and three or four
 # replica processes; beside the other half of make test on a loaded CI machine
@@ -110,6 +111,21 @@ def test_benchmark_runs_in_smoke_mode(name, smokes):
         check_fleet_autoscale(result)
     if name == "step_law_fit":
         check_step_law_fit(result)
+    if name == "malloc_tuning":
+        check_malloc_tuning(result)
+
+
+def check_malloc_tuning(result: dict) -> None:
+    """Both sides ran their rounds in processes of their own, the rates finite and positive
+    and the ratio theirs; faults counted. Which side is faster is printed, never asserted."""
+    sides = result["sides"]
+    for side in ("on", "off"):
+        got = sides[side]
+        assert got["runs"] == 2 and got["faults_median"] >= 0, result
+        low, high = got["tok_s_range"]
+        assert 0 < low <= got["tok_s_median"] <= high and math.isfinite(high), result
+    ratio = sides["on"]["tok_s_median"] / sides["off"]["tok_s_median"]
+    assert result["ratio_on_off"] == pytest.approx(ratio, abs=1e-3), result
 
 
 def check_step_law_fit(result: dict) -> None:
