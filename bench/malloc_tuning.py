@@ -14,7 +14,6 @@ the medians. The last stdout line is one JSON object.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -22,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.random_models import run_bench
+from bench.random_models import model_bench_parser, run_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = {"rounds": 1, "runs": 2, "requests": 8}
@@ -102,13 +101,10 @@ def measure(model: str, args) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m", help="alias or checkpoint directory")
+    ap = model_bench_parser(__doc__, SMOKE, threads=2)
     ap.add_argument("--rounds", type=int, default=3, help="processes per side, alternating")
     ap.add_argument("--runs", type=int, default=3, help="timed generate rounds per process")
     ap.add_argument("--requests", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (0: torch's own)")
-    ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
     run_bench("malloc_tuning", ap.parse_args(), SMOKE, measure)
 
 

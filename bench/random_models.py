@@ -123,16 +123,24 @@ def run_bench(name: str, args, smoke: dict, measure) -> dict:
     return result
 
 
+def model_bench_parser(doc: str, smoke: dict, threads: int = 0) -> argparse.ArgumentParser:
+    """The options every run_bench bench takes (--model, --threads, --smoke: what
+    measure_on_model and run_bench read); the bench adds its own."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m", help="alias or checkpoint directory")
+    ap.add_argument("--threads", type=int, default=threads,
+                    help="torch threads (0: torch's own)")
+    ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {smoke}")
+    return ap
+
+
 def step_ab_parser(doc: str, smoke: dict, pairs: int, steps: int) -> argparse.ArgumentParser:
     """The options every engine-step A/B bench takes (model, context, rounds, timed steps,
     threads, smoke); the bench adds its own shapes."""
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m", help="alias or checkpoint directory")
+    ap = model_bench_parser(doc, smoke)
     ap.add_argument("--context", type=int, default=128, help="tokens of context per decode")
     ap.add_argument("--pairs", type=int, default=pairs, help="rounds of all sides per shape")
     ap.add_argument("--steps", type=int, default=steps, help="timed steps per sample")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
-    ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {smoke}")
     return ap
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from bench.random_models import run_bench
+from bench.random_models import model_bench_parser, run_bench
 from engine import LLM
 from engine.calibration.probe import RunnerProbe
 from engine.calibration.step_law import StepLaw, StepProbe, fit_law
@@ -77,13 +77,10 @@ def _print_table(rows: list[dict], ranges: dict[str, list[float]]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m", help="alias or checkpoint directory")
+    ap = model_bench_parser(__doc__, SMOKE)
     ap.add_argument("--decodes", default="1,2,4,8,16,32,48", help="decodes a step, listed")
     ap.add_argument("--contexts", default="64,256", help="tokens of context a decode, listed")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's own)")
-    ap.add_argument("--smoke", action="store_true", help=f"the tests' tiny model, {SMOKE}")
     run_bench("step_law_fit", ap.parse_args(), SMOKE, measure)
 
 
