@@ -37,8 +37,8 @@ CPU, side by side in one run:
                          (fp32, bf16 copies, GGUF blocks)
     dtype_agreement      greedy tokens of dtype auto / bfloat16 against float32, parity prompts
     malloc_tuning        one LLM serving offline_throughput's workload round after round,
-                         glibc's malloc thresholds (engine/native_heap.py) on vs off, each
-                         side in its own processes: tok/s and page faults a round
+                         glibc's malloc thresholds (engine/execution/native_heap.py) on vs
+                         off, each side in its own processes: tok/s and page faults a round
     single_stream        one request at a time: GGUF blocks vs bf16 copies vs llama.cpp
     serving_path         offline_throughput's workload through LLM offline vs `make run`'s
                          server at saturation over HTTP: output tok/s, server / offline

@@ -1,4 +1,4 @@
-"""glibc's malloc thresholds (engine/native_heap.py) on and off, as a server runs: one LLM
+"""glibc's malloc thresholds (engine/execution/native_heap.py) on and off, as a server runs: one LLM
 serving offline_throughput's workload again and again (prefix caching off, so every round
 computes the same), each side in processes of its own, sides alternating A B A B.
 

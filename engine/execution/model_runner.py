@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from engine import native_heap
+from engine.execution import native_heap
 from engine.execution.sampler import sample, score_rows
 from engine.logprobs import SampledTokens, TokenLogprob
 from engine.models import LoadedModel, allocate_kv_caches, build_attention_metadata, cpu_dtype
