@@ -12,7 +12,9 @@ Part 1 (kernel): write_kv + paged_attention over SmolLM2-shaped layers (9 heads,
 d 64, block 16; 30 layers, each its own cache, so nothing stays hot between layers), per
 step shape: decodes at --context tokens, batch 1/16/64, and a mixed step (one 256-token
 prefill chunk + 16 decodes). `native_bf16` runs the native side on bf16 caches (half the
-bytes read; only meaningful where the engine keeps a bf16 cache).
+bytes read; only meaningful where the engine keeps a bf16 cache), with decodes over more
+than 16 keys on AMX where the CPU has it (kernels/cpu_decode_amx.h);
+`native_bf16_f32dot` the same with float32 products (native_library.AMX_DECODE off).
 Part 2 (engine, unless --kernel-only): ModelRunner.execute of real decode steps on the
 model (SmolLM2-135M, dtype auto), the sides alternating per step batch.
 
@@ -123,14 +125,19 @@ def alternate(fns: dict[str, object], pairs: int) -> dict[str, dict]:
             for name, v in samples.items()}
 
 
-def with_native(flag: bool, fn):
+def with_switch(module, name: str, value: bool, fn):
+    """fn run with module.name set to value, and back to True (as served) after."""
     def call():
-        cpu_attention.NATIVE_DECODE = flag
+        setattr(module, name, value)
         try:
             fn()
         finally:
-            cpu_attention.NATIVE_DECODE = True
+            setattr(module, name, True)
     return call
+
+
+def with_native(flag: bool, fn):
+    return with_switch(cpu_attention, "NATIVE_DECODE", flag, fn)
 
 
 def kernel_part(args, chosen) -> dict:
@@ -145,6 +152,9 @@ def kernel_part(args, chosen) -> dict:
         if "native" in chosen:
             bf16 = make_step(args.layers, decodes, args.context, prefill, torch.bfloat16)
             fns["native_bf16"] = lambda st=bf16: run_layers(chosen["native"][0], *st)
+            fns["native_bf16_f32dot"] = with_switch(
+                native_library, "AMX_DECODE", False,
+                lambda st=bf16: run_layers(chosen["native"][0], *st))
         results[name] = alternate(fns, args.pairs)
         log(f"  kernel {name:>14}: " + "  ".join(
             f"{s} {r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}]"
