@@ -78,7 +78,8 @@ def tiny_loaded(tiny_llama_dir):
 def one_torch_thread():
     """The engine thread, uvicorn's loop and the test's client share the process: with
     torch's intra-op threads spinning on 2 cores, a step of the tiny model takes 10x longer
-    (the server itself leaves a core to its event loop, see control/serve/bootstrap.py)."""
+    (a server process, whose client is elsewhere, takes both on 2 cores and leaves a core to
+    its event loop on more: control/serve/bootstrap.py)."""
     import torch
 
     before = torch.get_num_threads()
