@@ -98,9 +98,10 @@ def workload(tokenizer, requests: int) -> tuple[TraceScale, list[list[int]], lis
 
 def run_ours(make_llm, prompts: list[list[int]], outputs: list[int],
              sampled: bool = False) -> tuple[float, int]:
-    """Greedy, or (`sampled`) with SAMPLED's settings and a seed per request, on a fresh
-    engine from `make_llm()` (built untimed): a run shares prefixes among its own prompts
-    only, never with the run before (whose blocks would stay in the prefix cache)."""
+    """Greedy, or (`sampled`) with SAMPLED's settings and a seed per request, on the engine
+    `make_llm()` returns (built untimed). This bench's sides build a fresh one a run, so a
+    run shares prefixes among its own prompts only, never with the run before (whose
+    blocks would stay in the prefix cache); bench.serving_path passes one for all runs."""
     if sampled:
         params = [SamplingParams(max_tokens=n, ignore_eos=True, seed=i, **SAMPLED)
                   for i, n in enumerate(outputs)]

@@ -5,7 +5,10 @@ side by side in one run.
 Workload: bench.offline_throughput's (the first `--requests` Azure conversation requests,
 prompts / 8, outputs / 4, prompts as token ids, greedy, lengths forced with ignore_eos).
 
-    offline  LLM(MODEL) with its defaults, every request submitted at once (`generate`)
+    offline  LLM(MODEL) with its defaults, every request submitted at once (`generate`);
+             one LLM for the whole run, as the server is one engine: both keep the
+             prompts' blocks in their prefix cache from the warm-up on, so both sides
+             compute the same (a fresh LLM a round gave the server a head start)
     server   `batchpilot serve --model MODEL --trace-db F` (make run's server: its default
              config, step policy, SLO shedding and trace), in its own process; the client
              sends every request at once over HTTP (/v1/completions, token-id prompts,
@@ -89,7 +92,8 @@ def measure(model: str, args: argparse.Namespace) -> dict:
         proc, url = start_server(Path(tmp) / "server.log", model,
                                  "--trace-db", str(Path(tmp) / "trace.duckdb"))
         try:
-            return rounds(args, url, lambda: LLM(loaded), prompts, outputs)
+            llm = LLM(loaded)
+            return rounds(args, url, lambda: llm, prompts, outputs)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
