@@ -64,7 +64,7 @@ void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_st
                        int64_t table_stride, const int32_t *seqs, const int32_t *rows,
                        const int32_t *ctx, float scale, float *out);
 int64_t bp_attention_items_per_decode(int64_t num_decodes, int64_t kvh, int64_t num_threads);
-int bp_amx_decode_takes(int64_t cache_is_bf16, int64_t nh, int64_t kvh, int64_t d);
+int bp_amx_decode_takes(int64_t cache_mode, int64_t nh, int64_t kvh, int64_t d);
 int64_t bp_quant_row_bytes(int64_t format, int64_t K);
 void bp_dot_group_quant(int64_t format, const uint8_t *w, int64_t row_bytes, int64_t K,
                         const float *in, float *out, int64_t n, int64_t m);

@@ -192,8 +192,7 @@ def decode_layers(table: LayerTable, dims: Dims, x: torch.Tensor, cos: torch.Ten
     seq_rows = _seq_rows(rows)
     step = _Step(rows, dims.hidden, dims.heads, dims.kv_heads, dims.head_dim, dims.inter,
                  table.block_size, block_tables.stride(0), table.weights_format,
-                 torch.get_num_threads(),
-                 native_library.cache_mode(torch.bfloat16 if table.cache_bf16 else torch.float32),
+                 torch.get_num_threads(), native_library.cache_mode(bool(table.cache_bf16)),
                  cos.data_ptr(), ssin.data_ptr(), slots.data_ptr(), block_tables.data_ptr(),
                  context_lens.data_ptr(), seq_rows.data_ptr(), scratch.data_ptr(),
                  dims.eps, dims.scale)

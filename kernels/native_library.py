@@ -208,6 +208,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         getattr(lib, f"bp_{fmt}_amx_matmul").argtypes = [_PTR, _I64, _I64, _PTR, _I64, _PTR,
                                                          _I64]
     lib.bp_q4_amx_ready.argtypes = []
+    lib.bp_amx_decode_takes.argtypes = [_I64, _I64, _I64, _I64]
     lib.bp_quant_row_bytes.argtypes = [_I64, _I64]
     lib.bp_quant_row_bytes.restype = _I64
     lib.bp_add_rmsnorm.argtypes = [_PTR, _PTR, _I64, _PTR, _F32, _PTR, _I64, _I64, _I64, _I64]
@@ -221,7 +222,7 @@ def _declare(lib: ctypes.CDLL) -> None:
                                              _PTR, _I64, _I64, _I64, _I64, _PTR, _I64, _F32,
                                              _PTR, _I64]
     for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_rope_store", "bp_prefill_attention",
-                 "bp_prefill_attention_amx",
+                 "bp_prefill_attention_amx", "bp_amx_decode_takes",
                  "bp_q4_tile_pack", "bp_q4_tile_unpack", "bp_q4_amx_ready", "bp_q4_amx_matmul",
                  "bp_q8_tile_pack", "bp_q8_tile_unpack", "bp_q8_amx_matmul"):
         getattr(lib, name).restype = ctypes.c_int
@@ -251,20 +252,20 @@ def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
             and num_heads * head_dim <= MAX_HEADS_X_DIM and load() is not None)
 
 
-def cache_mode(cache_dtype: torch.dtype) -> int:
+def cache_mode(is_bf16: bool) -> int:
     """The kernels' cache argument: 0 float32, 1 bfloat16 with float32 products, 2 bfloat16
     with bf16 products on AMX where the library has them (AMX_DECODE; else as 1)."""
-    if cache_dtype != torch.bfloat16:
+    if not is_bf16:
         return 0
     return 2 if AMX_DECODE else 1
 
 
 def amx_decode_serves(kv_dtype: torch.dtype, head_dim: int) -> bool:
-    """Whether decodes over this cache take bf16 products on AMX here (cpu_decode_amx.h:
-    head_dim 64 or 128, over more than 16 keys; what a server's ready line says)."""
+    """Whether decodes over more than 16 keys of this cache take bf16 products on AMX here
+    (what a server's ready line says): the C side's own rule, bp_amx_decode_takes."""
     lib = load()
-    return (AMX_DECODE and kv_dtype == torch.bfloat16 and head_dim in (64, 128)
-            and lib is not None and lib.bp_q4_amx_ready() == 1)
+    return lib is not None and lib.bp_amx_decode_takes(
+        cache_mode(kv_dtype == torch.bfloat16), 1, 1, head_dim) == 1
 
 
 def decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor,
@@ -283,7 +284,7 @@ def decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor,
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     status = lib.bp_decode_attention(
         q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(),
-        cache_mode(k_cache.dtype), seqs.shape[0], num_heads, num_kv_heads,
+        cache_mode(k_cache.dtype == torch.bfloat16), seqs.shape[0], num_heads, num_kv_heads,
         head_dim, block_size, block_tables.data_ptr(), block_tables.stride(0),
         seqs.data_ptr(), rows.data_ptr(), context_lens.data_ptr(), scale, out.data_ptr(),
         num_threads)

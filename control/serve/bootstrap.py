@@ -123,14 +123,14 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     plan = loaded.dtype_plan
     weights = plan.describe() if plan is not None else str(loaded.dtype).removeprefix("torch.")
     kv = str(runner.kv_dtype).removeprefix("torch.")
-    on_cpu = torch.device(runner.device).type == "cpu"
-    head_dim = loaded.model.head_dim
-    on_amx = [what for what, served in (
-        ("long prefill chunks", cpu_prefill_amx.serves(runner.kv_dtype, head_dim)),
-        ("decodes over more than 16 keys",
-         native_library.amx_decode_serves(runner.kv_dtype, head_dim))) if served]
-    if on_cpu and on_amx:
-        kv += f" (attention on AMX: {', '.join(on_amx)})"
+    if torch.device(runner.device).type == "cpu":  # (asking loads the native library)
+        head_dim = loaded.model.head_dim
+        on_amx = [what for what, served in (
+            ("long prefill chunks", cpu_prefill_amx.serves(runner.kv_dtype, head_dim)),
+            ("decodes over more than 16 keys",
+             native_library.amx_decode_serves(runner.kv_dtype, head_dim))) if served]
+        if on_amx:
+            kv += f" (attention on AMX: {', '.join(on_amx)})"
     return EngineParts(engine, OutputProcessor(loaded.tokenizer), frontend, vocab,
                        config.static, serving.profiles, step_fit,
                        f"weights: {weights}; KV cache {kv}", fitted)
