@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,15 +35,11 @@ def log(*parts: object) -> None:
 
 def serve_rounds(model: str, requests: int, runs: int, threads: int) -> list[dict]:
     """In this process: `runs` timed generate rounds on one LLM -> [{tok_s, faults}]."""
-    import resource
-    import time
-
     import torch
 
-    from bench.offline_throughput import workload
+    from bench.offline_throughput import run_ours, workload
     from engine.llm import LLM
     from engine.models import load_model
-    from engine.request import SamplingParams
 
     if threads:
         torch.set_num_threads(threads)
@@ -50,15 +47,12 @@ def serve_rounds(model: str, requests: int, runs: int, threads: int) -> list[dic
     _, prompts, outputs = workload(loaded.tokenizer, requests)
     llm = LLM(loaded, max_num_seqs=64, max_num_batched_tokens=2048,
               enable_prefix_caching=False)
-    params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in outputs]
-    llm.generate(prompts, params, use_tqdm=False)  # warm-up, untimed
+    run_ours(lambda: llm, prompts, outputs)  # warm-up, untimed
     rounds = []
     for _ in range(runs):
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        started = time.perf_counter()
-        llm.generate(prompts, params, use_tqdm=False)
-        seconds = time.perf_counter() - started
-        rounds.append({"tok_s": sum(outputs) / seconds,
+        seconds, tokens = run_ours(lambda: llm, prompts, outputs)
+        rounds.append({"tok_s": tokens / seconds,
                        "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults})
     return rounds
 

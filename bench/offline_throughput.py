@@ -101,7 +101,7 @@ def run_ours(make_llm, prompts: list[list[int]], outputs: list[int],
     """Greedy, or (`sampled`) with SAMPLED's settings and a seed per request, on the engine
     `make_llm()` returns (built untimed). This bench's sides build a fresh one a run, so a
     run shares prefixes among its own prompts only, never with the run before (whose
-    blocks would stay in the prefix cache); bench.serving_path passes one for all runs."""
+    blocks would stay in the prefix cache); serving_path and malloc_tuning pass one for all."""
     if sampled:
         params = [SamplingParams(max_tokens=n, ignore_eos=True, seed=i, **SAMPLED)
                   for i, n in enumerate(outputs)]
