@@ -21,10 +21,12 @@ busy 2-core machine every extra parallel op costs a thread hand-off.
 Prepacked twin. F.linear on a plain [out, in] bf16 weight makes oneDNN reorder the weight
 into its AMX blocked layout on every call. The copy is also kept in that layout once
 (`torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's CPU freezing uses), and
-steps of up to PACKED_MAX_ROWS rows multiply on it: the same products in the same order
+every step the tiles below do not take multiplies on it: the same products in the same order
 (equal bit for bit, tests/models/test_projections_packed.py), ~1.5x faster from 1 to 256
 rows on SmolLM2's 30 layers with the weights streamed from memory (23.6 -> 15.9 ms at 64
-rows), and no faster from 512 rows, where the GEMM's own work hides the reorder.
+rows), and 7-18% faster at 700-2048 rows (a layer's four GEMMs at 2048 rows 4.89 -> 4.56 ms,
+at 1346 rows 4.01 -> 3.27: oneDNN's plain-weight path also picks worse blockings at some
+sizes).
 
 Tiles. A GGUF model whose projections keep Q4_1 blocks (gguf_blocks.py), or whose head keeps
 Q8_0 blocks, also keeps them tiled for kernels/cpu_amx_q4.c, and steps of up to
@@ -44,8 +46,6 @@ from torch import nn
 
 from kernels import cpu_amx_q4
 
-# Steps of up to this many rows multiply on the prepacked copy (see the module docstring).
-PACKED_MAX_ROWS = 256
 # The rows oneDNN is told to expect when it packs (it picks the block layout by them).
 PACK_HINT_ROWS = 64
 # False: never pack (A/B runs, tests of the plain path).
@@ -90,7 +90,7 @@ class Projection(nn.Linear):
         tiles = self.weight_tiles  # (a buffer: one nn.Module lookup, not two)
         if tiles is not None and cpu_amx_q4.ENABLED and x.shape[0] <= cpu_amx_q4.MAX_ROWS:
             out = cpu_amx_q4.matmul(x, tiles, self.out_features, self.gguf_type)
-        elif self.weight_packed is not None and x.shape[0] <= PACKED_MAX_ROWS:
+        elif self.weight_packed is not None:
             out = torch.ops.mkldnn._linear_pointwise(x, self.weight_packed, None, "none", [], "")
         else:
             out = F.linear(x, self.weight_bf16)
