@@ -52,10 +52,12 @@ log = logging.getLogger(__name__)
 # and cpu_quant_dot.c, its GEMV over GGUF blocks); cpu_elementwise.c: the work between the
 # projections of the other steps; cpu_amx_q4.c: decode steps' projections on AMX over GGUF
 # Q4_1 and Q8_0 weights, re-laid as tiles by cpu_amx_tiles.c; cpu_prefill.c and
-# cpu_prefill_amx.c: prefill attention (float32 FMAs, and bf16 caches on AMX)
+# cpu_prefill_amx.c: prefill attention (float32 FMAs, and bf16 caches on AMX);
+# cpu_argmax.c: the sampler's row argmax
 SOURCES = tuple(Path(__file__).with_name(name) for name in
                 ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c", "cpu_elementwise.c",
-                 "cpu_prefill.c", "cpu_prefill_amx.c", "cpu_amx_q4.c", "cpu_amx_tiles.c"))
+                 "cpu_prefill.c", "cpu_prefill_amx.c", "cpu_amx_q4.c", "cpu_amx_tiles.c",
+                 "cpu_argmax.c"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in  # included by the sources
                 ("cpu_vector_math.h", "cpu_decode_tiled.h", "cpu_decode_amx.h",
                  "cpu_prefill_amx_pack.h"))
@@ -213,6 +215,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.bp_quant_row_bytes.restype = _I64
     lib.bp_add_rmsnorm.argtypes = [_PTR, _PTR, _I64, _PTR, _F32, _PTR, _I64, _I64, _I64, _I64]
     lib.bp_silu_mul.argtypes = [_PTR, _I64, _PTR, _I64, _I64, _I64, _I64]
+    lib.bp_row_argmax.argtypes = [_PTR, _I64, _I64, _PTR, _I64]
     lib.bp_rope_store.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _I64,
                                   _I64, _I64, _I64, _I64]
     lib.bp_prefill_attention.argtypes = [_PTR, _I64, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR,
@@ -221,8 +224,8 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.bp_prefill_attention_amx.argtypes = [_PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR,
                                              _PTR, _I64, _I64, _I64, _I64, _PTR, _I64, _F32,
                                              _PTR, _I64]
-    for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_rope_store", "bp_prefill_attention",
-                 "bp_prefill_attention_amx", "bp_amx_decode_takes",
+    for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_row_argmax", "bp_rope_store",
+                 "bp_prefill_attention", "bp_prefill_attention_amx", "bp_amx_decode_takes",
                  "bp_q4_tile_pack", "bp_q4_tile_unpack", "bp_q4_amx_ready", "bp_q4_amx_matmul",
                  "bp_q8_tile_pack", "bp_q8_tile_unpack", "bp_q8_amx_matmul"):
         getattr(lib, name).restype = ctypes.c_int
