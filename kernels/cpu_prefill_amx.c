@@ -15,8 +15,10 @@
            dc * 32 + 2p, 2p + 1            -> scores S = Q K^T
         V: tile (32-key group, 16-column slice nb of d): row p, column n = column nb * 16 + n
            of keys 2p, 2p + 1               -> outputs O = P V
-   2. Items (chunk, query head, 16 query rows): q rows scaled and rounded to bf16 (the A
-      tiles), then per KT keys: S in 4 C tiles; online softmax per row (running max m, sum
+   2. Items (chunk, query head, 16 query rows); for d = 64 item_d64
+      (cpu_prefill_amx_d64.h: two passes, the output in tiles, AMX overlapped with the
+      softmax), else item below: q rows scaled and rounded to bf16 (the A tiles), then per
+      KT keys: S in 4 C tiles; online softmax per row (running max m, sum
       l) in AVX-512, the weights P rounded to bf16 (the A tiles of P V); P V into fresh C
       tiles, added to the row's float32 accumulator after scaling it by exp(m_old - m_new).
       Row j of a chunk at position p0 + j sees keys 0 .. p0 + j.
@@ -195,6 +197,8 @@ static void item(const float *q, int64_t q_stride, const uint32_t *kp, const uin
     }
 }
 
+#include "cpu_prefill_amx_d64.h" /* item_d64 */
+
 #define AMX_BUILD 1
 #else
 #define AMX_BUILD 0
@@ -252,8 +256,13 @@ int bp_prefill_attention_amx(const float *q, int64_t q_stride, const uint16_t *k
             const int64_t j0 = (k / nh) * 16, ctx = chunk_ctx[c];
             const int64_t size = (ctx + KT - 1) / KT * KT * d / 2;
             const uint32_t *kp = pack + packed[c] + (i / g) * 2 * size;
-            item(q, q_stride, kp, kp + size, d, ctx - n, chunk_row[c], j0,
-                 n - j0 < 16 ? n - j0 : 16, i, nh, scale, out);
+            const int64_t nr = n - j0 < 16 ? n - j0 : 16;
+            if (d == 64)
+                item_d64(q, q_stride, kp, kp + size, ctx - n, chunk_row[c], j0, nr, i, nh,
+                         scale, out);
+            else
+                item(q, q_stride, kp, kp + size, d, ctx - n, chunk_row[c], j0, nr, i, nh,
+                     scale, out);
         }
         bp_q4_amx_end();
     }
