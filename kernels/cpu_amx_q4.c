@@ -112,14 +112,19 @@ static inline void decode_tile_q8(const uint8_t *tile, uint32_t *b) {
         if (G > 3) { _tile_loadd(4, a + 48 * K + kb * 32, a_stride); _tile_dpbf16ps(3, 4, 7); } \
     } while (0)
 
-/* Output columns 16 nb .. 16 nb + 15 of rows 0 .. M - 1: c's float32 tiles to bf16 rows */
-static inline void store_groups(int G, const float *c, uint16_t *out, int64_t N, int64_t nb,
-                                int64_t M) {
+/* Output columns 16 nb .. 16 nb + 15 of rows 0 .. M - 1: c's float32 tiles rounded to bf16,
+   written as bf16 rows (out_f32 0) or widened back to float32 rows (out_f32 1: what
+   .float() of the bf16 rows gives, without a pass of its own) */
+static inline void store_groups(int G, const float *c, void *out, int out_f32, int64_t N,
+                                int64_t nb, int64_t M) {
     for (int g = 0; g < G; ++g)
         for (int r = 0; r < 16 && g * 16 + r < M; ++r) {
-            const __m512 v = _mm512_loadu_ps(c + 256 * g + 16 * r);
-            const __m256i h = _mm512_cvtepi32_epi16(round_bf16(v));
-            _mm256_storeu_si256((__m256i *)(out + (g * 16 + r) * N + nb * 16), h);
+            const __m512i bf = round_bf16(_mm512_loadu_ps(c + 256 * g + 16 * r));
+            const int64_t at = (g * 16 + r) * N + nb * 16;
+            if (out_f32)
+                _mm512_storeu_si512((float *)out + at, _mm512_slli_epi32(bf, 16));
+            else
+                _mm256_storeu_si256((__m256i *)((uint16_t *)out + at), _mm512_cvtepi32_epi16(bf));
         }
 }
 
@@ -177,11 +182,12 @@ static void amx_columns(const uint16_t *a, int G, int64_t K, const uint8_t *tile
     AMX_MEMORY_FENCE();
 }
 
-/* out[M][N] bf16 = a[M][K] bf16 x W^T, W [N][K] in Q4_1 (q8 0) or Q8_0 tiles; a holds 16 G
-   rows (G = ceil(M / 16) <= MAX_GROUPS; rows past M are any finite values). 0, or -1 when
-   the sizes are outside its limits or AMX is not granted (nothing written then). */
+/* out[M][N] = a[M][K] bf16 x W^T rounded to bf16 (out bf16, or its float32 widening where
+   out_f32), W [N][K] in Q4_1 (q8 0) or Q8_0 tiles; a holds 16 G rows (G = ceil(M / 16) <=
+   MAX_GROUPS; rows past M are any finite values). 0, or -1 when the sizes are outside its
+   limits or AMX is not granted (nothing written then). */
 static int amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles, int q8,
-                      int64_t N, uint16_t *out, int64_t num_threads) {
+                      int64_t N, void *out, int out_f32, int64_t num_threads) {
     const int G = (int)((M + 15) / 16);
     if (M < 1 || G > MAX_GROUPS || N % 16 != 0 || K % 32 != 0 || !bp_q4_amx_ready())
         return -1;
@@ -192,7 +198,7 @@ static int amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *ti
 #pragma omp for schedule(static)
         for (int64_t nb = 0; nb < N / 16; ++nb) {
             amx_columns(a, G, K, tiles, q8, nb, c);
-            store_groups(G, c, out, N, nb, M);
+            store_groups(G, c, out, out_f32, N, nb, M);
         }
         bp_q4_amx_end();
     }
@@ -200,13 +206,13 @@ static int amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *ti
 }
 
 int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
-                     int64_t N, uint16_t *out, int64_t num_threads) {
-    return amx_matmul(a, M, K, tiles, 0, N, out, num_threads);
+                     int64_t N, void *out, int64_t out_f32, int64_t num_threads) {
+    return amx_matmul(a, M, K, tiles, 0, N, out, (int)out_f32, num_threads);
 }
 
 int bp_q8_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
-                     int64_t N, uint16_t *out, int64_t num_threads) {
-    return amx_matmul(a, M, K, tiles, 1, N, out, num_threads);
+                     int64_t N, void *out, int64_t out_f32, int64_t num_threads) {
+    return amx_matmul(a, M, K, tiles, 1, N, out, (int)out_f32, num_threads);
 }
 
 /* Row t of in float [T][K] -> out bf16 [T_pad][K] (cpu_vector_math.h's narrow: as torch's
@@ -244,13 +250,15 @@ void bp_q4_amx_project(const uint8_t *tiles, const float *bias, const float *in,
 #else
 int bp_q4_amx_ready(void) { return 0; }
 int bp_q4_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
-                     int64_t N, uint16_t *out, int64_t num_threads) {
-    (void)a; (void)M; (void)K; (void)tiles; (void)N; (void)out; (void)num_threads;
+                     int64_t N, void *out, int64_t out_f32, int64_t num_threads) {
+    (void)a; (void)M; (void)K; (void)tiles; (void)N; (void)out; (void)out_f32;
+    (void)num_threads;
     return -1;
 }
 int bp_q8_amx_matmul(const uint16_t *a, int64_t M, int64_t K, const uint8_t *tiles,
-                     int64_t N, uint16_t *out, int64_t num_threads) {
-    (void)a; (void)M; (void)K; (void)tiles; (void)N; (void)out; (void)num_threads;
+                     int64_t N, void *out, int64_t out_f32, int64_t num_threads) {
+    (void)a; (void)M; (void)K; (void)tiles; (void)N; (void)out; (void)out_f32;
+    (void)num_threads;
     return -1;
 }
 /* never called: callers check bp_q4_amx_ready first */

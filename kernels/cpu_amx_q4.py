@@ -60,9 +60,11 @@ def unpack(tiles: torch.Tensor, out_features: int, in_features: int,
 
 
 def matmul(x: torch.Tensor, tiles: torch.Tensor, out_features: int,
-           gguf_type: str = "Q4_1") -> torch.Tensor:
+           gguf_type: str = "Q4_1", out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """x [M, K] (1 <= M <= MAX_ROWS, any float dtype) @ W.T -> bf16 [M, N], W the weights
-    tiled from gguf_type blocks. ValueError outside the kernel's limits."""
+    tiled from gguf_type blocks; out_dtype float32: those bf16 values widened, written by
+    the kernel (as .float() of the bf16 result, without its pass over the rows: logits).
+    ValueError outside the kernel's limits."""
     rows, in_features = x.shape
     groups = -(-rows // 16)
     if rows % 16 == 0 and x.dtype == torch.bfloat16 and x.is_contiguous():
@@ -70,11 +72,13 @@ def matmul(x: torch.Tensor, tiles: torch.Tensor, out_features: int,
     else:
         a = torch.zeros(groups * 16, in_features, dtype=torch.bfloat16)  # rows past M: zeros
         a[:rows] = x
-    out = torch.empty(groups * 16, out_features, dtype=torch.bfloat16)
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"out_dtype {out_dtype}: bfloat16 or float32")
+    out = torch.empty(rows, out_features, dtype=out_dtype)
     status = getattr(native_library.load(), f"{_PREFIX[gguf_type]}_amx_matmul")(
         a.data_ptr(), rows, in_features, tiles.data_ptr(), out_features, out.data_ptr(),
-        torch.get_num_threads())
+        int(out_dtype == torch.float32), torch.get_num_threads())
     if status != 0:
         raise ValueError(f"{rows} rows x {in_features} -> {out_features}: outside the AMX "
                          f"kernel (1..{MAX_ROWS} rows, tiles of 16 x 32, AMX granted)")
-    return out[:rows]
+    return out

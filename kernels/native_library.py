@@ -208,7 +208,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         getattr(lib, f"bp_{fmt}_tile_pack").argtypes = [_PTR, _I64, _I64, _PTR]
         getattr(lib, f"bp_{fmt}_tile_unpack").argtypes = [_PTR, _I64, _I64, _PTR]
         getattr(lib, f"bp_{fmt}_amx_matmul").argtypes = [_PTR, _I64, _I64, _PTR, _I64, _PTR,
-                                                         _I64]
+                                                         _I64, _I64]
     lib.bp_q4_amx_ready.argtypes = []
     lib.bp_amx_decode_takes.argtypes = [_I64, _I64, _I64, _I64]
     lib.bp_quant_row_bytes.argtypes = [_I64, _I64]

@@ -213,7 +213,7 @@ class LlamaForCausalLM(nn.Module):
         logits = native_logits(self, hidden)  # a few rows: the native layers' GEMV
         if logits is not None:
             return logits
-        return self.lm_head(hidden, self.uses_bf16(hidden.shape[0])).float()
+        return self.lm_head.float_forward(hidden, self.uses_bf16(hidden.shape[0]))
 
 
 class Qwen2ForCausalLM(LlamaForCausalLM):

@@ -86,15 +86,28 @@ class Projection(nn.Linear):
         x.dtype. bf16=True: on the bf16 copy; bf16 out, or fp32 with a bias (see above)."""
         if not bf16 or self.weight_bf16 is None:
             return F.linear(x, self.weight, self.bias)
+        out = self._bf16_product(x, torch.bfloat16)
+        return out if self.bias is None else out + self.bias
+
+    def float_forward(self, x: torch.Tensor, bf16: bool = False) -> torch.Tensor:
+        """forward(x, bf16) as float32 (logits): on the tiles the kernel writes the bf16
+        products widened, where .float() of forward's result would take a pass of its own."""
+        if not bf16 or self.weight_bf16 is None:
+            return self.forward(x, bf16).float()
+        out = self._bf16_product(x, torch.float32)
+        return out if self.bias is None else out + self.bias
+
+    def _bf16_product(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """x @ the bf16 copy's transpose, rounded to bf16, as out_dtype (no bias)."""
         x = x.to(torch.bfloat16)
         tiles = self.weight_tiles  # (a buffer: one nn.Module lookup, not two)
         if tiles is not None and cpu_amx_q4.ENABLED and x.shape[0] <= cpu_amx_q4.MAX_ROWS:
-            out = cpu_amx_q4.matmul(x, tiles, self.out_features, self.gguf_type)
-        elif self.weight_packed is not None:
+            return cpu_amx_q4.matmul(x, tiles, self.out_features, self.gguf_type, out_dtype)
+        if self.weight_packed is not None:
             out = torch.ops.mkldnn._linear_pointwise(x, self.weight_packed, None, "none", [], "")
         else:
             out = F.linear(x, self.weight_bf16)
-        return out if self.bias is None else out + self.bias
+        return out.to(out_dtype)
 
 
 def pack_for_onednn(weight: torch.Tensor) -> torch.Tensor | None:

@@ -68,6 +68,19 @@ def test_product_equals_onednn_on_the_bf16_weights(amx, rows, gguf_type):
     assert ((got.double() - exact).abs() <= exact.abs() * 2 ** -8 + 1e-3).all()
 
 
+@pytest.mark.parametrize("gguf_type", ["Q4_1", "Q8_0"])
+@pytest.mark.parametrize("rows", [1, 16, 23, 64])
+def test_float32_out_is_the_bf16_product_widened(amx, rows, gguf_type):
+    blocks, _ = q4_blocks(48, 96, seed=rows + 7, gguf_type=gguf_type)
+    tiles = cpu_amx_q4.pack(blocks, 96, gguf_type)
+    x = torch.randn(rows, 96)
+    wide = cpu_amx_q4.matmul(x, tiles, 48, gguf_type, out_dtype=torch.float32)
+    assert wide.dtype == torch.float32 and wide.shape == (rows, 48)
+    assert torch.equal(wide, cpu_amx_q4.matmul(x, tiles, 48, gguf_type).float())
+    with pytest.raises(ValueError, match="bfloat16 or float32"):
+        cpu_amx_q4.matmul(x, tiles, 48, gguf_type, out_dtype=torch.float16)
+
+
 def test_too_many_rows_are_refused(amx):
     blocks, _ = q4_blocks(16, 32, seed=2)
     with pytest.raises(ValueError, match="outside the AMX kernel"):
@@ -118,17 +131,19 @@ def test_the_heads_q8_0_blocks_are_tiled_and_multiply_steps_past_the_native_gemv
     calls = []
     original = cpu_amx_q4.matmul
 
-    def recording(x, tiles, out_features, gguf_type="Q4_1"):
-        calls.append(gguf_type)
-        return original(x, tiles, out_features, gguf_type)
+    def recording(x, tiles, out_features, gguf_type="Q4_1", out_dtype=torch.bfloat16):
+        calls.append((gguf_type, out_dtype))
+        return original(x, tiles, out_features, gguf_type, out_dtype)
 
     monkeypatch.setattr(cpu_amx_q4, "matmul", recording)
     with torch.inference_mode():
         on_tiles = model.compute_logits(hidden)
         monkeypatch.setattr(cpu_amx_q4, "ENABLED", False)
         on_onednn = model.compute_logits(hidden)
-    assert calls == ["Q8_0"]
+    assert calls == [("Q8_0", torch.float32)]  # float32 logits written by the kernel
+    assert on_tiles.dtype == on_onednn.dtype == torch.float32
     torch.testing.assert_close(on_tiles, on_onednn, atol=2e-2, rtol=2e-2)
+    assert torch.equal(on_tiles, head(hidden, bf16=True).float())  # what .float() gave
 
 
 @pytest.mark.parametrize("rows", [4, 17, 50])

@@ -71,3 +71,15 @@ def test_a_model_on_packed_weights_gives_the_same_logits(tiny_llama_dir, monkeyp
     for name in prompts:
         assert torch.equal(ours[name], theirs[name])
     assert not any("packed" in key for key in packed.model.state_dict())
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_float_forward_is_forward_widened(bf16, bias):
+    """What compute_logits takes: forward's values as float32, on every path."""
+    proj = projection(6, bias=bias)
+    for rows in (1, 300):
+        x = torch.randn(rows, 96)
+        wide = proj.float_forward(x, bf16)
+        assert wide.dtype == torch.float32
+        assert torch.equal(wide, proj(x, bf16).float())
