@@ -8,13 +8,38 @@ the text is always the whole decode of the output: nothing sampled is dropped un
 
 Stop strings: the text stops right before the first stop string; while streaming, the
 last (longest stop string - 1) characters are held back, since they may begin one.
+
+Each token costs two decodes of the window. A transformers fast tokenizer's `decode` is
+its Rust tokenizer's plus Python around it (argument conversion, batch checks, a cleanup
+it skips where `clean_up_tokenization_spaces` is off): on SmolLM2's tokenizer 5.7 us a
+token in all, 1.9 us through the Rust call alone. Where `backend_decoder` finds that
+`decode` is exactly the backend's (the stock TokenizersBackend, no cleanup), the window
+goes to the backend directly; any other tokenizer keeps `decode`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 PROMPT_CONTEXT_TOKENS = 5  # prompt tokens kept as context so leading spaces decode right
+
+
+def backend_decoder(tokenizer) -> Callable[..., str] | None:
+    """The Rust tokenizer's decode (ids, skip_special_tokens=) where it returns what
+    tokenizer.decode does (a stock transformers fast tokenizer, cleanup off), else None."""
+    try:
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        from transformers.tokenization_utils_tokenizers import TokenizersBackend
+    except ImportError:  # another transformers layout: keep its decode
+        return None
+    kind = type(tokenizer)
+    if not (isinstance(tokenizer, TokenizersBackend)
+            and kind.decode is PreTrainedTokenizerBase.decode
+            and kind._decode is TokenizersBackend._decode
+            and not getattr(tokenizer, "clean_up_tokenization_spaces", True)):
+        return None
+    return tokenizer._tokenizer.decode
 
 
 @dataclass
@@ -29,12 +54,16 @@ class IncrementalDetokenizer:
     _ids: list[int] = field(default_factory=list)
     _prefix: int = 0
     _read: int = 0
+    _backend: Callable[..., str] | None = None
 
     def __post_init__(self) -> None:
         self._ids = list(self.prompt_token_ids[-PROMPT_CONTEXT_TOKENS:])
         self._prefix, self._read = 0, len(self._ids)
+        self._backend = backend_decoder(self.tokenizer)
 
     def _decode(self, ids: list[int]) -> str:
+        if self._backend is not None:
+            return self._backend(ids, skip_special_tokens=self.skip_special_tokens)
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def add_tokens(self, token_ids: list[int]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fixtures.tiny_models import build_tokenizer
 
-from engine.output.detokenizer import IncrementalDetokenizer
+from engine.output.detokenizer import IncrementalDetokenizer, backend_decoder
 
 TEXTS = ["héllo wörld", "emoji 👋 in the middle 🚀!", "日本語のテキスト", "plain ascii text"]
 
@@ -56,3 +56,37 @@ def test_an_output_ending_inside_a_character_still_shows_its_bytes(tokenizer):
     streamed += detok.take_delta(final=True)
     assert streamed == tokenizer.decode(ids[:cut]) and streamed.endswith("\ufffd")
     assert detok.text == streamed
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_the_backend_decode_is_the_tokenizers_decode(tokenizer, skip):
+    """The window goes to the Rust tokenizer directly (backend_decoder): the same text as
+    tokenizer.decode for any ids, special tokens among them."""
+    import random
+
+    fast = backend_decoder(tokenizer)
+    assert fast is not None  # the tests' tokenizer is a stock fast one, cleanup off
+    rng = random.Random(3)
+    specials = list(tokenizer.all_special_ids)
+    assert specials
+    for _ in range(200):
+        ids = [rng.randrange(len(tokenizer)) for _ in range(rng.randrange(1, 12))]
+        ids.insert(rng.randrange(len(ids) + 1), rng.choice(specials))
+        assert fast(ids, skip_special_tokens=skip) == tokenizer.decode(
+            ids, skip_special_tokens=skip)
+
+
+def test_tokenizers_whose_decode_differs_keep_it(tokenizer, monkeypatch):
+    class Overriding(type(tokenizer)):
+        def _decode(self, token_ids, **kwargs):
+            return "x" * len(token_ids)
+
+    monkeypatch.setattr(tokenizer, "clean_up_tokenization_spaces", True)
+    assert backend_decoder(tokenizer) is None  # its cleanup runs in Python
+    monkeypatch.setattr(tokenizer, "clean_up_tokenization_spaces", False)
+    monkeypatch.setattr(tokenizer, "__class__", Overriding)
+    assert backend_decoder(tokenizer) is None
+    detok = IncrementalDetokenizer(tokenizer, [])
+    detok.add_tokens([5, 6])
+    assert detok.text == "xx"  # its own decode, not the backend's
+    assert backend_decoder(object()) is None
