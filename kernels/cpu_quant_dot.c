@@ -58,19 +58,26 @@ static inline void decode_block(int64_t format, const uint8_t *b, float *w) {
 /* The block's 32 weights as two vectors of 16 (weights 0-15, 16-31). */
 static inline __attribute__((always_inline)) void decode_block_avx512(
     const int format, const uint8_t *b, __m512 *lo, __m512 *hi) {
-    const __m512 d = _mm512_set1_ps(half_to_f32(b));
     if (format == BP_Q4_1) {
+        /* d and m in one load: the pair (d, m) in every dword, widened, then each spread
+           by a lane shuffle (two scalar conversions and broadcasts before: a 1-row
+           decode step 5.24 -> 4.84 ms, 3 rows 7.06 -> 6.87, SmolLM2 on 2 threads) */
+        uint32_t pair;
+        memcpy(&pair, b, sizeof pair);
+        const __m512 dm = _mm512_cvtph_ps(_mm256_set1_epi32((int)pair));
+        const __m512 d = _mm512_moveldup_ps(dm), mn = _mm512_movehdup_ps(dm);
         /* the block's 16 possible weights d * q + m (q = 0..15), one FMA each as before,
            then looked up by each nibble: VPERMPS reads only an index's low 4 bits, so the
            widened byte indexes its low nibble and the byte >> 4 its high one. The weights
            are bit for bit those of converting q and an FMA per weight, in fewer ops (the
            single-row GEMV is bound by this decode, not by the bytes it reads). */
         const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-        const __m512 table = _mm512_fmadd_ps(iota, d, _mm512_set1_ps(half_to_f32(b + 2)));
+        const __m512 table = _mm512_fmadd_ps(iota, d, mn);
         const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + 4)));
         *lo = _mm512_permutexvar_ps(q, table);
         *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
     } else {
+        const __m512 d = _mm512_set1_ps(half_to_f32(b));
         const __m128i q0 = _mm_loadu_si128((const __m128i *)(b + 2));
         const __m128i q1 = _mm_loadu_si128((const __m128i *)(b + 18));
         *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
