@@ -57,11 +57,16 @@ static inline void decode_block(int64_t format, const uint8_t *b, float *w) {
 #if defined(__AVX512F__)
 /* The block's 32 weights as two vectors of 16 (weights 0-15, 16-31). */
 static inline __attribute__((always_inline)) void decode_block_avx512(
-    const int format, const uint8_t *b, __m512 *lo, __m512 *hi) {
-    if (format == BP_Q4_1) {
-        /* d and m in one load: the pair (d, m) in every dword, widened, then each spread
-           by a lane shuffle (two scalar conversions and broadcasts before: a 1-row
-           decode step 5.24 -> 4.84 ms, 3 rows 7.06 -> 6.87, SmolLM2 on 2 threads) */
+    const int format, const uint8_t *b, const float *dm, __m512 *lo, __m512 *hi) {
+    if (format == BP_Q4_1 && dm != NULL) {
+        const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        const __m512 table = _mm512_fmadd_ps(iota, _mm512_set1_ps(dm[0]), _mm512_set1_ps(dm[1]));
+        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + 4)));
+        *lo = _mm512_permutexvar_ps(q, table);
+        *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
+    } else if (format == BP_Q4_1) {
+        /* (rows past SCALED_BLOCKS blocks) d and m in one load: the pair (d, m) in every
+           dword, widened, then each spread by a lane shuffle */
         uint32_t pair;
         memcpy(&pair, b, sizeof pair);
         const __m512 dm = _mm512_cvtph_ps(_mm256_set1_epi32((int)pair));
@@ -85,18 +90,50 @@ static inline __attribute__((always_inline)) void decode_block_avx512(
     }
 }
 
+#define SCALED_BLOCKS 512 /* rows of up to this many Q4_1 blocks get their scales first */
+
+static inline int32_t load_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* (d, m) of a Q4_1 row's n blocks as float32: dm[2 b], dm[2 b + 1]. Why a pass of its own:
+   the GEMV is bound by its shuffle port, and converting each block's pair there took 3 of
+   its ~6 shuffles a block; here 8 pairs take one conversion, and the block loop reads them
+   by broadcast loads (a 1-row decode step 4.85 -> 4.5 ms, 3 rows 6.7 -> 6.1). */
+static inline void q41_scales(const uint8_t *row, int64_t n, float *dm) {
+    int64_t b = 0;
+    for (; b + 8 <= n; b += 8) {
+        const uint8_t *r = row + b * 20;
+        const __m256i pairs = _mm256_set_epi32(
+            load_i32(r + 140), load_i32(r + 120), load_i32(r + 100), load_i32(r + 80),
+            load_i32(r + 60), load_i32(r + 40), load_i32(r + 20), load_i32(r));
+        _mm512_storeu_ps(dm + 2 * b, _mm512_cvtph_ps(pairs));
+    }
+    for (; b < n; ++b) {
+        dm[2 * b] = half_to_f32(row + b * 20);
+        dm[2 * b + 1] = half_to_f32(row + b * 20 + 2);
+    }
+}
+
 static inline __attribute__((always_inline)) void dot_rows_q(
     const int format, const uint8_t *w, int64_t row_bytes, int64_t K, const float *in,
     float *out, const int M, const int N) {
     const int64_t bytes = block_bytes(format);
     __m512 acc[2][GROUP], lo[2], hi[2];
+    float dm[2][2 * SCALED_BLOCKS];
+    const int scaled = format == BP_Q4_1 && K / 32 <= SCALED_BLOCKS;
+    if (scaled)
+        for (int m = 0; m < M; ++m) q41_scales(w + m * row_bytes, K / 32, dm[m]);
     for (int m = 0; m < M; ++m)
         for (int t = 0; t < N; ++t) acc[m][t] = _mm512_setzero_ps();
     for (int64_t x = 0, blk = 0; x < K; x += 32, blk += bytes) {
         for (int m = 0; m < M; ++m) { /* (a prefetch past the weights never faults) */
             _mm_prefetch((const char *)w + m * row_bytes + blk + WEIGHT_PREFETCH_BYTES,
                          _MM_HINT_T0);
-            decode_block_avx512(format, w + m * row_bytes + blk, &lo[m], &hi[m]);
+            decode_block_avx512(format, w + m * row_bytes + blk,
+                                scaled ? dm[m] + x / 16 : NULL, &lo[m], &hi[m]);
         }
         for (int t = 0; t < N; ++t) {
             const __m512 a = _mm512_loadu_ps(in + t * K + x);

@@ -23,20 +23,25 @@ pytestmark = pytest.mark.usefixtures("native_library")
 
 
 @pytest.mark.parametrize("gguf_type", ["Q4_1", "Q8_0"])
-def test_blocks_decode_and_project_as_gguf_py_decodes_them(gguf_type):
+@pytest.mark.parametrize("width", [96, 256, 576, 16416])
+def test_blocks_decode_and_project_as_gguf_py_decodes_them(gguf_type, width):
     """Decoding equals gguf-py's bit for bit; the GEMV equals x @ decoded.T at row counts
-    around its 8-row groups and with an odd number of output rows (its 1-row tail)."""
-    rng = np.random.default_rng(0)
-    weights = rng.standard_normal((37, 96), dtype=np.float32)
+    around its 8-row groups and with an odd number of output rows (its 1-row tail). Widths:
+    Q4_1 rows convert their blocks' scales 8 at a time first, so whole eights (256), a
+    remainder (96, 576) and rows past that pass's 512 blocks (16416: scales inline)."""
+    rng = np.random.default_rng(width)
+    weights = rng.standard_normal((37, width), dtype=np.float32)
     qtype = getattr(GGMLQuantizationType, gguf_type)
     blocks = torch.from_numpy(quants.quantize(weights, qtype))
     decoded = torch.from_numpy(quants.dequantize(blocks.numpy(), qtype).astype(np.float32))
-    assert torch.equal(cpu_layers.dequantize_rows(blocks, gguf_type, 96), decoded)
+    assert torch.equal(cpu_layers.dequantize_rows(blocks, gguf_type, width), decoded)
     bias = torch.randn(37)
     for rows in (1, 3, 8, 9, 17):
-        x = torch.randn(rows, 96)
+        x = torch.randn(rows, width)
         got = cpu_layers.project_rows(blocks, bias, x, gguf_type)
-        torch.testing.assert_close(got, x @ decoded.T + bias, atol=2e-5, rtol=2e-5)
+        expected = (x.double() @ decoded.double().T + bias.double()).float()
+        tol = 2e-5 * (width / 96) ** 0.5  # float32 sums of `width` terms, another order
+        torch.testing.assert_close(got, expected, atol=tol, rtol=tol)
     with pytest.raises(ValueError, match="in_features"):
         cpu_layers.project_rows(blocks, None, torch.randn(1, 64), gguf_type)
     with pytest.raises(ValueError, match="multiple of 32"):
