@@ -88,6 +88,56 @@ static inline void visible_d64(int64_t last, int64_t k0, __mmask16 *lo, __mmask1
     *hi = n >= 32 ? (__mmask16)0xFFFF : n <= 16 ? 0 : (__mmask16)((1u << (n - 16)) - 1);
 }
 
+/* Pass 1: vmax[r] = row r's scores' maximum (r < nr) in every lane. Row r sees keys
+   0 .. last0 + r; steps of PK keys; s two score buffers. */
+static void rows_max_d64(const uint16_t *qa, const uint32_t *kp, int64_t last0, int64_t nr,
+                         int64_t steps, float (*s)[16 * PK], __m512 *vmax) {
+    issue_scores_d64(qa, kp, 0);
+    store_scores_d64(s[0]);
+    for (int64_t t = 0; t < steps; ++t) {
+        if (t + 1 < steps) issue_scores_d64(qa, kp, (t + 1) * PK); /* AMX, while we max */
+        const float *st = s[t & 1];
+        for (int64_t r = 0; r < nr; ++r) {
+            __mmask16 lo, hi;
+            visible_d64(last0 + r, t * PK, &lo, &hi);
+            vmax[r] = _mm512_mask_max_ps(vmax[r], lo, vmax[r], _mm512_load_ps(st + r * PK));
+            vmax[r] = _mm512_mask_max_ps(vmax[r], hi, vmax[r], _mm512_load_ps(st + r * PK + 16));
+        }
+        if (t + 1 < steps) store_scores_d64(s[(t + 1) & 1]);
+    }
+    for (int64_t r = 0; r < nr; ++r) vmax[r] = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[r]));
+}
+
+/* Pass 2: C tiles 0-3 = P V with P = exp(score - vmax[r]) (rounded to bf16 in pa), vsum[r]
+   += P's lanes; arguments as rows_max_d64's, vp the packed V, pa rows past nr zero. */
+static void rows_values_d64(const uint16_t *qa, const uint32_t *kp, const uint32_t *vp,
+                            int64_t last0, int64_t nr, int64_t steps, float (*s)[16 * PK],
+                            uint16_t *pa, const __m512 *vmax, __m512 *vsum) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    issue_scores_d64(qa, kp, 0);
+    store_scores_d64(s[0]);
+    for (int64_t t = 0; t < steps; ++t) {
+        if (t + 1 < steps) issue_scores_d64(qa, kp, (t + 1) * PK); /* AMX, while we exp */
+        const float *st = s[t & 1];
+        for (int64_t r = 0; r < nr; ++r) {
+            __mmask16 lo, hi;
+            visible_d64(last0 + r, t * PK, &lo, &hi);
+            const __m512 a = _mm512_maskz_mov_ps(
+                lo, exp16_weights(_mm512_sub_ps(_mm512_load_ps(st + r * PK), vmax[r])));
+            const __m512 b = _mm512_maskz_mov_ps(
+                hi, exp16_weights(_mm512_sub_ps(_mm512_load_ps(st + r * PK + 16), vmax[r])));
+            vsum[r] = _mm512_add_ps(vsum[r], _mm512_add_ps(a, b));
+            _mm512_store_si512(pa + r * PK, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+        }
+        AMX_MEMORY_FENCE();
+        issue_values_d64(pa, vp, t * PK);
+        if (t + 1 < steps) store_scores_d64(s[(t + 1) & 1]);
+    }
+}
+
 /* Rows j0 .. j0 + nr - 1 of a chunk at position p0, query head i, as cpu_prefill_amx.c's
    item with d = 64 (same arguments, same result within rounding). */
 static void item_d64(const float *q, int64_t q_stride, const uint32_t *kp, const uint32_t *vp,
@@ -111,45 +161,8 @@ static void item_d64(const float *q, int64_t q_stride, const uint32_t *kp, const
     AMX_MEMORY_FENCE();
     const int64_t last0 = p0 + j0; /* row r sees keys 0 .. last0 + r */
     const int64_t steps = (last0 + nr + PK - 1) / PK;
-    /* pass 1: each row's maximum */
-    issue_scores_d64(qa, kp, 0);
-    store_scores_d64(s[0]);
-    for (int64_t t = 0; t < steps; ++t) {
-        if (t + 1 < steps) issue_scores_d64(qa, kp, (t + 1) * PK);
-        const float *st = s[t & 1];
-        for (int64_t r = 0; r < nr; ++r) {
-            __mmask16 lo, hi;
-            visible_d64(last0 + r, t * PK, &lo, &hi);
-            vmax[r] = _mm512_mask_max_ps(vmax[r], lo, vmax[r], _mm512_load_ps(st + r * PK));
-            vmax[r] = _mm512_mask_max_ps(vmax[r], hi, vmax[r], _mm512_load_ps(st + r * PK + 16));
-        }
-        if (t + 1 < steps) store_scores_d64(s[(t + 1) & 1]);
-    }
-    for (int64_t r = 0; r < nr; ++r) vmax[r] = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[r]));
-    /* pass 2: the weights with each row's final maximum, P V summed in C tiles 0-3 */
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    issue_scores_d64(qa, kp, 0);
-    store_scores_d64(s[0]);
-    for (int64_t t = 0; t < steps; ++t) {
-        if (t + 1 < steps) issue_scores_d64(qa, kp, (t + 1) * PK);
-        const float *st = s[t & 1];
-        for (int64_t r = 0; r < nr; ++r) {
-            __mmask16 lo, hi;
-            visible_d64(last0 + r, t * PK, &lo, &hi);
-            const __m512 a = _mm512_maskz_mov_ps(
-                lo, exp16_weights(_mm512_sub_ps(_mm512_load_ps(st + r * PK), vmax[r])));
-            const __m512 b = _mm512_maskz_mov_ps(
-                hi, exp16_weights(_mm512_sub_ps(_mm512_load_ps(st + r * PK + 16), vmax[r])));
-            vsum[r] = _mm512_add_ps(vsum[r], _mm512_add_ps(a, b));
-            _mm512_store_si512(pa + r * PK, (__m512i)_mm512_cvtne2ps_pbh(b, a));
-        }
-        AMX_MEMORY_FENCE();
-        issue_values_d64(pa, vp, t * PK);
-        if (t + 1 < steps) store_scores_d64(s[(t + 1) & 1]);
-    }
+    rows_max_d64(qa, kp, last0, nr, steps, s, vmax);
+    rows_values_d64(qa, kp, vp, last0, nr, steps, s, pa, vmax, vsum);
     _tile_stored(0, o, 256);
     _tile_stored(1, o + 16, 256);
     _tile_stored(2, o + 32, 256);
