@@ -6,7 +6,11 @@
 
    Q4_1, 320 B a tile:
      fp16 d[16], fp16 m[16]   the block scale and minimum of each of the 16 rows
-     uint8 q[16][16]          q[p][n] = row n's weights 2p (low nibble), 2p + 1 (high)
+     uint8 q[16][16]          q[p][2j], q[p][2j + 1] = row j's weights 2p, 2p + 1 in the
+                              low nibbles, row j + 8's in the high ones (j < 8): the low
+                              nibbles of B-tile row p are rows 0-7's pairs in tile order,
+                              the high ones rows 8-15's, so each half converts to bf16 in
+                              place (no permute after VCVTNE2PS2BF16)
    Q8_0, 544 B a tile:
      fp16 d[16]               the block scale of each of the 16 rows
      int8 q[16][16][2]        q[p][n][c] = row n's weight 2p + c */
@@ -19,16 +23,24 @@
 #define Q4_TILE_BYTES 320
 #define Q8_TILE_BYTES 544
 
-/* Row n of one tile from its GGUF block b (Q4_1: 20 bytes, Q8_0: 34) */
+/* Weight k (0..31) of a Q4_1 block: k < 16 the low nibble of byte 4 + k, else the high
+   nibble of byte 4 + k - 16 */
+static inline int q4_weight(const uint8_t *b, int k) {
+    return k < 16 ? b[4 + k] & 15 : b[4 + k - 16] >> 4;
+}
+
+/* Row n of one tile from its GGUF block b (Q4_1: 20 bytes, Q8_0: 34). Q4_1 rows n and
+   n + 8 share bytes: each sets its own nibble (rows are packed 0..15, every byte is
+   written twice before it is read). */
 static void pack_row_q4(uint8_t *tile, int n, const uint8_t *b) {
     memcpy(tile + 2 * n, b, 2);          /* d */
     memcpy(tile + 32 + 2 * n, b + 2, 2); /* m */
-    for (int p = 0; p < 16; ++p) {
-        const int k0 = 2 * p, k1 = 2 * p + 1; /* weight j < 16: low nibble of b[4 + j] */
-        const int q0 = k0 < 16 ? b[4 + k0] & 15 : b[4 + k0 - 16] >> 4;
-        const int q1 = k1 < 16 ? b[4 + k1] & 15 : b[4 + k1 - 16] >> 4;
-        tile[64 + p * 16 + n] = (uint8_t)(q0 | q1 << 4);
-    }
+    const int shift = n < 8 ? 0 : 4, keep = n < 8 ? 0xF0 : 0x0F;
+    for (int p = 0; p < 16; ++p)
+        for (int c = 0; c < 2; ++c) {
+            uint8_t *byte = tile + 64 + p * 16 + 2 * (n % 8) + c;
+            *byte = (uint8_t)((*byte & keep) | q4_weight(b, 2 * p + c) << shift);
+        }
 }
 
 static void pack_row_q8(uint8_t *tile, int n, const uint8_t *b) {
@@ -42,11 +54,10 @@ static void pack_row_q8(uint8_t *tile, int n, const uint8_t *b) {
 /* Row n's 32 float32 weights of one tile, as gguf-py decodes them */
 static void unpack_row_q4(const uint8_t *tile, int n, float *row) {
     const float d = half_to_f32(tile + 2 * n), m = half_to_f32(tile + 32 + 2 * n);
-    for (int p = 0; p < 16; ++p) {
-        const uint8_t q = tile[64 + p * 16 + n];
-        row[2 * p] = d * (float)(q & 15) + m;
-        row[2 * p + 1] = d * (float)(q >> 4) + m;
-    }
+    const int shift = n < 8 ? 0 : 4;
+    for (int p = 0; p < 16; ++p)
+        for (int c = 0; c < 2; ++c)
+            row[2 * p + c] = d * (float)((tile[64 + p * 16 + 2 * (n % 8) + c] >> shift) & 15) + m;
 }
 
 static void unpack_row_q8(const uint8_t *tile, int n, float *row) {
