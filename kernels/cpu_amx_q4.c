@@ -59,6 +59,15 @@ static inline __m512i round_bf16(__m512 x) {
         _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
 }
 
+/* A tile's 16 per-row values v (a scale, a minimum) spread to B-tile lanes of bf16 pairs:
+   *lo = rows 0-7, *hi = rows 8-15, each twice (the lanes of its pair) */
+static inline void spread_to_pairs(__m512 v, __m512 *lo, __m512 *hi) {
+    *lo = _mm512_permutexvar_ps(_mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0),
+                                v);
+    *hi = _mm512_permutexvar_ps(
+        _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), v);
+}
+
 /* One tile's 16 B-tile rows (64 bytes each: row p = columns 2p, 2p + 1 of the 16 weight
    rows, as bf16 pairs) into b. Row p's low nibbles are rows 0-7's pairs in that order, its
    high nibbles rows 8-15's (cpu_amx_tiles.c), so with each lane's scale and minimum
@@ -67,14 +76,10 @@ static inline __m512i round_bf16(__m512 x) {
    row (one of its ~10 ops, on the shuffle port; without it a tile took 38 instead of 50 ns
    a thread at one 16-row group, 72 instead of 80-88 at four). */
 static inline void decode_tile(const uint8_t *tile, uint32_t *b) {
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tile));
-    const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(tile + 32)));
-    const __m512i first = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    const __m512i second = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10,
-                                            9, 9, 8, 8);
-    const __m512 d_lo = _mm512_permutexvar_ps(first, d), m_lo = _mm512_permutexvar_ps(first, m);
-    const __m512 d_hi = _mm512_permutexvar_ps(second, d);
-    const __m512 m_hi = _mm512_permutexvar_ps(second, m);
+    __m512 d_lo, d_hi, m_lo, m_hi;
+    spread_to_pairs(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tile)), &d_lo, &d_hi);
+    spread_to_pairs(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(tile + 32))), &m_lo,
+                    &m_hi);
     const __m512i nib = _mm512_set1_epi32(15);
     for (int p = 0; p < 16; ++p) {
         const __m128i bytes = _mm_loadu_si128((const __m128i *)(tile + 64 + 16 * p));
@@ -88,11 +93,8 @@ static inline void decode_tile(const uint8_t *tile, uint32_t *b) {
 /* decode_tile for a Q8_0 tile: B-tile row p's 32 int8 (pairs of 16 rows, cpu_amx_tiles.c)
    times their row's scale, exact in float32, then rounded to bf16 in that order */
 static inline void decode_tile_q8(const uint8_t *tile, uint32_t *b) {
-    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tile));
-    const __m512 d_lo = _mm512_permutexvar_ps( /* rows 0-7, each twice: its pair */
-        _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0), d);
-    const __m512 d_hi = _mm512_permutexvar_ps(
-        _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8), d);
+    __m512 d_lo, d_hi;
+    spread_to_pairs(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)tile)), &d_lo, &d_hi);
     for (int p = 0; p < 16; ++p) {
         const uint8_t *q = tile + 32 + 32 * p;
         const __m512 lo = _mm512_mul_ps(

@@ -58,19 +58,21 @@ static inline void decode_block(int64_t format, const uint8_t *b, float *w) {
 /* The block's 32 weights as two vectors of 16 (weights 0-15, 16-31). */
 static inline __attribute__((always_inline)) void decode_block_avx512(
     const int format, const uint8_t *b, const float *dm, __m512 *lo, __m512 *hi) {
-    if (format == BP_Q4_1 && dm != NULL) {
-        const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-        const __m512 table = _mm512_fmadd_ps(iota, _mm512_set1_ps(dm[0]), _mm512_set1_ps(dm[1]));
-        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + 4)));
-        *lo = _mm512_permutexvar_ps(q, table);
-        *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
-    } else if (format == BP_Q4_1) {
-        /* (rows past SCALED_BLOCKS blocks) d and m in one load: the pair (d, m) in every
-           dword, widened, then each spread by a lane shuffle */
-        uint32_t pair;
-        memcpy(&pair, b, sizeof pair);
-        const __m512 dm = _mm512_cvtph_ps(_mm256_set1_epi32((int)pair));
-        const __m512 d = _mm512_moveldup_ps(dm), mn = _mm512_movehdup_ps(dm);
+    if (format == BP_Q4_1) {
+        /* d and m: from the row's scale pass (dm), or (rows past SCALED_BLOCKS blocks) in
+           one load, the pair (d, m) in every dword, widened, then each spread by a lane
+           shuffle */
+        __m512 d, mn;
+        if (dm != NULL) {
+            d = _mm512_set1_ps(dm[0]);
+            mn = _mm512_set1_ps(dm[1]);
+        } else {
+            uint32_t pair;
+            memcpy(&pair, b, sizeof pair);
+            const __m512 both = _mm512_cvtph_ps(_mm256_set1_epi32((int)pair));
+            d = _mm512_moveldup_ps(both);
+            mn = _mm512_movehdup_ps(both);
+        }
         /* the block's 16 possible weights d * q + m (q = 0..15), one FMA each as before,
            then looked up by each nibble: VPERMPS reads only an index's low 4 bits, so the
            widened byte indexes its low nibble and the byte >> 4 its high one. The weights

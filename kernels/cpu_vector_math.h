@@ -128,7 +128,6 @@ static inline void widen(const void *src, int is_bf16, int64_t n, float *restric
     for (int64_t i = 0; i < n; ++i) d[i] = (uint32_t)s[i] << 16;
 }
 
-/* n floats to float32 or bfloat16, rounded to nearest even as torch's .to(bfloat16) */
 /* RoPE of one head: dst[i] = x[i] * c[i] + x[(i + d/2) % d] * sn[i] (sn: sin with its
    first half negated), in two branch-free halves that vectorise (the modulo kept gcc to
    one scalar FMA a lane). */
@@ -138,6 +137,7 @@ static inline void rotate_head(const float *restrict x, const float *restrict c,
     for (int64_t i = half; i < 2 * half; ++i) dst[i] = x[i] * c[i] + x[i - half] * sn[i];
 }
 
+/* n floats to float32 or bfloat16, rounded to nearest even as torch's .to(bfloat16) */
 static inline void narrow(const float *restrict src, void *dst, int is_bf16, int64_t n) {
     if (!is_bf16) {
         memcpy(dst, src, (size_t)n * sizeof(float));
