@@ -16,8 +16,10 @@ decode tok/s = (tokens - 1) / (time to all tokens - time to the first), on our L
 max_num_seqs 1 and OpenVINO's LLMPipeline.
 
 Rounds alternate ours, openvino, ours single, openvino single (A B A B); figures are
-tok/s medians [min-max] over rounds and ratios ours / openvino of the medians. Both sides
-are warmed up on the whole workload first (untimed). Last stdout line: one JSON object.
+tok/s medians [min-max] over rounds and ratios ours / openvino of the medians, then the
+ratio of each round's pair, as median [min-max] ("paired"): this VM's speed drifts by ~5%
+between phases of a run, and a round's two sides ran seconds apart. Both sides are warmed
+up on the whole workload first (untimed). Last stdout line: one JSON object.
 
     python -m bench.cpu_peers --setup        # once (minutes): the peer venv and the export
     python -m bench.cpu_peers [--rounds 3] [--threads 2]
@@ -89,6 +91,7 @@ def measure(model: str, args) -> dict:
     ours_single(loaded, prompts[0], args.single_tokens)
     runs: dict[str, list[float]] = {"ours": [], "openvino": [], "ours_single": [],
                                     "openvino_single": []}
+    paired: dict[str, list[float]] = {}  # "ours/openvino": each round's ratio
     try:
         for r in range(args.rounds):
             secs, toks = run_ours(make_llm, prompts, outputs)
@@ -104,27 +107,49 @@ def measure(model: str, args) -> dict:
             for name, rate in rates.items():
                 if rate is not None:
                     runs[name].append(rate)
+            if peer is not None:
+                add_pairs(paired, {"ours": runs["ours"][-1],
+                                   "openvino": runs["openvino"][-1], **rates})
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f} tok/s"
                                                  for k, v in runs.items() if v), flush=True)
     finally:
         if peer is not None:
             peer.close()
-    return summarise(runs, skipped)
+    return summarise(runs, skipped, paired)
 
 
-def summarise(runs: dict[str, list[float]], skipped: str | None) -> dict:
+PAIRS = (("ours", "openvino"), ("ours_single", "openvino_single"))
+
+
+def add_pairs(paired: dict[str, list[float]], round_rates: dict[str, float | None]) -> None:
+    """Append this round's ours / peer ratio of each pair whose two rates it has."""
+    for ours, theirs in PAIRS:
+        a, b = round_rates.get(ours), round_rates.get(theirs)
+        if a is not None and b:
+            paired.setdefault(f"{ours}/{theirs}", []).append(a / b)
+
+
+def summarise(runs: dict[str, list[float]], skipped: str | None,
+              paired: dict[str, list[float]] | None = None) -> dict:
     sides = {name: {"median": round(statistics.median(v), 1), "min": round(min(v), 1),
                     "max": round(max(v), 1), "n": len(v)} for name, v in runs.items() if v}
     ratios = {}
-    for ours, theirs in (("ours", "openvino"), ("ours_single", "openvino_single")):
+    for ours, theirs in PAIRS:
         if ours in sides and theirs in sides:
             ratios[f"{ours}/{theirs}"] = round(sides[ours]["median"]
                                                / sides[theirs]["median"], 2)
+    by_round = {name: {"median": round(statistics.median(v), 3), "min": round(min(v), 3),
+                       "max": round(max(v), 3), "n": len(v)}
+                for name, v in (paired or {}).items() if v}
     for name, side in sides.items():
         print(f"  {name:>16} {side['median']:8.1f} tok/s [{side['min']:.1f}-{side['max']:.1f}]")
     print("  ratios: " + (", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) or
                           "none (the peer did not run)"))
-    return {"sides": sides, "ratios": ratios,
+    if by_round:
+        print("  paired, by round: " + ", ".join(
+            f"{k} {v['median']:.2f}x [{v['min']:.2f}-{v['max']:.2f}]"
+            for k, v in by_round.items()))
+    return {"sides": sides, "ratios": ratios, "paired": by_round,
             "peer": {"skipped": skipped} if skipped else {"name": "openvino_genai"}}
 
 

@@ -341,7 +341,8 @@ def check_cpu_peers(result: dict) -> None:
     if "skipped" in result["peer"]:
         assert "bench.cpu_peers --setup" in result["peer"]["skipped"] or \
             "openvino_genai" in result["peer"]["skipped"], result["peer"]
-        assert result["ratios"] == {} and "openvino" not in sides
+        assert result["ratios"] == {} and result["paired"] == {} and "openvino" not in sides
     else:
         assert "ours/openvino" in result["ratios"]
         assert all(0 < r < math.inf for r in result["ratios"].values())
+        assert result["paired"]["ours/openvino"]["n"] == result["rounds"]
