@@ -39,8 +39,8 @@ DEEP_CHUNK = 64  # tokens of the deep-prefill probes
 DECODE_BATCH = 16  # sequences of the decode probes (fewer if max_num_seqs is lower)
 MAX_PROBE_CONTEXT = 2048  # deeper contexts cost linearly more: no need to probe them
 # Rounds of re-runs for a family's out-of-order steps. On 2 busy cores a 16-token probe of
-# the tests' tiny model took longer than its 512-token one (0.9 against 2.1 ms alone), the
-# least-squares fit priced every step the same, and the budgets grew unbounded.
+# the tests' tiny model took longer than its 512-token one (0.9 against 2.1 ms alone), and
+# the non-negative fit priced every step the same (12.6 ms, every per-token term 0).
 SETTLE_ROUNDS = 4
 
 
