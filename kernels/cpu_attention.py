@@ -75,12 +75,16 @@ def paged_attention(
     scale: float,
     max_query_len: int | None = None,
     max_context_len: int | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Causal attention of a flattened mixed batch over the paged KV cache (CPU tensors).
 
     Shapes as in kernels.reference.paged_attention: q [T, nh, d]; caches [num_blocks,
     block_size, kvh, d]; block_tables int32 [S, max_blocks]; context_lens int32 [S];
-    query_start_loc int32 [S + 1]. Returns [T, nh, d] in q.dtype, computed in float32.
+    query_start_loc int32 [S + 1]. Returns [T, nh, d] in out_dtype (default q.dtype),
+    computed in float32 and rounded once: bfloat16 rows are written as such by the prefill
+    kernels, where a float32 result would take a pass of its own to become the next
+    projection's bf16 input.
     """
     del max_query_len, max_context_len  # the step plan carries the same information
     num_tokens, num_heads, head_dim = q.shape
@@ -91,7 +95,9 @@ def paged_attention(
     if num_heads % num_kv_heads != 0:
         raise ValueError(f"{num_heads=} must be a multiple of {num_kv_heads=}")
     plan = attention_plan(num_tokens, block_tables, context_lens, query_start_loc, k_cache.shape[1])
-    out = torch.empty(num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
+    out_dtype = out_dtype or q.dtype
+    out = torch.empty(num_tokens, num_heads, head_dim, device=q.device,
+                      dtype=torch.bfloat16 if out_dtype == torch.bfloat16 else torch.float32)
     # what both native kernels read (q itself when it already is); once for both
     q32 = _float_rows(q) if native_library.load() is not None else q
     prefills = plan.prefills
@@ -114,10 +120,14 @@ def paged_attention(
     if num_decodes and NATIVE_DECODE and _native_ok(q, k_cache, v_cache, block_tables,
                                                     context_lens):
         _check_owned_blocks(plan, k_cache.shape[0])
+        rows32 = (out if out.dtype == torch.float32  # the kernel writes float32 rows
+                  else torch.empty(out.shape, dtype=torch.float32))
         native_library.decode_attention(
             native_library.load(), q32, k_cache, v_cache, block_tables,
-            context_lens, plan.decode_seqs32, plan.decode_rows32, scale, out,
+            context_lens, plan.decode_seqs32, plan.decode_rows32, scale, rows32,
             native_library.threads_for(plan.decode_keys, num_heads))
+        if rows32 is not out:  # its float32 rows, rounded into out's
+            out[plan.decode_rows] = rows32[plan.decode_rows].to(out.dtype)
     elif num_decodes <= FEW_DECODES:  # one SDPA call each beats the batch's fixed cost
         for s, lo, context_len in zip(plan.decode_seqs.tolist(), plan.decode_rows.tolist(),
                                       plan.decode_ctx, strict=True):
@@ -132,8 +142,8 @@ def paged_attention(
         if plan.all_decodes:
             out = result
         else:
-            out[rows] = result
-    return out.to(q.dtype)
+            out[rows] = result.to(out.dtype)
+    return out.to(out_dtype)
 
 
 def _float_rows(q: torch.Tensor) -> torch.Tensor:

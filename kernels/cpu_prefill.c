@@ -158,8 +158,8 @@ static float softmax_step(float *restrict s, int64_t visible, float *m, float *l
 
 /* Rows r0 .. r0 + nr - 1 of a chunk starting at position p0, KV head h (g query heads). */
 static void item(const float *q, int64_t q_stride, const kv_view *kv, int64_t g, int64_t p0,
-                 int64_t row0, int64_t r0, int64_t nr, int64_t h, float scale, float *out,
-                 int64_t nh) {
+                 int64_t row0, int64_t r0, int64_t nr, int64_t h, float scale, void *out,
+                 int out_bf16, int64_t nh) {
     const int64_t d = kv->d, rows = nr * g;
     float qs[ITEM_MAX], acc[ITEM_MAX], m[ITEM_MAX / 16], l[ITEM_MAX / 16];
     float kt[MAX_D * KT], vt[KT * MAX_D];
@@ -196,8 +196,9 @@ static void item(const float *q, int64_t q_stride, const kv_view *kv, int64_t g,
         for (int64_t i = 0; i < g; ++i) {
             const int64_t r = j * g + i;
             const float inv = 1.0f / l[r];
-            float *dst = out + ((row0 + r0 + j) * nh + h * g + i) * d;
-            for (int64_t x = 0; x < d; ++x) dst[x] = acc[r * d + x] * inv;
+            float row[MAX_D];
+            for (int64_t x = 0; x < d; ++x) row[x] = acc[r * d + x] * inv;
+            store_out_row(row, out, out_bf16, ((row0 + r0 + j) * nh + h * g + i) * d, d);
         }
 }
 
@@ -207,7 +208,8 @@ int bp_prefill_attention(const float *q, int64_t q_stride, const void *k_cache,
                          const int32_t *chunk_seq, const int32_t *chunk_row,
                          const int32_t *chunk_len, const int32_t *chunk_ctx, int64_t nh,
                          int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
-                         int64_t table_stride, float scale, float *out, int64_t num_threads) {
+                         int64_t table_stride, float scale, void *out, int64_t out_bf16,
+                         int64_t num_threads) {
     const int64_t g = nh / kvh;
     if (d > MAX_D || g * kvh != nh || g * d > ITEM_MAX) return -1;
     int64_t qt = ITEM_MAX / (g * d); /* rows a tile: the item's buffers hold qt * g * d */
@@ -231,7 +233,7 @@ int bp_prefill_attention(const float *q, int64_t q_stride, const void *k_cache,
         const kv_view kv = {k_cache, v_cache, cache_bf16, kvh, d, bs,
                             tables + s * table_stride};
         item(q, q_stride, &kv, g, chunk_ctx[c] - n, chunk_row[c], r0,
-             n - r0 < qt ? n - r0 : qt, h, scale, out, nh);
+             n - r0 < qt ? n - r0 : qt, h, scale, out, (int)out_bf16, nh);
     }
     free(first);
     return 0;

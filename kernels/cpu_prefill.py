@@ -40,7 +40,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     """out[lo:hi] = causal attention of q[lo:hi] over sequence s's first `ctx` keys (the
     chunk's own last), for each (s, lo, hi, ctx) of `prefills`, in place.
 
-    q float32 [T, nh, d] with heads and d contiguous; out float32 contiguous [T, nh, d];
+    q float32 [T, nh, d] with heads and d contiguous; out float32 or bfloat16 (each row
+    rounded once, as .to(bfloat16)) contiguous [T, nh, d];
     the other tensors as `usable` requires. ValueError when a chunk's blocks are not all
     inside the cache (torch would raise IndexError; C would read out of bounds)."""
     arrays = chunk_arrays(prefills, block_tables, k_cache.shape[1], k_cache.shape[0])
@@ -49,7 +50,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(),
         int(k_cache.dtype == torch.bfloat16), len(prefills), *(a.data_ptr() for a in arrays),
         num_heads, k_cache.shape[2], head_dim, k_cache.shape[1], block_tables.data_ptr(),
-        block_tables.stride(0), scale, out.data_ptr(), torch.get_num_threads())
+        block_tables.stride(0), scale, out.data_ptr(), int(out.dtype == torch.bfloat16),
+        torch.get_num_threads())
     if status != 0:
         raise ValueError(f"{num_heads=}, {head_dim=}: outside the native prefill kernel's "
                          f"limits (head_dim <= {MAX_D}, heads per KV head x head_dim <= "

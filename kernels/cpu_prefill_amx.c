@@ -31,7 +31,8 @@
      caches   bf16 [num_blocks, bs, kvh, d]
      tables   int32 [S, table_stride]: block ids; only the ceil(ctx / bs) first are read
      chunk_seq, chunk_row, chunk_len, chunk_ctx  int32 [num_chunks] (as cpu_prefill.c)
-     out      float32 [T, nh, d]: the chunks' rows written, other rows untouched
+     out      float32, or bf16 where out_bf16 (rounded as torch's .to(bfloat16)) [T, nh, d]:
+              the chunks' rows written, other rows untouched
    Limits: d 64 or 128, nh % kvh == 0, AMX granted (else -1, nothing written). */
 
 #include <stdint.h>
@@ -143,7 +144,7 @@ static void tile_values(const uint16_t *pa, const uint32_t *vp, int64_t k0, int6
    run bp_q4_amx_begin. */
 static void item(const float *q, int64_t q_stride, const uint32_t *kp, const uint32_t *vp,
                  int64_t d, int64_t p0, int64_t row0, int64_t j0, int64_t nr, int64_t i,
-                 int64_t nh, float scale, float *out) {
+                 int64_t nh, float scale, void *out, int out_bf16) {
     uint16_t qa[16 * MAX_D] __attribute__((aligned(64)));
     uint16_t pa[16 * KT] __attribute__((aligned(64)));
     float s[16 * KT] __attribute__((aligned(64)));
@@ -191,9 +192,10 @@ static void item(const float *q, int64_t q_stride, const uint32_t *kp, const uin
     }
     for (int64_t r = 0; r < nr; ++r) {
         const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
-        float *dst = out + ((row0 + j0 + r) * nh + i) * d;
+        float row[128];
         for (int64_t x = 0; x < d; x += 16)
-            _mm512_storeu_ps(dst + x, _mm512_mul_ps(_mm512_loadu_ps(acc + r * d + x), inv));
+            _mm512_storeu_ps(row + x, _mm512_mul_ps(_mm512_loadu_ps(acc + r * d + x), inv));
+        store_out_row(row, out, out_bf16, ((row0 + j0 + r) * nh + i) * d, d);
     }
 }
 
@@ -211,8 +213,8 @@ int bp_prefill_attention_amx(const float *q, int64_t q_stride, const uint16_t *k
                              const int32_t *chunk_seq, const int32_t *chunk_row,
                              const int32_t *chunk_len, const int32_t *chunk_ctx, int64_t nh,
                              int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
-                             int64_t table_stride, float scale, float *out,
-                             int64_t num_threads) {
+                             int64_t table_stride, float scale, void *out,
+                             int64_t out_bf16, int64_t num_threads) {
 #if AMX_BUILD
     const int64_t g = nh / kvh;
     if ((d != 64 && d != 128) || g * kvh != nh || num_chunks < 1 || !bp_q4_amx_ready())
@@ -264,10 +266,10 @@ int bp_prefill_attention_amx(const float *q, int64_t q_stride, const uint16_t *k
             const int64_t nr = n - j0 < 16 ? n - j0 : 16;
             if (d == 64)
                 item_d64(q, q_stride, kp, kp + size, ctx - n, chunk_row[c], j0, nr, i, nh,
-                         scale, out);
+                         scale, out, (int)out_bf16);
             else
                 item(q, q_stride, kp, kp + size, d, ctx - n, chunk_row[c], j0, nr, i, nh,
-                     scale, out);
+                     scale, out, (int)out_bf16);
         }
         bp_q4_amx_end();
     }
@@ -277,7 +279,8 @@ int bp_prefill_attention_amx(const float *q, int64_t q_stride, const uint16_t *k
 #else /* no AMX in this build: callers keep torch's SDPA */
     (void)q; (void)q_stride; (void)k_cache; (void)v_cache; (void)num_chunks; (void)chunk_seq;
     (void)chunk_row; (void)chunk_len; (void)chunk_ctx; (void)nh; (void)kvh; (void)d;
-    (void)bs; (void)tables; (void)table_stride; (void)scale; (void)out; (void)num_threads;
+    (void)bs; (void)tables; (void)table_stride; (void)scale; (void)out; (void)out_bf16;
+    (void)num_threads;
     return -1;
 #endif
 }

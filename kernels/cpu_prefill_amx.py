@@ -57,7 +57,8 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
                       scale: float, out: torch.Tensor) -> None:
     """out[lo:hi] = causal attention of q[lo:hi] over sequence s's first `ctx` keys (the
     chunk's own last), for each (s, lo, hi, ctx) of `chunks`, in place; q float32 [T, nh, d],
-    out float32 contiguous [T, nh, d], the rest as `usable` requires. ValueError for a
+    out float32 or bfloat16 (each row rounded once, as .to(bfloat16)) contiguous [T, nh, d],
+    the rest as `usable` requires. ValueError for a
     chunk whose blocks lie outside the cache. Should the kernel refuse after `usable` said
     yes (its scratch could not be allocated), the chunks take torch's bf16 SDPA instead."""
     if not chunks:
@@ -67,7 +68,7 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
         q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), len(chunks),
         *(a.data_ptr() for a in arrays), q.shape[1], k_cache.shape[2], q.shape[2],
         k_cache.shape[1], block_tables.data_ptr(), block_tables.stride(0), scale,
-        out.data_ptr(), torch.get_num_threads())
+        out.data_ptr(), int(out.dtype == torch.bfloat16), torch.get_num_threads())
     if status != 0:  # usable() checked every limit: out of memory, or AMX taken away
         cpu_prefill_sdpa.prefill_attention(q, k_cache, v_cache, block_tables, chunks, scale,
                                            out)

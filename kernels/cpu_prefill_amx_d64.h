@@ -142,7 +142,7 @@ static void rows_values_d64(const uint16_t *qa, const uint32_t *kp, const uint32
    item with d = 64 (same arguments, same result within rounding). */
 static void item_d64(const float *q, int64_t q_stride, const uint32_t *kp, const uint32_t *vp,
                      int64_t p0, int64_t row0, int64_t j0, int64_t nr, int64_t i, int64_t nh,
-                     float scale, float *out) {
+                     float scale, void *out, int out_bf16) {
     uint16_t qa[16 * 64] __attribute__((aligned(64)));
     uint16_t pa[16 * PK] __attribute__((aligned(64)));
     float s[2][16 * PK] __attribute__((aligned(64)));
@@ -170,9 +170,10 @@ static void item_d64(const float *q, int64_t q_stride, const uint32_t *kp, const
     AMX_MEMORY_FENCE();
     for (int64_t r = 0; r < nr; ++r) {
         const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum[r]));
-        float *dst = out + ((row0 + j0 + r) * nh + i) * 64;
+        float row[64];
         for (int64_t x = 0; x < 64; x += 16)
-            _mm512_storeu_ps(dst + x, _mm512_mul_ps(_mm512_load_ps(o + r * 64 + x), inv));
+            _mm512_storeu_ps(row + x, _mm512_mul_ps(_mm512_load_ps(o + r * 64 + x), inv));
+        store_out_row(row, out, out_bf16, ((row0 + j0 + r) * nh + i) * 64, 64);
     }
 }
 

@@ -152,6 +152,13 @@ static inline void narrow(const float *restrict src, void *dst, int is_bf16, int
     }
 }
 
+/* n floats of row into out (float32, or bf16 where out_bf16: narrow's rounding) at element
+   `at`: the attention kernels' output rows, bf16 where the next product takes bf16 */
+static inline void store_out_row(const float *restrict row, void *out, int out_bf16,
+                                 int64_t at, int64_t n) {
+    narrow(row, (char *)out + at * (out_bf16 ? 2 : 4), out_bf16, n);
+}
+
 /* An fp16 bit pattern (2 bytes at p, little-endian) as float32: every value exactly
    (GGUF block scales) */
 static inline float half_to_f32(const uint8_t *p) {

@@ -220,10 +220,10 @@ def _declare(lib: ctypes.CDLL) -> None:
                                   _I64, _I64, _I64, _I64]
     lib.bp_prefill_attention.argtypes = [_PTR, _I64, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR,
                                          _PTR, _I64, _I64, _I64, _I64, _PTR, _I64, _F32,
-                                         _PTR, _I64]
+                                         _PTR, _I64, _I64]
     lib.bp_prefill_attention_amx.argtypes = [_PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR,
                                              _PTR, _I64, _I64, _I64, _I64, _PTR, _I64, _F32,
-                                             _PTR, _I64]
+                                             _PTR, _I64, _I64]
     for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_row_argmax", "bp_rope_store",
                  "bp_prefill_attention", "bp_prefill_attention_amx", "bp_amx_decode_takes",
                  "bp_q4_tile_pack", "bp_q4_tile_unpack", "bp_q4_amx_ready", "bp_q4_amx_matmul",

@@ -53,9 +53,9 @@ def run_fused_layers(model, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Ten
         qkv = attn.qkv_proj(h, bf16)
         q = cpu_elementwise.rope_store(qkv, k_cache, v_cache, meta.slot_mapping, cos, ssin,
                                        attn.num_heads)
-        out = attn.attn.backend.paged_attention(
+        out = attn.attn.backend.paged_attention(  # "cpu": o_proj's input dtype, as written
             q, k_cache, v_cache, meta.block_tables, meta.context_lens, meta.query_start_loc,
-            attn.attn.scale, meta.max_query_len, meta.max_context_len)
+            attn.attn.scale, meta.max_query_len, meta.max_context_len, out_dtype=act)
         delta = attn.o_proj(out.reshape(rows, -1), bf16)
         h = cpu_elementwise.add_rmsnorm(x, delta, layer.post_attention_layernorm.weight, eps,
                                         act)

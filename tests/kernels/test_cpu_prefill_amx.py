@@ -120,3 +120,25 @@ def test_blocks_outside_the_cache_are_refused():
     with pytest.raises(ValueError, match="block ids"):
         cpu_prefill_amx.prefill_attention(q, k_cache, v_cache, table, [(0, 0, 100, 100)],
                                           0.125, torch.zeros_like(q))
+
+
+@pytest.mark.parametrize("cache_dtype,group,head_dim", [(torch.bfloat16, 3, 64),
+                                                        (torch.bfloat16, 1, 128),
+                                                        (torch.float32, 3, 64)])
+def test_bf16_output_is_the_float32_output_rounded(cache_dtype, group, head_dim):
+    """paged_attention(out_dtype=bf16), as the fused layers ask for o_proj's input: the
+    prefill kernels (AMX and float32) write their rows as bf16 and the native decode's
+    float32 rows are rounded into them, each exactly as .to(bfloat16) of the float32
+    result rounds it; the step's chunks take each kernel (long, short) and decode rows."""
+    seqs = [(150, 150), (421, 97), (30, 30), (12, 5), (200, 1), (64, 1)]
+    paged = make_paged(seqs, 16, 2, group, head_dim, torch.float32, seed=group)
+    if cache_dtype == torch.bfloat16:
+        paged = _bf16(paged)
+        require_amx()
+    with mock.patch.object(cpu_prefill_amx, "prefill_attention",
+                           wraps=cpu_prefill_amx.prefill_attention) as amx:
+        wide = cpu_attention.paged_attention(*paged, 0.125)
+        narrow = cpu_attention.paged_attention(*paged, 0.125, out_dtype=torch.bfloat16)
+    assert amx.call_count == (2 if cache_dtype == torch.bfloat16 else 0)
+    assert wide.dtype == torch.float32 and narrow.dtype == torch.bfloat16
+    assert torch.equal(narrow.view(torch.int16), wide.to(torch.bfloat16).view(torch.int16))
