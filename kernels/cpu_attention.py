@@ -126,8 +126,11 @@ def paged_attention(
             native_library.load(), q32, k_cache, v_cache, block_tables,
             context_lens, plan.decode_seqs32, plan.decode_rows32, scale, rows32,
             native_library.threads_for(plan.decode_keys, num_heads))
-        if rows32 is not out:  # its float32 rows, rounded into out's
-            out[plan.decode_rows] = rows32[plan.decode_rows].to(out.dtype)
+        if rows32 is not out:  # the kernel's float32 rows, rounded into out's
+            if plan.all_decodes:  # every row: one pass, no gather
+                out.copy_(rows32)
+            else:
+                out[plan.decode_rows] = rows32[plan.decode_rows].to(out.dtype)
     elif num_decodes <= FEW_DECODES:  # one SDPA call each beats the batch's fixed cost
         for s, lo, context_len in zip(plan.decode_seqs.tolist(), plan.decode_rows.tolist(),
                                       plan.decode_ctx, strict=True):

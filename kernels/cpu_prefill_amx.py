@@ -58,9 +58,9 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     """out[lo:hi] = causal attention of q[lo:hi] over sequence s's first `ctx` keys (the
     chunk's own last), for each (s, lo, hi, ctx) of `chunks`, in place; q float32 [T, nh, d],
     out float32 or bfloat16 (each row rounded once, as .to(bfloat16)) contiguous [T, nh, d],
-    the rest as `usable` requires. ValueError for a
-    chunk whose blocks lie outside the cache. Should the kernel refuse after `usable` said
-    yes (its scratch could not be allocated), the chunks take torch's bf16 SDPA instead."""
+    the rest as `usable` requires. ValueError for a chunk whose blocks lie outside the
+    cache. Should the kernel refuse after `usable` said yes (its scratch could not be
+    allocated), the chunks take torch's bf16 SDPA instead."""
     if not chunks:
         return
     arrays = chunk_arrays(chunks, block_tables, k_cache.shape[1], k_cache.shape[0])

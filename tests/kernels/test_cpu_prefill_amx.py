@@ -142,3 +142,11 @@ def test_bf16_output_is_the_float32_output_rounded(cache_dtype, group, head_dim)
     assert amx.call_count == (2 if cache_dtype == torch.bfloat16 else 0)
     assert wide.dtype == torch.float32 and narrow.dtype == torch.bfloat16
     assert torch.equal(narrow.view(torch.int16), wide.to(torch.bfloat16).view(torch.int16))
+    # a step of decodes alone (more than the native layers take): rounded in one pass
+    decodes = make_paged([(200, 1), (64, 1), (17, 1)], 16, 2, group, head_dim, torch.float32,
+                         seed=group + 1)
+    if cache_dtype == torch.bfloat16:
+        decodes = _bf16(decodes)
+    wide = cpu_attention.paged_attention(*decodes, 0.125)
+    narrow = cpu_attention.paged_attention(*decodes, 0.125, out_dtype=torch.bfloat16)
+    assert torch.equal(narrow.view(torch.int16), wide.to(torch.bfloat16).view(torch.int16))
