@@ -197,7 +197,8 @@ def check_serving_path(result: dict) -> None:
     smoke starved the offline side)."""
     assert result["refused"] == 0 and result["failed"] == 0, result
     assert result["tokens"]["server"] == result["tokens"]["offline"], result
-    for side in ("offline", "server"):
+    assert result["tokens"]["server_httpx"] == result["tokens"]["offline"], result
+    for side in ("offline", "server", "server_httpx"):
         low, high = result[side]["range"]
         assert 0 < low <= result[side]["median_tok_s"] <= high < math.inf, result
     quotient = result["server"]["median_tok_s"] / result["offline"]["median_tok_s"]
