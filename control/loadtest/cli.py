@@ -169,15 +169,18 @@ def _run_one(args, client: Client, planned, prompts, model: str, scenario, label
     from control.loadtest.runner import run
 
     token = os.environ.get(args.token_env) or None
+    cpu_start, wall_start = time.process_time(), time.monotonic()
     with tqdm(total=len(planned), desc=label, unit="req", file=sys.stderr) as bar:
         results, duration = asyncio.run(run(
             args.url, planned, prompts, model=model, concurrency=scenario.concurrency,
             timeout_s=args.timeout, token=token, on_done=lambda _r: bar.update(),
             retries=ClientRetries(args.client_retries)))
-    return results, duration, time.time()
+    cost = (time.process_time() - cpu_start, time.monotonic() - wall_start)
+    return results, duration, cost
 
 
 def _report(args, client: Client, scenario, configs, runs) -> int:
+    from control.loadtest.client_cost import ClientCost, cost_notes, usable_cores
     from control.loadtest.metrics import summarize
     from control.loadtest.report import markdown_report, plot_percentiles, text_table
 
@@ -204,6 +207,14 @@ def _report(args, client: Client, scenario, configs, runs) -> int:
                      " of the scenario's own")
     if args.requests:
         notes.append(f"only the first {args.requests} planned requests (--requests)")
+    cost = ClientCost(sum(c for name in runs for _, _, (c, _) in runs[name]),
+                      sum(w for name in runs for _, _, (_, w) in runs[name]), usable_cores())
+    cost_note, warning = cost_notes(cost, args.url)
+    notes.append(cost_note)
+    print(cost_note, file=sys.stderr)
+    if warning:
+        notes.append(f"warning: {warning}")
+        print(f"batchpilot loadtest: warning: {warning}", file=sys.stderr)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

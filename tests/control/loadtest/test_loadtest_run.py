@@ -141,6 +141,8 @@ def test_loadtest_cli_compares_configs_and_stores_results(server, tmp_path, caps
     assert report.count("static") >= 1
     # the description states the scenario's own rate: the report says what was sent
     assert "- arrival rate: 30 requests/s on average (--rate)" in report
+    # what the load generator's own CPU was, beside the server on this machine
+    assert "load generator: " in err and "- load generator: " in report
     assert (tmp_path / "out" / "percentiles.png").read_bytes()[:4] == b"\x89PNG"
     con = duckdb.connect(str(tmp_path / "lt.duckdb"), read_only=True)
     assert con.execute("SELECT count(*) FROM loadtest_runs").fetchone()[0] == 2
