@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from control.fleet.placement import deploy_failure, fit_to_cluster
 from control.fleet.prefix_keys import PrefixSpec
 from control.fleet.replica import EngineReplica
 from control.fleet.router import RoutingPolicy
+from control.fleet.signal_reach import child_processes, exited, reach_warning
 from control.serve.settings import LOOPBACK_HOSTS, ServeSettings
 from control.serve.stop_signals import stop_on_signals, wait_for_stop
 from engine.gc_heap import freeze_startup_heap
@@ -42,6 +44,7 @@ log = logging.getLogger("batchpilot.fleet")
 APP_NAME = "batchpilot-fleet"
 MAX_ONGOING = 4096  # Serve's per-replica cap; the engine's own admission is the real limit
 READY_LINE = "batchpilot fleet: ready"
+REACH_CHECK_S = 0.5  # after a stop signal: time for the local Ray's processes to exit on it
 
 
 @dataclass(frozen=True)
@@ -272,7 +275,13 @@ def run(settings: FleetSettings) -> int:
     print(f"{READY_LINE}: {count}{cpus} of {settings.serve.model_name}"
           f" at {url}\n  probes: {url}/healthz {url}/readyz   metrics: {url}/metrics\n"
           f"  stop: Ctrl+C or SIGTERM (drains first)", flush=True)
+    ray_children = {} if settings.address else child_processes()
     wait_for_stop(stop_on_signals())
+    if ray_children:
+        time.sleep(REACH_CHECK_S)  # the same signal reaches them at the same moment
+        gone = exited(ray_children)
+        if gone:
+            log.warning(reach_warning(gone))
     log.info("draining the fleet (grace %.1fs)", settings.serve.shutdown_grace_s)
     aborted = stop(ingress, settings.serve.shutdown_grace_s)
     if aborted:
