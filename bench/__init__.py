@@ -72,8 +72,9 @@ blocks and written as a GGUF, for the block path's smoke runs and tests), poison
 (hostile_traffic's malformed requests, by kind), poison_phase (its A B poison phase),
 raw_http (one request over a raw socket, bytes as given), openvino_peer (cpu_peers' peer:
 its venv, the export and its driver process), otlp_sink (trace_overhead's OTLP receiver,
-in a process of its own) and fleet_routing_bed (fleet_routing's replicas, ingress and
-workloads).
+in a process of its own), fleet_routing_bed (fleet_routing's replicas, ingress and
+workloads) and stream_client (serving_path's client: many streams at once, parsed after
+the last one ends).
 
 Nothing here is imported by the engine; the GPU modules import only torch, triton,
 transformers (and what they bring) and this repository.
