@@ -24,6 +24,9 @@ from control.trace.audit_sources import LAW_REFIT_SOURCE, is_config_version
 from control.whatif.calibrate import FEATURES, StepSamples
 from engine.calibration.step_law import StepLaw
 
+# how a replayed config turns the law into step sizes (engine/scheduling/goodput.py)
+POLICY_NOTE = ("each config under its own step_policy (goodput: grown from the target for the"
+               " lanes' SLOs; fixed: held to it)")
 CALIBRATION_MAX_STEPS = 200_000  # the latest steps of the window's model and device
 
 _REQUEST_COLUMNS = (
@@ -246,13 +249,14 @@ def read_window(con, since: float | None, until: float | None) -> Window:
     group = f"model={model or '?'} device={device or 'unrecorded'}"
     refit = _law_in_force(con, run_id, lo) if settings.get("step_law") else None
     if refit is not None:
-        notes.append(f"steps held to target_step_ms={settings.get('target_step_ms')} by the"
-                     f" step law the server had refitted from served steps at"
-                     f" {refit[0]:.0f} ({refit[1]}), in every replay (it may refit again)")
+        notes.append(f"steps sized from target_step_ms={settings.get('target_step_ms')} by"
+                     f" the step law the server had refitted from served steps at"
+                     f" {refit[0]:.0f} ({refit[1]}), in every replay (it may refit again),"
+                     f" {POLICY_NOTE}")
     elif settings.get("step_law"):
-        notes.append(f"steps held to target_step_ms={settings.get('target_step_ms')} by the"
-                     f" server's start-up step law {settings['step_law']}"
-                     " (engine/scheduling/step_time.py), in every replay")
+        notes.append(f"steps sized from target_step_ms={settings.get('target_step_ms')} by"
+                     f" the server's start-up step law {settings['step_law']}"
+                     f" (engine/scheduling/step_time.py), in every replay, {POLICY_NOTE}")
     facts = _facts(con, run_id, lo, last_end)
     return Window(lo, hi, model, device, settings, requests, facts,
                   read_itl(con, run_id, lo, last_end), read_samples(con, same, last_end, group),

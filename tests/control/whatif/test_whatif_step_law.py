@@ -44,7 +44,9 @@ def timed(timed_path) -> Window:
 def test_the_run_settings_carry_the_law_and_the_window_reads_it_back(timed):
     assert dataclasses.astuple(timed.step_law) == pytest.approx(dataclasses.astuple(LAW))
     assert timed.run_settings["target_step_ms"] == 40
-    assert any("start-up step law" in note for note in timed.notes)
+    note = next(note for note in timed.notes if "start-up step law" in note)
+    # the default goodput policy grows steps past the target: the note must not say "held"
+    assert "sized from target_step_ms=40" in note and "own step_policy" in note
 
 
 def test_self_prediction_under_the_law_reproduces_the_run_and_without_it_does_not(timed):
