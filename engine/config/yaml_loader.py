@@ -28,6 +28,7 @@ the model's context, the KV pool sized to memory).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,8 @@ def load_config_file(path: str | Path) -> LoadedConfig:
 def load_config_dict(data: dict[str, Any]) -> LoadedConfig:
     if not isinstance(data, dict):
         raise ValueError("config must be a mapping with a 'serving:' block")
-    _check_keys("config", data, TOP_LEVEL_KEYS)
+    _check_keys("config", data, TOP_LEVEL_KEYS,
+                nested={"serving": STATIC_KEYS | LIVE_KEYS | set(KEY_ALIASES)})
     serving = _normalise(data.get("serving") or {}, "serving")
     static_kw = {k: v for k, v in serving.items() if k in STATIC_KEYS}
     live_kw = {k: v for k, v in serving.items() if k in LIVE_KEYS}
@@ -141,10 +143,29 @@ def _normalise(block: dict[str, Any], where: str,
     return renamed
 
 
-def _check_keys(where: str, block: dict[str, Any], allowed: set[str]) -> None:
+def _check_keys(where: str, block: dict[str, Any], allowed: set[str],
+                nested: dict[str, set[str]] | None = None) -> None:
+    """`nested`: blocks inside this one ({name: their keys}), where an unknown key here may
+    belong (a serving setting written at the top level)."""
     unknown = sorted(set(block) - allowed)
     if unknown:
-        raise ValueError(f"unknown key(s) {unknown} in '{where}'; allowed: {sorted(allowed)}")
+        raise ValueError(f"unknown key(s) {unknown} in '{where}'"
+                         f"{_did_you_mean(unknown, allowed, nested or {})};"
+                         f" allowed: {sorted(allowed)}")
+
+
+def _did_you_mean(unknown: list[str], allowed: set[str], nested: dict[str, set[str]]) -> str:
+    """' (did you mean ...?)' naming, for each unknown key, the known key closest to it:
+    here, or inside a nested block by its path; '' when none is close."""
+    paths = {key: key for key in allowed}
+    for block, keys in nested.items():
+        paths.update({key: f"{block}.{key}" for key in keys if key not in paths})
+    tips = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), list(paths), n=1, cutoff=0.8)
+        if close:
+            tips.append(paths[close[0]] if len(unknown) == 1 else f"{paths[close[0]]} for {key}")
+    return f" (did you mean {', '.join(tips)}?)" if tips else ""
 
 
 def _check_type(where: str, key: str, value: Any,

@@ -87,6 +87,25 @@ def test_unknown_keys_are_errors_that_list_the_allowed_keys(data, names):
         assert name in str(exc.value)
 
 
+@pytest.mark.parametrize(("data", "hint"), [
+    ({"max_num_seqs": 8}, "(did you mean serving.max_num_seqs?)"),  # a serving setting on top
+    ({"servin": {}}, "(did you mean serving?)"),
+    ({"serving": {"max_num_seqz": 8}}, "(did you mean max_num_seqs?)"),
+    ({"lanes": {"batch": {"wieght": 2}}}, "(did you mean weight?)"),
+    ({"serving": {"max_num_seqz": 8, "prefill_chunk_sise": 4}},
+     "(did you mean max_num_seqs for max_num_seqz, prefill_chunk_size for prefill_chunk_sise?)"),
+])
+def test_an_unknown_key_close_to_a_known_one_names_it(data, hint):
+    with pytest.raises(ValueError, match=re.escape(hint)):
+        load_config_dict(data)
+
+
+def test_no_hint_when_nothing_is_close():
+    with pytest.raises(ValueError) as exc:
+        load_config_dict({"serving": {"colour": "blue"}})
+    assert "did you mean" not in str(exc.value)
+
+
 @pytest.mark.parametrize(("serving", "field", "allowed"), [
     ({"max_active_sequences": 0}, "max_num_seqs", "1..8192"),
     ({"max_active_sequences": 9000}, "max_num_seqs", "1..8192"),
