@@ -23,6 +23,7 @@ import yaml
 
 from control.checklist.catalog import CHECKS
 from control.checklist.result import ChecklistError
+from engine.config.known_keys import did_you_mean
 
 DEFAULT_SPEC = Path(__file__).resolve().parents[2] / "playbooks" / "checklist.yaml"
 SECTION_KEYS = {"id", "title", "items"}
@@ -145,7 +146,8 @@ def _text(where: str, raw: dict[str, Any], key: str) -> str:
 def _no_unknown(where: str, raw: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(raw) - allowed)
     if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+        raise ValueError(f"{where}: unknown key(s) {unknown}{did_you_mean(unknown, allowed)};"
+                         f" allowed: {sorted(allowed)}")
 
 
 def _check_type(where: str, value: Any, kind: type) -> None:

@@ -17,6 +17,7 @@ from control.loadtest.scenario_spec import (
     Scenario,
     TraceSource,
 )
+from engine.config.known_keys import check_known_keys
 
 TOP_KEYS = {"name", "description", "seed", "requests", "duration_s", "concurrency", "arrival",
             "prompt", "output", "trace", "tenants", "lanes", "stream_ratio", "ignore_eos",
@@ -30,7 +31,7 @@ _KIND_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "tru
 
 def parse_scenario(data: Any) -> Scenario:
     top = _mapping(data, "scenario")
-    _check_keys("scenario", top, TOP_KEYS)
+    check_known_keys("scenario", top, TOP_KEYS)
     requests = _get(top, "requests", int, gt=0)
     duration_s = _get(top, "duration_s", float, gt=0, unit="seconds")
     if requests is None and duration_s is None:
@@ -64,7 +65,7 @@ def _parse_arrival(block: Any) -> Arrival:
     process = block.get("process")
     if process not in ARRIVAL_KEYS:
         raise ValueError(f"arrival.process={process!r} must be one of {sorted(ARRIVAL_KEYS)}")
-    _check_keys("arrival", block, ARRIVAL_KEYS[process] | {"process"})
+    check_known_keys("arrival", block, ARRIVAL_KEYS[process] | {"process"})
     if process in ("poisson", "gamma"):
         return Arrival(process, rate=_get(block, "rate", float, where="arrival", gt=0,
                                           required=True, unit="requests/s"),
@@ -83,7 +84,7 @@ def _parse_dist(block: Any, where: str, kinds: set[str]) -> Dist:
     kind = block.get("dist")
     if kind not in kinds:
         raise ValueError(f"{where}.dist={kind!r} must be one of {sorted(kinds)}")
-    _check_keys(where, block, DIST_KEYS[kind] | {"dist"})
+    check_known_keys(where, block, DIST_KEYS[kind] | {"dist"})
     needed = {"fixed": ("value",), "uniform": ("min", "max"), "lognormal": ("mean", "sigma")}
     values = {key: _get(block, key, float, where=where, ge=0,
                         required=key in needed.get(kind, ()))
@@ -99,7 +100,7 @@ def _parse_dist(block: Any, where: str, kinds: set[str]) -> Dist:
 def _parse_trace(block: Any) -> TraceSource:
     block = _mapping(block, "trace")
     keys = {"path", "prompt_scale", "output_scale", "time_scale", "limit"}
-    _check_keys("trace", block, keys)
+    check_known_keys("trace", block, keys)
     given = Path(_get(block, "path", str, "azure_llm_2023_conv.csv", where="trace"))
     path = given if given.is_absolute() else TRACE_DIR / given
     if not path.is_file():
@@ -124,7 +125,7 @@ def _parse_cancel(block: Any) -> Cancel | None:
     if block is None:
         return None
     block = _mapping(block, "cancel")
-    _check_keys("cancel", block, {"ratio", "after_s"})
+    check_known_keys("cancel", block, {"ratio", "after_s"})
     return Cancel(ratio=_get(block, "ratio", float, where="cancel", ge=0, le=1, required=True),
                   after_s=_parse_dist(block.get("after_s"), "cancel.after_s",
                                       {"fixed", "uniform", "lognormal"}))
@@ -134,7 +135,7 @@ def _parse_rag(block: Any) -> Rag | None:
     if block is None:
         return None
     block = _mapping(block, "rag")
-    _check_keys("rag", block, {"ratio", "context", "lane"})
+    check_known_keys("rag", block, {"ratio", "context", "lane"})
     lane = _get(block, "lane", str, where="rag")
     return Rag(ratio=_get(block, "ratio", float, where="rag", ge=0, le=1, required=True),
                context=_parse_dist(block.get("context"), "rag.context",
@@ -144,7 +145,7 @@ def _parse_rag(block: Any) -> Rag | None:
 
 def _parse_slo(block: Any) -> SLO:
     block = _mapping(block, "slo")
-    _check_keys("slo", block, {"ttft_s", "tpot_s", "e2e_s"})
+    check_known_keys("slo", block, {"ttft_s", "tpot_s", "e2e_s"})
     return SLO(**{key: _get(block, key, float, where="slo", gt=0, unit="seconds")
                   for key in block})
 
@@ -157,12 +158,6 @@ def _mapping(block: Any, where: str, required: bool = False) -> dict[str, Any]:
     if not isinstance(block, dict):
         raise ValueError(f"'{where}' must be a mapping, got {block!r}")
     return block
-
-
-def _check_keys(where: str, block: dict[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(map(str, set(block) - allowed))
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown} in '{where}'; allowed: {sorted(allowed)}")
 
 
 def _get(block: dict[str, Any], key: str, kind: type, default: Any = None, *, where: str = "",

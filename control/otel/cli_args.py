@@ -14,6 +14,7 @@ import argparse
 from typing import Any
 
 from control.otel.settings import PROTOCOLS
+from engine.config.known_keys import did_you_mean
 
 KEYS = ("otlp_traces_endpoint", "otlp_protocol", "otlp_sample_ratio", "otlp_slow_ttft_s")
 
@@ -52,6 +53,6 @@ def telemetry_block(config_path: str) -> dict[str, Any]:
         raise ValueError(f"telemetry in {config_path} must be a mapping of {', '.join(KEYS)}")
     unknown = sorted(set(block) - set(KEYS))
     if unknown:
-        raise ValueError(f"telemetry: unknown key(s) {unknown} in {config_path}; allowed:"
-                         f" {', '.join(KEYS)}")
+        raise ValueError(f"telemetry: unknown key(s) {unknown} in {config_path}"
+                         f"{did_you_mean(unknown, KEYS)}; allowed: {', '.join(KEYS)}")
     return dict(block)

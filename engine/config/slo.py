@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from engine.config.known_keys import check_known_keys
+
 MAX_SLO_S = 3600.0  # a target beyond an hour is a typo, not an objective
 SLO_KEYS = ("ttft_s", "tpot_s")
 
@@ -65,9 +67,7 @@ class LaneSLO:
             return cls()
         if not isinstance(value, dict):
             raise ValueError(f"{where} must be a mapping of ttft_s and tpot_s (seconds)")
-        unknown = sorted(set(value) - set(SLO_KEYS))
-        if unknown:
-            raise ValueError(f"unknown key(s) {unknown} in '{where}'; allowed: {list(SLO_KEYS)}")
+        check_known_keys(where, value, SLO_KEYS)
         slo = cls(**value)
         slo.validate(where)
         return slo

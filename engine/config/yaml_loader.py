@@ -28,13 +28,13 @@ the model's context, the KV pool sized to memory).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from engine.config.known_keys import check_known_keys
 from engine.config.schema import EngineConfig, LaneConfig, LiveConfig, StaticConfig
 
 # The seed's names (DESIGN.md) -> ours.
@@ -74,7 +74,7 @@ def load_config_file(path: str | Path) -> LoadedConfig:
 def load_config_dict(data: dict[str, Any]) -> LoadedConfig:
     if not isinstance(data, dict):
         raise ValueError("config must be a mapping with a 'serving:' block")
-    _check_keys("config", data, TOP_LEVEL_KEYS,
+    check_known_keys("config", data, TOP_LEVEL_KEYS,
                 nested={"serving": STATIC_KEYS | LIVE_KEYS | set(KEY_ALIASES)})
     serving = _normalise(data.get("serving") or {}, "serving")
     static_kw = {k: v for k, v in serving.items() if k in STATIC_KEYS}
@@ -124,7 +124,7 @@ def parse_lanes(lanes: Any) -> tuple[LaneConfig, ...]:
     for name, settings in items:
         if not isinstance(settings, dict):
             raise ValueError(f"lanes.{name} must be a mapping of settings")
-        _check_keys(f"lanes.{name}", settings, LANE_KEYS)
+        check_known_keys(f"lanes.{name}", settings, LANE_KEYS)
         for key, value in settings.items():
             _check_type(f"lanes.{name}.{key}", key, value, _LANE_FIELD_TYPES)
         result.append(LaneConfig(name=name, **settings))
@@ -137,35 +137,10 @@ def _normalise(block: dict[str, Any], where: str,
         raise ValueError(f"'{where}' must be a mapping")
     allowed = allowed if allowed is not None else STATIC_KEYS | LIVE_KEYS
     renamed = {KEY_ALIASES.get(k, k): v for k, v in block.items()}
-    _check_keys(where, renamed, allowed | set(KEY_ALIASES))
+    check_known_keys(where, renamed, allowed | set(KEY_ALIASES))
     for key, value in renamed.items():
         _check_type(f"{where}.{key}", key, value, _FIELD_TYPES)
     return renamed
-
-
-def _check_keys(where: str, block: dict[str, Any], allowed: set[str],
-                nested: dict[str, set[str]] | None = None) -> None:
-    """`nested`: blocks inside this one ({name: their keys}), where an unknown key here may
-    belong (a serving setting written at the top level)."""
-    unknown = sorted(set(block) - allowed)
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown} in '{where}'"
-                         f"{_did_you_mean(unknown, allowed, nested or {})};"
-                         f" allowed: {sorted(allowed)}")
-
-
-def _did_you_mean(unknown: list[str], allowed: set[str], nested: dict[str, set[str]]) -> str:
-    """' (did you mean ...?)' naming, for each unknown key, the known key closest to it:
-    here, or inside a nested block by its path; '' when none is close."""
-    paths = {key: key for key in allowed}
-    for block, keys in nested.items():
-        paths.update({key: f"{block}.{key}" for key in keys if key not in paths})
-    tips = []
-    for key in unknown:
-        close = difflib.get_close_matches(str(key), list(paths), n=1, cutoff=0.8)
-        if close:
-            tips.append(paths[close[0]] if len(unknown) == 1 else f"{paths[close[0]]} for {key}")
-    return f" (did you mean {', '.join(tips)}?)" if tips else ""
 
 
 def _check_type(where: str, key: str, value: Any,

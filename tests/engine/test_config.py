@@ -100,6 +100,11 @@ def test_an_unknown_key_close_to_a_known_one_names_it(data, hint):
         load_config_dict(data)
 
 
+def test_an_slo_block_names_the_close_key_too():
+    with pytest.raises(ValueError, match=re.escape("(did you mean ttft_s?)")):
+        load_config_dict({"lanes": {"batch": {"slo": {"ttft": 2}}}})
+
+
 def test_no_hint_when_nothing_is_close():
     with pytest.raises(ValueError) as exc:
         load_config_dict({"serving": {"colour": "blue"}})

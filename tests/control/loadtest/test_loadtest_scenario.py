@@ -203,6 +203,8 @@ def test_ratios_of_stream_cancel_rag_tenants_lanes():
     ({"prompt": {"dist": "trace"}}, r"prompt.dist='trace' needs a 'trace:' block"),
     ({"trace": {"path": "missing.csv"}}, r"trace.path='missing.csv': no such file"),
     ({"slo": {"ttft": 1}}, r"unknown key\(s\) \['ttft'\] in 'slo'"),
+    ({"prompt": {"dist": "uniform", "min": 1, "max": 9, "maxx": 3}},
+     r"unknown key\(s\) \['maxx'\] in 'prompt' \(did you mean max\?\)"),
     ({"tenants": {"a": -1}}, r"tenants.a=-1 must be >= 0"),
     ({"concurrency": "lots"}, r"concurrency='lots' must be an integer"),
     ({"arrival": None}, r"missing 'arrival'"),
