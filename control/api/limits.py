@@ -13,6 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from engine.config.known_keys import did_you_mean
+
 MIB = 1024 * 1024
 
 
@@ -50,7 +52,8 @@ class RequestLimits:
         changes: dict[str, Any] = {}
         for name, text in assignments.items():
             if name not in fields:
-                raise ValueError(f"unknown limit {name!r}; limits: {', '.join(fields)}")
+                raise ValueError(f"unknown limit {name!r}{did_you_mean([name], fields)};"
+                                 f" limits: {', '.join(fields)}")
             as_float = name.endswith("_s")
             try:
                 changes[name] = float(text) if as_float else int(text)

@@ -34,6 +34,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from engine.config.known_keys import did_you_mean
+
 PHASES = ("off", "starting", "on", "retiring")
 STALE_S = 10.0  # signals older than this (the ingress is gone): every slot holds
 RETIRE_SETTLE_S = 1.5  # > two of the ingress's publish periods (autoscale_board.py)
@@ -82,7 +84,8 @@ class AutoscaleConfig:
         fields = {f.name: f.type for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - set(fields))
         if unknown:
-            raise ValueError(f"unknown autoscale setting(s) {unknown}; known: {sorted(fields)}")
+            raise ValueError(f"unknown autoscale setting(s) {unknown}"
+                             f"{did_you_mean(unknown, fields)}; known: {sorted(fields)}")
         typed: dict[str, Any] = {}
         for name, value in changes.items():
             want_int = fields[name] == "int"

@@ -55,6 +55,7 @@ from control.whatif.configs import propose, recorded_config
 from control.whatif.run import predict
 from control.whatif.window import Window, read_window
 from engine.config import EngineConfig
+from engine.config.known_keys import did_you_mean
 
 router = APIRouter()
 BODY_KEYS = {"since", "until", "set", "compare", "slo", "rate_scale", "rate_sweep",
@@ -84,7 +85,8 @@ def parse_body(body: Any) -> tuple[dict[str, dict], SLO | None, float | None, fl
         raise _bad("the body must be a JSON object", "body")
     for key in body:
         if key not in BODY_KEYS:
-            raise _bad(f"unknown field {key!r}; fields: {', '.join(sorted(BODY_KEYS))}", key)
+            raise _bad(f"unknown field {key!r}{did_you_mean([str(key)], BODY_KEYS)}; fields:"
+                       f" {', '.join(sorted(BODY_KEYS))}", key)
     props: dict[str, dict] = {}
     if body.get("set") is not None:
         if not isinstance(body["set"], dict) or not body["set"]:

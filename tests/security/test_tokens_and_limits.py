@@ -52,8 +52,10 @@ def test_limits_from_the_command_line():
     limits = RequestLimits().with_values(parse_limit_args(
         ["max_body_bytes=1024", "grammar_compile_timeout_s=0.5"]))
     assert (limits.max_body_bytes, limits.grammar_compile_timeout_s) == (1024, 0.5)
-    for bad, message in ((["max_body=1"], "unknown limit"), (["max_body_bytes=1.5"],
-                         "whole number"), (["max_body_bytes=0"], "> 0"),
+    for bad, message in ((["max_body=1"], "unknown limit"),
+                         (["max_body_byts=1"], r"\(did you mean max_body_bytes\?\)"),
+                         (["max_body_bytes=1.5"], "whole number"),
+                         (["max_body_bytes=0"], "> 0"),
                          (["max_body_bytes"], "NAME=VALUE")):
         with pytest.raises(ValueError, match=message):
             RequestLimits().with_values(parse_limit_args(bad))
