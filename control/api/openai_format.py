@@ -33,6 +33,7 @@ from engine.config import LiveConfig
 from engine.output.processor import Logprob
 from engine.records import AdmissionDecision
 
+MAX_IGNORED_HEADER = 512  # characters of X-Batchpilot-Ignored-Fields (the body has them all)
 TIMING_HEADERS = ("queue_delay_s", "ttft_s", "prefill_time_s", "decode_time_s", "e2e_s",
                   "tpot_s")
 
@@ -83,6 +84,7 @@ class ResponseFormat:
     prompt_logprobs: int | None = None  # vLLM's extension: N alternatives per prompt token
     echo: Echo | None = None  # completions only
     trace_id: str = ""  # the request's distributed trace (control/otel/context.py)
+    ignored_fields: tuple[str, ...] = ()  # field_policy.py: named in the answer
     _legacy: dict[int, CompletionLogprobs] = field(default_factory=dict, init=False,
                                                    repr=False)  # by choice: text offsets
 
@@ -102,7 +104,8 @@ class ResponseFormat:
             finish_detail=event.finish_detail if event else "",
             num_cached_tokens=rec.num_cached_tokens if rec else 0,
             num_preemptions=rec.num_preemptions if rec else 0, timing=timing,
-            usage=self.usage(completion_tokens), slo=self.slo)
+            usage=self.usage(completion_tokens), slo=self.slo,
+            ignored_fields=list(self.ignored_fields))
 
     def start_headers(self) -> dict[str, str]:
         """What is known before the first token (all a stream can carry)."""
@@ -116,6 +119,10 @@ class ResponseFormat:
             headers["X-Batchpilot-Estimated-Wait-S"] = f"{self.estimated_wait_s:.6f}"
         if self.admission:
             headers["X-Batchpilot-Admission"] = self.admission
+        if self.ignored_fields:  # cut: a proxy may refuse a reply whose headers pass 4 KB
+            text = header_text(", ".join(self.ignored_fields))
+            headers["X-Batchpilot-Ignored-Fields"] = text if len(text) <= MAX_IGNORED_HEADER \
+                else text[:MAX_IGNORED_HEADER - 4] + " ..."
         return headers
 
     def final_headers(self, info: BatchpilotInfo) -> dict[str, str]:

@@ -49,6 +49,9 @@ class BatchpilotInfo(BaseModel):
     timing: Timing = Field(default_factory=Timing)
     usage: Usage | None = None  # in stream chunks, whatever include_usage says
     slo: SLOTargets | None = None  # the lane's targets; None: the lane has none
+    # request fields this server ignored (outside the OpenAI and vLLM shapes), each with the
+    # field it was probably meant to be: control/api/field_policy.py
+    ignored_fields: list[str] = Field(default_factory=list)
 
 
 class CompletionLogprobs(BaseModel):

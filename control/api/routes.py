@@ -175,7 +175,7 @@ async def _generate(state: ServerState, request: Request,
     fmt = ResponseFormat(kind, request_id, state.settings.model_name, len(ids), meta,
                          include_usage=body.include_usage,
                          continuous_usage=body.continuous_usage, lane=meta.lane or "",
-                         trace_id=trace.trace_id)
+                         trace_id=trace.trace_id, ignored_fields=tuple(body.ignored_fields))
     await with_logprobs(state, body, fmt, text, ids)  # a 400 when the engine has none
     submission = Submission(request_id, text, ids, params, tenant=meta.tenant,
                             lane=meta.lane, priority=meta.priority, deadline=meta.deadline,

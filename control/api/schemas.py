@@ -6,8 +6,9 @@ silently: best_of, suffix, tools, and the other OpenAI
 and vLLM fields in field_policy.UNIMPLEMENTED (accepted at their "off" values only).
 Logprobs (chat's logprobs / top_logprobs, completions' logprobs and echo, vLLM's
 prompt_logprobs) are of the raw model distribution, at most MAX_LOGPROBS alternatives. A
-field outside the OpenAI and vLLM request shapes is ignored with a logged warning naming
-it, as vLLM does; so is a key outside stream_options' shape (named stream_options.<key>).
+field outside the OpenAI and vLLM request shapes is ignored, as vLLM does, but named in the
+log and in the answer (field_policy.py); so is a key outside stream_options' or a message's
+shape (named stream_options.<key>, messages[].<key>).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from control.api.field_policy import check_undeclared
+from control.api.field_policy import check_undeclared, log_ignored, merge_ignored
 from control.api.list_shapes import MAX_LOGIT_BIAS as MAX_LOGIT_BIAS_ENTRIES
 from control.api.list_shapes import (
     MAX_MESSAGES,
@@ -54,12 +57,17 @@ class _WarnsUndeclared(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
     _field_path: ClassVar[str] = ""
+    _ignored: list[str] = PrivateAttr(default_factory=list)  # as the answer names them
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _undeclared_fields(cls, data: Any) -> Any:
-        check_undeclared(cls.__name__, cls.model_fields, data, cls._field_path)
-        return data
+    def _undeclared_fields(cls, data: Any, handler: ModelWrapValidatorHandler) -> Any:
+        ignored = check_undeclared(cls.model_fields, data, cls._field_path)
+        model = handler(data)
+        model._ignored = ignored
+        if isinstance(model, _GenerationRequest):  # the body: one line for it and its parts
+            log_ignored(cls.__name__, model.ignored_fields)
+        return model
 
 
 class StreamOptions(_WarnsUndeclared):
@@ -201,6 +209,14 @@ class _GenerationRequest(_WarnsUndeclared):
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
     @property
+    def ignored_fields(self) -> list[str]:
+        """The undeclared fields this request's answer names (field_policy.py), nested
+        objects' by their path; at most MAX_NAMED, then a count."""
+        nested = [self.stream_options._ignored] if self.stream_options else []
+        nested += [message._ignored for message in getattr(self, "messages", ())]
+        return merge_ignored(self._ignored, *nested)
+
+    @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
@@ -252,8 +268,8 @@ class TextPart(BaseModel):
     text: str
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+class ChatMessage(_WarnsUndeclared):
+    _field_path: ClassVar[str] = "messages[]."
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
