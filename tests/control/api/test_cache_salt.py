@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fixtures.serving import asgi_client, make_engine
+from fixtures.serving import asgi_client
 
 from control.api.response_schemas import CompletionResponse, ErrorResponse
 
@@ -15,13 +15,6 @@ PROMPT = ("Each block of the key value cache holds sixteen tokens of one sequenc
           " cache is almost full the scheduler preempts the request that arrived last. ") * 2
 CHAT = {"messages": [{"role": "system", "content": PROMPT}, {"role": "user", "content": "Hi"}]}
 SALT = "d5c0b1e8a7f94c2b9e61a3f0"
-
-
-@pytest.fixture(scope="module")
-def api(tiny_loaded):
-    engine, _, settings = make_engine(tiny_loaded)
-    yield engine, settings
-    engine.stop()
 
 
 def _post(api, path: str, body: dict, tenant: str | None = None):

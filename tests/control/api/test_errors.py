@@ -24,14 +24,6 @@ def _check_error(resp, status: int, *needles: str) -> dict:
     return body.model_dump()
 
 
-@pytest.fixture(scope="module")
-def api(tiny_loaded):
-    """One engine for the module's 400s (nothing they send is admitted)."""
-    engine, _, settings = make_engine(tiny_loaded)
-    yield engine, settings
-    engine.stop()
-
-
 @pytest.mark.parametrize(("path", "body", "needles", "param"), [
     ("/v1/completions", {"prompt": "Hi", "n": 17}, ["n=17", "[1, 16]"], "n"),
     ("/v1/completions", {"prompt": "Hi", "max_tokens": 0}, ["max_tokens", "1"], "max_tokens"),

@@ -8,8 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
-from fixtures.serving import asgi_client, make_engine
+from fixtures.serving import asgi_client
 
 from control.api.field_policy import MAX_NAME_CHARS, MAX_NAMED
 from control.api.openai_format import MAX_IGNORED_HEADER
@@ -17,13 +16,6 @@ from control.api.openai_format import MAX_IGNORED_HEADER
 PROMPT = {"prompt": "The scheduler picks the running decodes", "temperature": 0,
           "ignore_eos": True}
 HEADER = "x-batchpilot-ignored-fields"
-
-
-@pytest.fixture(scope="module")
-def api(tiny_loaded):
-    engine, _, settings = make_engine(tiny_loaded)
-    yield engine, settings
-    engine.stop()
 
 
 def post_all(api, bodies: list[dict], path: str = "/v1/completions") -> list:

@@ -10,7 +10,7 @@ import json
 import logging
 
 import pytest
-from fixtures.serving import asgi_client, make_engine
+from fixtures.serving import asgi_client
 
 from control.api.schemas import ChatCompletionRequest, CompletionRequest
 
@@ -61,13 +61,6 @@ def test_a_nested_key_is_judged_by_its_path_not_its_bare_name(caplog):
             {**CHAT, "stream": True, "stream_options": {"echo": True}})
     assert request.stream_options is not None
     assert len(warnings_naming(caplog, "stream_options.echo")) == 1
-
-
-@pytest.fixture(scope="module")
-def api(tiny_loaded):
-    engine, _, settings = make_engine(tiny_loaded)
-    yield engine, settings
-    engine.stop()
 
 
 def stream_chunks(api, path: str, body: dict) -> list[dict]:

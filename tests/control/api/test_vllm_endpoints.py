@@ -25,13 +25,6 @@ MESSAGES = [{"role": "system", "content": "Be brief."},
 PROMPT = "The scheduler picks the running decodes"
 
 
-@pytest.fixture(scope="module")
-def api(tiny_loaded):
-    engine, _, settings = make_engine(tiny_loaded)
-    yield engine, settings
-    engine.stop()
-
-
 def call(api, *requests: tuple[str, str, dict | bytes | None]) -> list[httpx.Response]:
     """(method, path, json body or raw bytes) -> the responses, in order."""
     engine, settings = api
