@@ -16,6 +16,7 @@ import pandas as pd
 
 HEIGHT = 220
 QUANTILE_DASH = {"p50": [1, 0], "p95": [6, 3], "p99": [2, 2]}
+QUANTILE_KEY = "p50 solid, p95 dashed, p99 dotted"  # QUANTILE_DASH in words, for titles
 
 
 def frame(rows: Sequence[dict[str, Any]], time_column: str = "time") -> pd.DataFrame:
@@ -71,8 +72,10 @@ def quantile_lines(df: pd.DataFrame, metric: str, title: str,
         x=alt.X("time:T", title=None),
         y=alt.Y("seconds:Q", title="seconds"),
         color=alt.Color("group:N", title=None),
+        # no legend: its symbols drew as blank (the points' circles, or nothing) and a
+        # column of three ran past the chart's height; QUANTILE_KEY in the title says it
         strokeDash=alt.StrokeDash("quantile:N", scale=alt.Scale(
-            domain=list(QUANTILE_DASH), range=list(QUANTILE_DASH.values()))),
+            domain=list(QUANTILE_DASH), range=list(QUANTILE_DASH.values())), legend=None),
         tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "group:N", "quantile:N",
                  alt.Tooltip("seconds:Q", format=".3f")])
     return with_changes(chart, changes)

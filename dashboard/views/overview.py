@@ -43,8 +43,9 @@ for i, (metric, title) in enumerate((("ttft_s", "Time to first token"),
                                      ("queue_delay_s", "Queue delay"),
                                      ("e2e_s", "End-to-end latency"))):
     with (left if i % 2 == 0 else right):
-        charts.show(charts.quantile_lines(latency, metric, f"{title} (p50/p95/p99 by {by})",
-                                          changes), f"No finished requests for {title}.")
+        heading = f"{title} by {by} ({charts.QUANTILE_KEY})"
+        charts.show(charts.quantile_lines(latency, metric, heading, changes),
+                    f"No finished requests for {title}.")
 
 step_rows = charts.frame(ask(ctx, "series_steps", since=since, until=until,
                              buckets=300)["rows"])
