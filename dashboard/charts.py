@@ -164,11 +164,18 @@ def bars(df: pd.DataFrame, y: str, color: str | None, title: str, y_title: str,
 
 
 def breakdown(parts: dict[str, float], title: str) -> alt.Chart:
-    """One horizontal stacked bar: where a request's time went."""
+    """One horizontal stacked bar: where a request's time went, in `parts`' order."""
     df = pd.DataFrame([{"part": k, "seconds": v} for k, v in parts.items() if v])
-    return alt.Chart(df, title=title, height=70).mark_bar().encode(
-        x=alt.X("sum(seconds):Q", title="seconds"), color=alt.Color("part:N", title=None),
-        tooltip=["part:N", alt.Tooltip("seconds:Q", format=".3f")])
+    # fit to the width only: fitted to a height as well, the title, legend and axis took
+    # it all and the bar got none (at 70 px), or the axis was cut off
+    return alt.Chart(df, title=title, height=40).mark_bar(size=28).encode(
+        x=alt.X("sum(seconds):Q", title="seconds"),
+        color=alt.Color("part:N", title=None, sort=list(parts),
+                        legend=alt.Legend(orient="top", direction="horizontal")),
+        order=alt.Order("part_order:Q"),
+        tooltip=["part:N", alt.Tooltip("seconds:Q", format=".3f")]).transform_calculate(
+        part_order=f"indexof({list(parts)!r}, datum.part)").properties(
+        autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
 
 
 def show(chart: alt.Chart | None, empty: str) -> None:

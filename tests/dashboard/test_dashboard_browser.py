@@ -90,3 +90,34 @@ def test_overview_shows_deferred_admissions_as_a_person_sees_them(tmp_path):
         deferred = page.locator("[data-testid=stMetric]").filter(has_text="Deferred")
         value = deferred.locator("[data-testid=stMetricValue]").inner_text()
         assert int(value) > 0
+
+
+def saturated_pixels(png: bytes) -> int:
+    """Pixels of a strong colour (a bar's, not text, grid or background grey)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.int16)
+    return int(((rgb.max(axis=2) - rgb.min(axis=2)) > 80).sum())
+
+
+def test_a_requests_time_breakdown_draws_its_bar_and_the_latency_key(trace_db, tmp_path):
+    """The Requests page's "Where the time went" bar had no height at all (its title and
+    legend took the chart's 70 px); the Overview's quantile legend lost p99 off its foot."""
+    with dashboard(tmp_path, trace_db=trace_db) as url, \
+            overview(url, 1500, 1100, 500) as page:
+        assert page.get_by_text("p50 solid, p95 dashed, p99 dotted").count() == 4
+        page.get_by_role("link", name="Requests").click()
+        page.get_by_text("Where the time went").first.wait_for(timeout=60_000)
+        chart = page.locator("[data-testid=stVegaLiteChart]").filter(
+            has_text="Where the time went").first
+        chart.scroll_into_view_if_needed()
+        page.wait_for_timeout(1000)  # the marks draw after the frame
+        box = chart.bounding_box()
+        png = chart.screenshot(path=str(SHOTS / "request_breakdown.png"))
+        # a bar across most of the width, 28 px tall: thousands of coloured pixels (the
+        # legend's three squares alone are ~300)
+        assert box is not None and box["height"] >= 80
+        assert saturated_pixels(png) > 5_000
