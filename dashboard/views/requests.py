@@ -73,7 +73,14 @@ if not steps.empty:
              tooltip=["step_id:Q", "phase:N", "tokens:Q", "batch_seqs:Q", "tokens_used:Q",
                       alt.Tooltip("kv_usage:Q", format=".1%"), "preempted_here:N"])
     st.altair_chart(chart, width="stretch")
-events = charts.frame(timeline["events"])
-st.dataframe(events, hide_index=True)
+events = pd.DataFrame(timeline["events"])
+if not events.empty:  # milliseconds: a request's events are often within one second
+    origin = (record or {}).get("arrival_time") or events["time"].min()
+    events.insert(0, "since arrival (ms)", (events["time"] - origin) * 1000)
+    events["time"] = pd.to_datetime(events["time"], unit="s", utc=True)
+    events = events.rename(columns={"time": "time (UTC)"})
+st.dataframe(events, hide_index=True, column_config={
+    "since arrival (ms)": st.column_config.NumberColumn(format="%+.1f"),
+    "time (UTC)": st.column_config.DatetimeColumn(format="HH:mm:ss.SSS")})
 with st.expander("Every step it ran in"):
     st.dataframe(steps, hide_index=True)

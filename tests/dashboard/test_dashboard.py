@@ -111,6 +111,11 @@ def test_overview_counts_deferred_admissions_and_charts_them_by_reason(tmp_path)
     assert len(bars) == 1
 
 
+def metrics_e2e(at: AppTest) -> float:
+    """The E2E metric of the Requests page's one request, seconds."""
+    return float(next(m.value for m in at.metric if m.label == "E2E").removesuffix(" s"))
+
+
 def test_requests_page_explains_one_request(trace_db):
     at = open_page(REQUESTS, bp_db=trace_db)
     slow = at.dataframe[0].value
@@ -121,6 +126,10 @@ def test_requests_page_explains_one_request(trace_db):
     assert metrics["Outcome"] == "finished"
     events = at.dataframe[1].value
     assert {"arrival", "first_token", "finished"} <= set(events["event"])
+    # milliseconds from arrival: a request's events often fall within one second
+    since = events.set_index("event")["since arrival (ms)"]
+    assert since["arrival"] == 0 and 0 < since["first_token"] < since["finished"]
+    assert since["finished"] == pytest.approx(1000 * metrics_e2e(at), rel=0.01)
     at.text_input(key="bp_request_id").input("no-such-request").run()
     assert "not in the trace" in at.error[0].value
 
