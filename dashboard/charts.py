@@ -178,6 +178,15 @@ def breakdown(parts: dict[str, float], title: str) -> alt.Chart:
         autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
 
 
+def millisecond_time(date: bool = True) -> Any:
+    """A table column of UTC datetimes shown to the millisecond (a step lasts a few ms;
+    Streamlit's default shows whole seconds)."""
+    import streamlit as st
+
+    return st.column_config.DatetimeColumn(
+        format="YYYY-MM-DD HH:mm:ss.SSS" if date else "HH:mm:ss.SSS")
+
+
 def show(chart: alt.Chart | None, empty: str) -> None:
     import streamlit as st
 

@@ -81,6 +81,6 @@ if not events.empty:  # milliseconds: a request's events are often within one se
     events = events.rename(columns={"time": "time (UTC)"})
 st.dataframe(events, hide_index=True, column_config={
     "since arrival (ms)": st.column_config.NumberColumn(format="%+.1f"),
-    "time (UTC)": st.column_config.DatetimeColumn(format="HH:mm:ss.SSS")})
+    "time (UTC)": charts.millisecond_time(date=False)})
 with st.expander("Every step it ran in"):
     st.dataframe(steps, hide_index=True)

@@ -82,4 +82,4 @@ if not raw.empty:
         "step_id", "start_time", "duration_s", "num_prefill_seqs", "num_decode_seqs",
         "num_prefill_tokens", "num_decode_tokens", "token_budget", "kv_usage",
         "waiting_by_reason", "preempted", "config_version"])].iloc[::-1], hide_index=True,
-                 height=300)
+                 height=300, column_config={"start_time": charts.millisecond_time()})
