@@ -108,16 +108,26 @@ def test_a_requests_time_breakdown_draws_its_bar_and_the_latency_key(trace_db, t
     legend took the chart's 70 px); the Overview's quantile legend lost p99 off its foot."""
     with dashboard(tmp_path, trace_db=trace_db) as url, \
             overview(url, 1500, 1100, 500) as page:
-        assert page.get_by_text("p50 solid, p95 dashed, p99 dotted").count() == 4
+        key = page.get_by_text("p50 solid, p95 dashed, p99 dotted")
+        key.first.wait_for(timeout=60_000)  # the charts draw after the page's script ends
+        for _ in range(240):  # on a busy machine one chart at a time: up to 60 s more
+            if key.count() == 4:
+                break
+            page.wait_for_timeout(250)
+        assert key.count() == 4
         page.get_by_role("link", name="Requests").click()
         page.get_by_text("Where the time went").first.wait_for(timeout=60_000)
         chart = page.locator("[data-testid=stVegaLiteChart]").filter(
             has_text="Where the time went").first
+        chart.wait_for(timeout=60_000)
         chart.scroll_into_view_if_needed()
-        page.wait_for_timeout(1000)  # the marks draw after the frame
-        box = chart.bounding_box()
-        png = chart.screenshot(path=str(SHOTS / "request_breakdown.png"))
         # a bar across most of the width, 28 px tall: thousands of coloured pixels (the
-        # legend's three squares alone are ~300)
+        # legend's three squares alone are ~300); the marks draw after the frame
+        for _ in range(60):
+            page.wait_for_timeout(500)
+            png = chart.screenshot(path=str(SHOTS / "request_breakdown.png"))
+            if saturated_pixels(png) > 5_000:
+                break
+        box = chart.bounding_box()
         assert box is not None and box["height"] >= 80
         assert saturated_pixels(png) > 5_000
