@@ -12,12 +12,14 @@ import logging
 from collections.abc import Collection
 from typing import Any
 
+from control.api.header_values import header_text
 from engine.config.known_keys import did_you_mean
 
 log = logging.getLogger("batchpilot.http")
 MAX_NAMED = 8  # ignored fields named in an answer; more are counted ("and 3 more")
 MAX_NAME_CHARS = 64  # of each name as the answer repeats it
 MORE = ""  # ignored_names' placeholder for a name past MAX_NAMED
+MAX_IGNORED_HEADER = 512  # characters of X-Batchpilot-Ignored-Fields (the body has them all)
 
 # OpenAI and vLLM request fields this server does not implement (and does not declare),
 # with the values that mean "off": those are accepted, any other is refused with a 400.
@@ -82,3 +84,10 @@ def merge_ignored(*lists: list[str]) -> list[str]:
         elif name not in names:
             names.append(name)
     return names + ([f"and {more} more"] if more else [])
+
+
+def ignored_header(names: list[str] | tuple[str, ...]) -> str:
+    """X-Batchpilot-Ignored-Fields' value: the names percent-encoded where not printable
+    ASCII, cut to MAX_IGNORED_HEADER (a proxy may refuse a reply whose headers pass 4 KB)."""
+    text = header_text(", ".join(names))
+    return text if len(text) <= MAX_IGNORED_HEADER else text[:MAX_IGNORED_HEADER - 4] + " ..."

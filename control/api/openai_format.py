@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from control.api.field_policy import ignored_header
+from control.api.header_values import header_text
 from control.api.logprobs_format import CompletionLogprobs, chat_logprobs, vllm_prompt_logprobs
 from control.api.request_meta import RequestMeta
 from control.api.response_schemas import BatchpilotInfo, SLOTargets, Timing, Usage
@@ -33,7 +34,6 @@ from engine.config import LiveConfig
 from engine.output.processor import Logprob
 from engine.records import AdmissionDecision
 
-MAX_IGNORED_HEADER = 512  # characters of X-Batchpilot-Ignored-Fields (the body has them all)
 TIMING_HEADERS = ("queue_delay_s", "ttft_s", "prefill_time_s", "decode_time_s", "e2e_s",
                   "tpot_s")
 
@@ -119,10 +119,8 @@ class ResponseFormat:
             headers["X-Batchpilot-Estimated-Wait-S"] = f"{self.estimated_wait_s:.6f}"
         if self.admission:
             headers["X-Batchpilot-Admission"] = self.admission
-        if self.ignored_fields:  # cut: a proxy may refuse a reply whose headers pass 4 KB
-            text = header_text(", ".join(self.ignored_fields))
-            headers["X-Batchpilot-Ignored-Fields"] = text if len(text) <= MAX_IGNORED_HEADER \
-                else text[:MAX_IGNORED_HEADER - 4] + " ..."
+        if self.ignored_fields:
+            headers["X-Batchpilot-Ignored-Fields"] = ignored_header(self.ignored_fields)
         return headers
 
     def final_headers(self, info: BatchpilotInfo) -> dict[str, str]:
@@ -267,13 +265,3 @@ def from_decision(fmt: ResponseFormat, decision: AdmissionDecision,
 def _header_name(field_name: str) -> str:
     """queue_delay_s -> X-Batchpilot-Queue-Delay-S"""
     return "X-Batchpilot-" + "-".join(p.capitalize() for p in field_name.split("_"))
-
-
-def header_text(value: str) -> str:
-    """`value` as a response header can carry it: printable ASCII as it is, anything else
-    (a tenant named in any script, from `user` or a UTF-8 X-Tenant) percent-encoded as
-    UTF-8, as RFC 8187 does, so `urllib.parse.unquote` gives the name back. HTTP/1 headers
-    are Latin-1 bytes: a raw "用户" cannot be sent at all."""
-    if value.isascii() and value.isprintable() and "%" not in value:
-        return value
-    return urllib.parse.quote(value, safe=" !\"#$&'()*+,/:;<=>?@[\\]^_`{|}~")

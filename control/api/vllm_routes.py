@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from control.api.body_parse import json_body, parse_body
+from control.api.body_parse import json_body, name_ignored, parse_body_naming_ignored
 from control.api.errors import APIError, retry_after
 from control.api.request_limits import check_messages, check_prompt_chars
 from control.api.routes import ERRORS, LOADING_RETRY_AFTER_S, serving_state
@@ -88,10 +88,12 @@ async def version_info() -> VersionResponse:
 
 @router.post("/tokenize", responses={200: {"model": TokenizeResponse}, **ERRORS},
              openapi_extra=openapi_body(TokenizeCompletionRequest, TokenizeChatRequest))
-async def tokenize(request: Request) -> TokenizeResponse:
+async def tokenize(request: Request, response: Response) -> TokenizeResponse:
     raw = await json_body(request)
     chat = isinstance(raw, dict) and "messages" in raw
-    body = parse_body(TokenizeChatRequest if chat else TokenizeCompletionRequest, raw)
+    body, ignored = parse_body_naming_ignored(
+        TokenizeChatRequest if chat else TokenizeCompletionRequest, raw)
+    name_ignored(response, ignored)
     state = serving_state(request, body.model)
     parts = state.parts
     _check_size(state, body)
@@ -102,8 +104,9 @@ async def tokenize(request: Request) -> TokenizeResponse:
 
 @router.post("/detokenize", responses={200: {"model": DetokenizeResponse}, **ERRORS},
              openapi_extra=openapi_body(DetokenizeRequest))
-async def detokenize(request: Request) -> DetokenizeResponse:
-    body = parse_body(DetokenizeRequest, await json_body(request))
+async def detokenize(request: Request, response: Response) -> DetokenizeResponse:
+    body, ignored = parse_body_naming_ignored(DetokenizeRequest, await json_body(request))
+    name_ignored(response, ignored)
     state = serving_state(request, body.model)
     text = await state.run_tokenizer(_decode, state.parts, body.tokens)
     return DetokenizeResponse(prompt=text)

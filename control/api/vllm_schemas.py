@@ -1,7 +1,8 @@
 """vLLM's request and response shapes for /tokenize and /detokenize (as in vLLM's
 `entrypoints/serve/tokenize/protocol.py`, read at its 2026 main): a body with `messages` is
 a chat request, rendered through the model's chat template; any other is a completion
-request. Unknown fields are ignored (logged, by the route), as vLLM does.
+request. Unknown fields are ignored, as vLLM does, but named (the log and the answer's
+X-Batchpilot-Ignored-Fields header: control/api/body_parse.py).
 
 Fields vLLM accepts that this server does not implement are refused with a 400 naming them
 when they carry a value: a per-request `chat_template` (running a client's Jinja template

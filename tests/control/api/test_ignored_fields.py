@@ -10,8 +10,7 @@ import json
 
 from fixtures.serving import asgi_client
 
-from control.api.field_policy import MAX_NAME_CHARS, MAX_NAMED
-from control.api.openai_format import MAX_IGNORED_HEADER
+from control.api.field_policy import MAX_IGNORED_HEADER, MAX_NAME_CHARS, MAX_NAMED
 
 PROMPT = {"prompt": "The scheduler picks the running decodes", "temperature": 0,
           "ignore_eos": True}
@@ -72,3 +71,17 @@ def test_a_stream_names_them_in_its_headers_and_last_chunk(api):
              "messages[].nmae (did you mean messages[].name?)"]
     assert resp.status_code == 200 and resp.headers[HEADER] == ", ".join(named)
     assert chunks[-1]["batchpilot"]["ignored_fields"] == named
+
+
+def test_tokenize_and_detokenize_name_them_in_a_header(api):
+    tokenize, chat, detokenize, clean = (
+        post_all(api, [{"prompt": "hi", "add_special_token": False}], "/tokenize")[0],
+        post_all(api, [{"messages": [{"role": "user", "content": "hi", "nmae": "x"}]}],
+                 "/tokenize")[0],
+        post_all(api, [{"tokens": [1, 2], "tokenz": [3]}], "/detokenize")[0],
+        post_all(api, [{"prompt": "hi"}], "/tokenize")[0])
+    assert tokenize.status_code == chat.status_code == detokenize.status_code == 200
+    assert tokenize.headers[HEADER] == "add_special_token (did you mean add_special_tokens?)"
+    assert chat.headers[HEADER] == "messages[].nmae (did you mean messages[].name?)"
+    assert detokenize.headers[HEADER] == "tokenz (did you mean tokens?)"
+    assert clean.status_code == 200 and HEADER not in clean.headers
