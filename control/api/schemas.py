@@ -64,6 +64,8 @@ class _WarnsUndeclared(BaseModel):
     def _undeclared_fields(cls, data: Any, handler: ModelWrapValidatorHandler) -> Any:
         ignored = check_undeclared(cls.model_fields, data, cls._field_path)
         model = handler(data)
+        if not isinstance(data, dict):  # an instance validated again keeps its own list
+            return model
         model._ignored = ignored
         if isinstance(model, _GenerationRequest):  # the body: one line for it and its parts
             log_ignored(cls.__name__, model.ignored_fields)
