@@ -214,9 +214,11 @@ class _GenerationRequest(_WarnsUndeclared):
     def ignored_fields(self) -> list[str]:
         """The undeclared fields this request's answer names (field_policy.py), nested
         objects' by their path; at most MAX_NAMED, then a count."""
-        nested = [self.stream_options._ignored] if self.stream_options else []
-        nested += [message._ignored for message in getattr(self, "messages", ())]
-        return merge_ignored(self._ignored, *nested)
+        return merge_ignored(self._ignored, *(part._ignored for part in self._parts()))
+
+    def _parts(self) -> list[_WarnsUndeclared]:
+        """The objects nested in this body that rule on their own undeclared fields."""
+        return [self.stream_options] if self.stream_options else []
 
     @property
     def include_usage(self) -> bool:
@@ -287,6 +289,9 @@ class ChatMessage(_WarnsUndeclared):
 
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
+
+    def _parts(self) -> list[_WarnsUndeclared]:
+        return [*super()._parts(), *self.messages]
 
     @field_validator("messages", mode="before")
     @classmethod

@@ -17,6 +17,8 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from control.serve.settings import LOOPBACK_HOSTS
+
 WARN_SHARE = 0.03  # of the machine's CPU: above this a same-machine run is flagged
 
 
@@ -43,9 +45,9 @@ def same_machine(url: str) -> bool:
     """Whether `url`'s host is this machine: a loopback address or name, or this host's
     own name. (A local address reached by another name is not detected.)"""
     host = (urlsplit(url).hostname or "").lower()
-    if host in ("localhost", socket.gethostname().lower()) or host.endswith(".localhost"):
+    if host in (*LOOPBACK_HOSTS, socket.gethostname().lower()) or host.endswith(".localhost"):
         return True
-    try:
+    try:  # the rest of 127.0.0.0/8
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
