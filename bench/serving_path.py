@@ -71,7 +71,7 @@ async def serve_lean(url: str, prompts: list[list[int]], outputs: list[int],
     start, replies = await stream_all(url, "/v1/completions", bodies)
     problems = {"refused": sum(r.status == 429 for r in replies),
                 "failed": sum(r.status not in (200, 429) or r.errored() for r in replies)}
-    seconds = max(r.closed_at for r in replies) - start
+    seconds = max(r.closed_at for r in replies) - start  # both time.monotonic
     return seconds, sum(r.completion_tokens() for r in replies), problems
 
 

@@ -12,6 +12,9 @@ With `retries` (control/loadtest/retries.py, the OpenAI SDK's rule), a refused r
 sent again after its Retry-After, holding its place in the client pool meanwhile as an SDK
 call does; its times count from the first send (what its user waits), and `sends` says
 how many it took.
+Streams to a server on this machine go over control/loadtest/sse_transport.py, which
+parses each reply after it ends (httpx's parsing per chunk would take a tenth of a 2-core
+machine from the server); to other machines, over httpx's pooled connections.
 
     results, duration_s = asyncio.run(run(url, planned, prompts, model="smollm2-135m"))
 """
@@ -23,9 +26,13 @@ import json
 import random
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 
+from control.loadtest import sse_transport
+from control.loadtest.client_cost import same_machine
 from control.loadtest.records import PlannedRequest, RequestResult
 from control.loadtest.retries import ClientRetries
 
@@ -33,16 +40,41 @@ REJECTED_STATUSES = (429, 503)
 NO_RETRIES = ClientRetries()  # a refusal is final
 
 
+@dataclass(frozen=True)
+class LocalStreams:
+    """Where streamed requests go over sse_transport: a plain-HTTP server on this machine."""
+
+    host: str
+    port: int
+    path: str  # the completions route, under the URL's own path
+    headers: dict[str, str]  # sent with every request (the token)
+    timeout_s: float  # between reads
+
+
+def local_streams(url: str, headers: dict[str, str], timeout_s: float) -> LocalStreams | None:
+    """A LocalStreams for `url` when it is plain HTTP on this machine, else None."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not same_machine(url):
+        return None
+    return LocalStreams(parts.hostname or "", parts.port or 80,
+                        parts.path.rstrip("/") + "/v1/completions", headers, timeout_s)
+
+
 async def run(url: str, planned: list[PlannedRequest], prompts: dict[int, str], *,
               model: str, concurrency: int = 64, timeout_s: float = 300.0,
               token: str | None = None,
               on_done: Callable[[RequestResult], None] | None = None,
               retries: ClientRetries = NO_RETRIES, seed: int = 0,
-              ) -> tuple[list[RequestResult], float]:
-    """All results (in plan order) and the wall time from the first send to the last end."""
+              local: bool | None = None) -> tuple[list[RequestResult], float]:
+    """All results (in plan order) and the wall time from the first send to the last end.
+    `local`: streams over sse_transport (True), over httpx (False); None: sse_transport
+    when the server is on this machine."""
     limits = httpx.Limits(max_connections=concurrency + 4,
                           max_keepalive_connections=concurrency + 4)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    streams = local_streams(url, headers, timeout_s) if local is not False else None
+    if local and streams is None:
+        raise ValueError(f"{url} is not a plain-HTTP server on this machine")
     gate = asyncio.Semaphore(concurrency)
     rng = random.Random(seed)  # the retries' jitter
     start = time.monotonic()
@@ -55,7 +87,7 @@ async def run(url: str, planned: list[PlannedRequest], prompts: dict[int, str], 
             await asyncio.sleep(max(0.0, start + p.arrival_s - time.monotonic()))
             async with gate:
                 result = await send_until_final(client, p, prompts[p.index], model,
-                                                timeout_s, retries, rng)
+                                                timeout_s, retries, rng, streams)
             if on_done is not None:
                 on_done(result)
             return result
@@ -86,12 +118,14 @@ def headers_for(p: PlannedRequest, resends: int = 0) -> dict[str, str]:
 
 async def send_until_final(client: httpx.AsyncClient, p: PlannedRequest, prompt: str,
                            model: str, timeout_s: float, retries: ClientRetries,
-                           rng: random.Random) -> RequestResult:
+                           rng: random.Random, streams: LocalStreams | None = None,
+                           ) -> RequestResult:
     """Send `p`, and again while `retries` says a refusal is worth a wait; the last
     answer, timed from the first send."""
     sent_at, t0 = time.time(), time.monotonic()
     for sends in range(1, retries.retries + 2):
-        result = await send(client, p, prompt, model, timeout_s, t0, resends=sends - 1)
+        result = await send(client, p, prompt, model, timeout_s, t0, resends=sends - 1,
+                            streams=streams)
         result.sent_at = sent_at
         if result.outcome != "rejected" or result.http_status is None:
             return result
@@ -103,16 +137,21 @@ async def send_until_final(client: httpx.AsyncClient, p: PlannedRequest, prompt:
 
 
 async def send(client: httpx.AsyncClient, p: PlannedRequest, prompt: str, model: str,
-               timeout_s: float, t0: float | None = None, resends: int = 0) -> RequestResult:
+               timeout_s: float, t0: float | None = None, resends: int = 0,
+               streams: LocalStreams | None = None) -> RequestResult:
     """One send, after `resends` earlier ones; its times count from `t0`, when the first
-    left (monotonic; default now)."""
+    left (monotonic; default now). A stream goes over `streams` when given."""
     result = RequestResult(p, "error", sent_at=time.time(), sends=resends + 1)
     now = time.monotonic()
     t0 = now if t0 is None else t0
     if resends:  # this send left this long after the first
         result.last_send_s = now - t0
-    go = _stream(client, p, prompt, model, result, t0) if p.stream else \
-        _whole(client, p, prompt, model, result, t0)
+    if not p.stream:
+        go = _whole(client, p, prompt, model, result, t0)
+    elif streams is not None:
+        go = _stream_local(streams, p, prompt, model, result, t0)
+    else:
+        go = _stream(client, p, prompt, model, result, t0)
     try:
         if p.cancel_after_s is not None:
             await asyncio.wait_for(go, p.cancel_after_s)
@@ -121,10 +160,10 @@ async def send(client: httpx.AsyncClient, p: PlannedRequest, prompt: str, model:
     except TimeoutError:  # the client gives up: leaving the block closes the connection
         result.outcome = "cancelled"
         result.e2e_s = time.monotonic() - t0
-    except httpx.TimeoutException:
+    except (httpx.TimeoutException, sse_transport.ReplyTimeout):
         result.outcome, result.error = "timeout", f"no answer within {timeout_s:g} s"
         result.e2e_s = time.monotonic() - t0
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, sse_transport.ReplyError, OSError, ValueError) as exc:
         result.outcome, result.error = "error", f"{type(exc).__name__}: {exc}"
         result.e2e_s = time.monotonic() - t0
     return result
@@ -165,31 +204,64 @@ async def _stream(client, p, prompt, model, result: RequestResult, t0: float) ->
             return
         reason = None
         async for line in reply.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = _json(line[6:].encode())
-            now = time.monotonic() - t0
-            for choice in event.get("choices") or ():
-                if choice.get("text"):
-                    result.chunk_times_s.append(now)
-                    if result.ttft_s is None:
-                        result.ttft_s = now
-                reason = choice.get("finish_reason") or reason
-            if event.get("usage"):
-                result.prompt_tokens = event["usage"].get("prompt_tokens", 0)
-                result.output_tokens = event["usage"].get("completion_tokens", 0)
-            info = event.get("batchpilot") or {}
-            _lane_slo(result, info)
-            timing = info.get("timing") or {}
-            result.server_ttft_s = timing.get("ttft_s", result.server_ttft_s)
-            result.server_e2e_s = timing.get("e2e_s", result.server_e2e_s)
-        result.e2e_s = time.monotonic() - t0
-        if result.ttft_s is None:  # no chunk had text (tokens that decode to nothing)
-            result.ttft_s = result.last_send_s + result.server_ttft_s \
-                if result.server_ttft_s is not None else result.e2e_s
-        if not result.output_tokens:
-            result.output_tokens = len(result.chunk_times_s)
-        result.outcome = "timeout" if reason == "timeout" else "ok"
+            if line.startswith("data: ") and line != "data: [DONE]":
+                reason = _take_event(result, _json(line[6:].encode()),
+                                     time.monotonic() - t0, reason)
+        _stream_ended(result, time.monotonic() - t0, reason)
+
+
+async def _stream_local(streams: LocalStreams, p, prompt, model, result: RequestResult,
+                        t0: float) -> None:
+    payload = json.dumps(body_for(p, prompt, model)).encode()
+    request = sse_transport.request_bytes(
+        streams.host, streams.port, streams.path, payload,
+        {**streams.headers, **headers_for(p, result.sends - 1)})
+    reads = await sse_transport.post(streams.host, streams.port, request, streams.timeout_s)
+    reply = sse_transport.parse(reads)
+    result.http_status = reply.status
+    result.request_id = reply.headers.get("x-batchpilot-request-id", "")
+    if reply.status != 200:
+        _refused(result, reply.status, reply.headers, _json(reply.body))
+        result.e2e_s = reply.ended_at - t0
+        return
+    reason = None
+    for arrived, data in reply.data_lines:
+        if data != b"[DONE]":
+            reason = _take_event(result, _json(data), arrived - t0, reason)
+    if not reply.complete:  # as httpx, which raises on a body cut short
+        raise sse_transport.ReplyError("the server closed the stream before its end")
+    _stream_ended(result, reply.ended_at - t0, reason)
+
+
+def _take_event(result: RequestResult, event: dict, now: float, reason: str | None,
+                ) -> str | None:
+    """Fold one SSE event, received `now` s after the first send, into `result`; the
+    finish reason so far."""
+    for choice in event.get("choices") or ():
+        if choice.get("text"):
+            result.chunk_times_s.append(now)
+            if result.ttft_s is None:
+                result.ttft_s = now
+        reason = choice.get("finish_reason") or reason
+    if event.get("usage"):
+        result.prompt_tokens = event["usage"].get("prompt_tokens", 0)
+        result.output_tokens = event["usage"].get("completion_tokens", 0)
+    info = event.get("batchpilot") or {}
+    _lane_slo(result, info)
+    timing = info.get("timing") or {}
+    result.server_ttft_s = timing.get("ttft_s", result.server_ttft_s)
+    result.server_e2e_s = timing.get("e2e_s", result.server_e2e_s)
+    return reason
+
+
+def _stream_ended(result: RequestResult, e2e_s: float, reason: str | None) -> None:
+    result.e2e_s = e2e_s
+    if result.ttft_s is None:  # no chunk had text (tokens that decode to nothing)
+        result.ttft_s = result.last_send_s + result.server_ttft_s \
+            if result.server_ttft_s is not None else result.e2e_s
+    if not result.output_tokens:
+        result.output_tokens = len(result.chunk_times_s)
+    result.outcome = "timeout" if reason == "timeout" else "ok"
 
 
 def _refused(result: RequestResult, status: int, headers, data: dict) -> None:

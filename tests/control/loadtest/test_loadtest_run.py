@@ -46,12 +46,16 @@ def cancelled_on_server(url: str) -> float:
                and s.labels.get("outcome") == "cancelled")
 
 
-def test_streams_cancellations_and_timing(server):
+@pytest.mark.parametrize("local", [True, False], ids=["sse_transport", "httpx"])
+def test_streams_cancellations_and_timing(server, local):
+    """The same through both transports: sse_transport (a server on this machine, the
+    default here) and httpx (the default for other machines)."""
     url, _, _ = server
     before = cancelled_on_server(url)
     plan = planned(12, cancel_every=4, stream_every=2)
     prompts = {p.index: f"load test prompt {p.index}" for p in plan}
-    results, duration = asyncio.run(run(url, plan, prompts, model="tiny", concurrency=6))
+    results, duration = asyncio.run(run(url, plan, prompts, model="tiny", concurrency=6,
+                                        local=local))
     assert duration > 0
     by_outcome = {r.planned.index: r.outcome for r in results}
     cancelled = [i for i, o in by_outcome.items() if o == "cancelled"]
@@ -60,6 +64,7 @@ def test_streams_cancellations_and_timing(server):
         if r.outcome != "ok":
             continue
         assert r.output_tokens == 24 and r.e2e_s >= r.ttft_s > 0
+        assert r.request_id and r.server_e2e_s is not None and r.server_lane
         if r.planned.stream:
             # a chunk per token that decodes to text (the random tiny model's often don't)
             assert len(r.chunk_times_s) <= 24

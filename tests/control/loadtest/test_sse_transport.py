@@ -1,0 +1,163 @@
+"""The load tester's transport for a server on its own machine: replies parsed after they
+end, each SSE line timed by the read that completed it (what TTFT and ITL are made of),
+framing errors and silences named, and the serving bench's client built on it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+
+import pytest
+
+from bench.stream_client import stream_result
+from control.loadtest.records import PlannedRequest, RequestResult
+from control.loadtest.runner import local_streams, run
+from control.loadtest.sse_transport import ReplyError, ReplyTimeout, parse, post, request_bytes
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def chunk(piece: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(piece), piece)
+
+
+def sse(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def test_each_line_is_timed_by_the_read_that_completed_it():
+    first, second = sse({"n": 1}), sse({"n": 2})
+    # the first event's line ends in the second read; the second event arrives whole
+    reads = [(1.0, HEAD + chunk(first[:7])), (2.0, chunk(first[7:])),
+             (3.0, chunk(second) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")]
+    reply = parse(reads)
+    assert reply.status == 200 and reply.complete and reply.ended_at == 3.0
+    assert [(t, json.loads(d)) for t, d in reply.data_lines[:2]] == [(2.0, {"n": 1}),
+                                                                      (3.0, {"n": 2})]
+    assert reply.data_lines[2] == (3.0, b"[DONE]")
+
+
+def test_chunk_extensions_and_a_line_break_split_from_its_line():
+    event = sse({"n": 1})
+    reads = [(1.0, HEAD + b"%x;ext=1\r\n" % (len(event) - 2) + event[:-2] + b"\r\n"),
+             (5.0, chunk(b"\n\n") + b"0\r\n\r\n")]
+    reply = parse(reads)
+    assert reply.data_lines == [(5.0, event[6:-2])]  # complete when its "\n" came
+
+
+def test_a_reply_cut_short_keeps_what_arrived_and_says_so():
+    event = sse({"n": 1})
+    reply = parse([(1.0, HEAD + chunk(event) + b"40\r\ndata: {\"n\"")])
+    assert not reply.complete and json.loads(reply.data_lines[0][1]) == {"n": 1}
+    with pytest.raises(ConnectionError):
+        stream_result([(1.0, HEAD + chunk(event) + b"40\r\ndata: {\"n\"")])
+
+
+def test_a_refusal_with_a_content_length_body():
+    body = json.dumps({"error": {"message": "data: {no", "code": "slo_unreachable"}}).encode()
+    raw = (b"HTTP/1.1 429 Too Many Requests\r\ncontent-length: %d\r\nRetry-After: 2\r\n\r\n"
+           % len(body) + body)
+    reply = parse([(1.0, raw[:30]), (1.5, raw[30:])])
+    assert (reply.status, reply.complete, reply.headers["retry-after"]) == (429, True, "2")
+    assert json.loads(reply.body)["error"]["code"] == "slo_unreachable"
+    result = stream_result([(1.0, raw)])
+    assert result.status == 429 and result.events == [] and result.completion_tokens() == 0
+
+
+def test_usage_and_a_named_failure_from_the_bench_client_view():
+    events = (sse({"choices": [{"text": "x", "finish_reason": None}]})
+              + sse({"choices": [], "usage": {"completion_tokens": 7}}) + b"data: [DONE]\n\n")
+    result = stream_result([(1.0, HEAD + chunk(events) + b"0\r\n\r\n")])
+    assert result.completion_tokens() == 7 and not result.errored()
+    failed = sse({"choices": [{"text": "", "finish_reason": "error"}]})
+    assert stream_result([(1.0, HEAD + chunk(failed) + b"0\r\n\r\n")]).errored()
+
+
+@pytest.mark.parametrize("raw", [b"", b"SSH-2.0-OpenSSH\r\n\r\n", b"HTTP/1.1\r\n\r\n",
+                                 HEAD + b"zz\r\nabc"])
+def test_what_is_not_an_http_reply_is_a_named_error(raw):
+    with pytest.raises(ReplyError):
+        parse([(1.0, raw)] if raw else [])
+
+
+def test_a_header_cannot_split_the_request():
+    assert b"X-Tenant: acme\r\n" in request_bytes("h", 1, "/p", b"{}", {"X-Tenant": "acme"})
+    with pytest.raises(ValueError, match="line break"):
+        request_bytes("h", 1, "/p", b"{}", {"X-Tenant": "acme\r\nX-Admin: 1"})
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP server that accepts one connection, reads, sends `reply[0]`, then stays
+    silent (or closes, when `reply[1]`)."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    reply: list = [b"", False]
+    conns = []
+
+    def serve():
+        conn, _ = sock.accept()
+        conns.append(conn)
+        conn.recv(65536)
+        conn.sendall(reply[0])
+        if reply[1]:
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield sock.getsockname()[1], reply
+    thread.join(5)
+    for conn in conns:
+        conn.close()
+    sock.close()
+
+
+def test_a_server_that_stops_sending_times_out_between_reads(silent_server):
+    port, reply = silent_server
+    reply[0] = HEAD + chunk(sse({"n": 1}))
+    request = request_bytes("127.0.0.1", port, "/v1/completions", b"{}", {})
+    with pytest.raises(ReplyTimeout, match="0.3 s"):
+        asyncio.run(post("127.0.0.1", port, request, timeout_s=0.3))
+
+
+def test_a_refused_connection_is_an_os_error():
+    with socket.socket() as probe:  # a port with nothing listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(OSError):
+        asyncio.run(post("127.0.0.1", port, b"", timeout_s=1.0))
+
+
+def one_stream(port: int, timeout_s: float) -> RequestResult:
+    plan = [PlannedRequest(0, 0.0, 3, 2, "acme", None, True, None)]
+    results, _ = asyncio.run(run(f"http://127.0.0.1:{port}", plan, {0: "hi"}, model="m",
+                                 timeout_s=timeout_s, local=True))
+    return results[0]
+
+
+def test_the_runner_names_a_stream_cut_short_and_keeps_its_chunks(silent_server):
+    port, reply = silent_server
+    reply[:] = [HEAD + chunk(sse({"choices": [{"text": "a", "finish_reason": None}]})), True]
+    result = one_stream(port, timeout_s=5.0)
+    assert result.outcome == "error" and "before its end" in result.error
+    assert len(result.chunk_times_s) == 1 and result.e2e_s > 0
+
+
+def test_the_runner_times_out_a_silent_stream(silent_server):
+    port, reply = silent_server
+    reply[0] = HEAD + chunk(sse({"choices": [{"text": "a", "finish_reason": None}]}))
+    result = one_stream(port, timeout_s=0.3)
+    assert result.outcome == "timeout" and result.error == "no answer within 0.3 s"
+
+
+@pytest.mark.parametrize(("url", "local"), [
+    ("http://127.0.0.1:8000", ("127.0.0.1", 8000, "/v1/completions")),
+    ("http://localhost:8000/prefix/", ("localhost", 8000, "/prefix/v1/completions")),
+    ("http://[::1]:9/", ("::1", 9, "/v1/completions")),
+    ("https://127.0.0.1:8000", None),  # TLS: httpx's
+    ("http://example.com:8000", None),  # another machine: pooled connections keep
+])                                      # connects out of TTFT
+def test_which_servers_get_the_local_transport(url, local):
+    streams = local_streams(url, {}, 1.0)
+    assert (streams and (streams.host, streams.port, streams.path)) == (local or None)
