@@ -1,28 +1,21 @@
 """The go-live checklist: each item passes on a deployment that did everything, fails for
 each reason it names (with the offending value in the evidence), and needs evidence where
-none was given; the spec's errors name the item and field; the reports; and the CLI over
-a recorded trace and against a live tiny-model server."""
+none was given; the spec's errors name the item and field; the reports. The CLI:
+test_checklist_cli.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import shutil
-import time
 from pathlib import Path
 
-import duckdb
-import httpx
 import pytest
 import yaml
-from fixtures.serving import LiveServer, make_engine
-from fixtures.trace_data import fill_trace
 
 from control.checklist import (
     DEFAULT_SPEC,
     ChecklistError,
-    ControlClient,
     Evidence,
     evaluate,
     exit_code,
@@ -33,9 +26,6 @@ from control.checklist import (
 from control.checklist.checks_ops import grafana_series
 from control.checklist.spec import parse_spec
 from control.cli.main import main
-from control.loadtest.metrics import summarize
-from control.loadtest.records import PlannedRequest, RequestResult
-from control.loadtest.store import insert_rows, rows_for_api
 from engine.config import LaneConfig, LaneSLO, LiveConfig
 from engine.config.patch import live_to_dict
 from engine.config.yaml_loader import load_config_file
@@ -454,127 +444,3 @@ def test_markdown_and_text_reports():
     assert "  x FAIL           chunked_prefill" in text
     assert "  ? needs-evidence metrics " in text
     assert text.splitlines()[-1].startswith("16 pass, 1 fail, 2 need evidence")
-
-
-# ---- the CLI over a recorded trace ----------------------------------------------------------
-def store_loadtest(path: str) -> None:
-    """A load test with spread lengths, long prompts and a cancellation, into `path`; the
-    server reported every TTFT 0.03 s and every E2E 0.01 s shorter than the client saw."""
-    results = []
-    for i in range(24):
-        plan = PlannedRequest(index=i, arrival_s=0.1 * i, prompt_tokens=0, output_tokens=0,
-                              tenant="acme", lane=None, stream=True,
-                              cancel_after_s=0.5 if i == 3 else None)
-        if i == 3:
-            results.append(RequestResult(plan, "cancelled", 200, sent_at=1000.0 + i))
-            continue
-        n = 8 + (i % 6) * 6
-        chunks = [0.1 + 0.02 * k for k in range(n)]
-        results.append(RequestResult(plan, "ok", 200, sent_at=1000.0 + i, ttft_s=0.1,
-                                     e2e_s=chunks[-1], chunk_times_s=chunks,
-                                     prompt_tokens=20 + 60 * (i % 12), output_tokens=n,
-                                     server_ttft_s=0.07, server_e2e_s=chunks[-1] - 0.01))
-    summary = summarize(results, 30.0, None, "")
-    con = duckdb.connect(path)
-    insert_rows(con, rows_for_api("lt-1", "mixed", "", "http://x", summary, results))
-    con.close()
-
-
-@pytest.mark.parametrize("loadtest_db", [False, True], ids=["in-trace", "loadtest-db"])
-def test_cli_on_a_recorded_trace(tmp_path, capsys, loadtest_db):
-    db = str(tmp_path / "trace.duckdb")
-    fill_trace(db).stop()
-    results = str(tmp_path / "loadtest.duckdb") if loadtest_db else db
-    store_loadtest(results)
-    md = tmp_path / "go-live.md"
-    extra = ["--loadtest-db", results] if loadtest_db else []
-    code = main(["checklist", "--trace-db", db, "--json", "--markdown", str(md), *extra])
-    out, err = capsys.readouterr()
-    items = {i["id"]: i for i in json.loads(out)["items"]}
-    assert code == 1, err  # no rollback in the trace
-    assert items["rollback"]["status"] == "fail"
-    assert items["tracing"]["status"] == "pass"
-    # the trace recorded watermarks, budgets and the pool, not the queue limits
-    assert items["watermarks"]["status"] == "pass"
-    assert "not known: max_waiting_requests, queue_timeout_ms" in items["limits_set"]["evidence"]
-    assert items["metrics"]["status"] == "needs-evidence"
-    assert items["loadtest_run"]["status"] == "pass"
-    assert items["real_lengths"]["status"] == "pass"
-    assert "prompt tokens 20..680" in items["real_lengths"]["evidence"]
-    assert items["latency_reconciled"]["status"] == "pass"
-    assert ("TTFT gap p50 0.03 s, p99 0.03 s (23 requests) <= 0.1 s; E2E gap p50 0.01 s"
-            in items["latency_reconciled"]["evidence"])
-    assert items["long_prompts"]["status"] == "pass"  # 0.02 s between chunks
-    assert "6 prompts of >= 512 tokens, 24 streamed" in items["long_prompts"]["evidence"]
-    assert items["cancellation_frees_kv"]["status"] == "pass"
-    assert "kv_blocks_used 0" in items["cancellation_frees_kv"]["evidence"]
-    assert "## Rollout and rollback" in md.read_text()
-
-
-def test_cli_usage_errors_are_one_line(tmp_path, capsys):
-    code = main(["checklist", "--trace-db", str(tmp_path / "missing.duckdb")])
-    err = capsys.readouterr().err
-    assert code == 2 and "does not exist" in err and len(err.strip().splitlines()) == 1
-    code = main(["checklist", "--url", "http://127.0.0.1:9"])  # nothing listens on port 9
-    err = capsys.readouterr().err
-    assert code == 2 and "cannot reach the server at http://127.0.0.1:9" in err
-    assert len(err.strip().splitlines()) == 1
-
-
-# ---- end to end: a live server --------------------------------------------------------------
-def test_live_server_fails_until_a_rollback_is_exercised(tiny_loaded, tmp_path, capsys):
-    from control.serve.settings import ServeSettings
-
-    settings = ServeSettings(model="tiny", trace_db=str(tmp_path / "trace.duckdb"))
-    engine, _, settings = make_engine(tiny_loaded, delay_s=0.02, settings=settings,
-                                      max_num_seqs=4)
-    with LiveServer(engine, settings) as url:
-        with httpx.stream("POST", url + "/v1/completions", timeout=30, json={
-                "model": "tiny", "prompt": "cancel me", "max_tokens": 200, "stream": True,
-                "ignore_eos": True}) as reply:
-            next(reply.iter_lines())  # one chunk, then the client goes away
-        for _ in range(200):  # the server notices the disconnect and frees the request
-            if 'outcome="cancelled"' in httpx.get(url + "/metrics").text:
-                break
-            time.sleep(0.05)
-        code = main(["checklist", "--url", url, "--json"])
-        items = {i["id"]: i for i in json.loads(capsys.readouterr().out)["items"]}
-        assert code == 1
-        assert items["rollback"]["status"] == "fail"
-        assert "sources: startup" in items["rollback"]["evidence"]
-        assert items["metrics"]["status"] == "pass", items["metrics"]["evidence"]
-        assert "fleet ingress series not asked" in items["metrics"]["evidence"]
-        assert items["tracing"]["status"] == "pass"
-        assert items["watermarks"]["status"] == "pass"  # from the live config
-        assert items["cancellation_frees_kv"]["status"] == "pass", \
-            items["cancellation_frees_kv"]["evidence"]
-        assert items["loadtest_run"]["status"] == "fail"  # the trace has none
-        assert main(["ctl", "--url", url, "set", "max_num_seqs=2", "--reason", "x"]) == 0
-        assert main(["ctl", "--url", url, "rollback", "1", "--reason", "drill"]) == 0
-        capsys.readouterr()
-        code = main(["checklist", "--url", url])
-        out = capsys.readouterr().out
-        assert code == 1  # the load test is still missing
-        rollback = next(line for line in out.splitlines() if "version 3 (rollback:1)" in line)
-        assert "reason 'drill'" in rollback
-    engine.stop()
-    # afterwards, from the trace file alone: the server ran on the built-in defaults with
-    # the test's engine overrides, which (with the trace) tell most of the config
-    code = main(["checklist", "--trace-db", settings.trace_db, "--json"])
-    items = {i["id"]: i for i in json.loads(capsys.readouterr().out)["items"]}
-    assert code == 1
-    assert items["rollback"]["status"] == "pass"
-    assert "[trace config_changes]" in items["rollback"]["evidence"]
-    assert items["limits_set"]["status"] == "fail"  # the default batch lane is uncapped
-    assert "lanes.batch.max_running unset" in items["limits_set"]["evidence"]
-    assert items["chunked_prefill"]["status"] == "needs-evidence"  # fitted to the model
-    assert "not known: prefill_chunk_size" in items["chunked_prefill"]["evidence"]
-    assert items["metrics"]["status"] == "needs-evidence"
-
-
-def test_a_refused_token_is_a_usage_error_with_a_hint(monkeypatch):
-    monkeypatch.delenv("CHECKLIST_TEST_TOKEN", raising=False)
-    failure = ControlClient("http://x", "CHECKLIST_TEST_TOKEN")._failure(401, "no token", "/p")
-    assert isinstance(failure, ChecklistError) and failure.code == 2
-    assert "$CHECKLIST_TEST_TOKEN is not set" in str(failure)
-
