@@ -2,7 +2,7 @@
 
 Starts `batchpilot serve --trace-db FILE`, waits for its ready line, starts `batchpilot
 dashboard --url ...`, prints both URLs, and stops both (server first drains) on Ctrl+C
-or when either exits.
+or when either exits; a second Ctrl+C stops the server without waiting for its drain.
 
     python -m control.serve.run_all [--port 8000] [--dashboard-port 8501] [--trace-db FILE]
 
@@ -30,8 +30,11 @@ from control.serve.stop_signals import stop_on_signals, wait_for_stop
 def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "control.cli.main", "serve", "--model", args.model,
            "--host", args.host, "--port", str(args.port), "--trace-db", args.trace_db]
+    # NOTE: a session of its own, so a terminal's Ctrl+C reaches only run_all, which passes
+    # each one on: in the terminal's process group the server got the key's SIGINT and then
+    # run_all's, and took the second for "exit without waiting", cutting streams mid-drain
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1)
+                            bufsize=1, start_new_session=True)
     assert proc.stdout is not None
     for line in proc.stdout:  # echo the server's start-up; its ready line carries the URL
         sys.stdout.write(line)
@@ -76,13 +79,16 @@ def main(argv: list[str] | None = None) -> int:
           f"  dashboard  http://{args.dashboard_host}:{args.dashboard_port}\n"
           f"  trace      {args.trace_db}\n\nCtrl+C stops both.", flush=True)
     stop = stop_on_signals()
+    signal.signal(signal.SIGHUP, lambda *_: stop.set())  # the terminal closed: its own session
     threading.Thread(target=_pump, args=(server,), name="server-log", daemon=True).start()
     try:
         wait_for_stop(stop, lambda: server.poll() is None and dashboard.poll() is None)
     finally:  # (Ctrl+C sets `stop`: its handler replaces KeyboardInterrupt)
         _signal_group(dashboard, signal.SIGINT)
         if server.poll() is None:
-            server.send_signal(signal.SIGINT)
+            server.send_signal(signal.SIGINT)  # it drains
+        # a second Ctrl+C is the server's too: it stops without waiting for the drain
+        signal.signal(signal.SIGINT, lambda *_: _signal_group(server, signal.SIGINT))
         deadline = time.monotonic() + STOP_TIMEOUT_S  # one deadline for both, not one each
         for proc in (dashboard, server):
             try:

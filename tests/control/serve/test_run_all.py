@@ -1,9 +1,11 @@
 """`make run` (control/serve/run_all.py): the server and the dashboard start together, both URLs
-are printed, both answer, and Ctrl+C stops both."""
+are printed, both answer, and Ctrl+C stops both, as a terminal sends it (to the whole
+foreground process group), the server draining a stream in flight rather than cutting it."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -43,8 +45,10 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
     proc = subprocess.Popen(
         [sys.executable, "-m", "control.serve.run_all", "--model", str(tiny_llama_dir), "--port",
          "0", "--dashboard-port", str(port), "--trace-db", str(tmp_path / "t.duckdb")],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)  # its own process group, as a terminal's foreground job
     lines: list[str] = []
+    stream: list[str] = []
     try:
         for line in proc.stdout:
             lines.append(line)
@@ -69,8 +73,9 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
         assert "steps: goodput policy from 250 ms up to 8x for the lanes' SLOs" in said, said
         assert "interactive TTFT 5 s/TPOT 0.5 s" in said and "slo_unreachable shed" in said, said
         assert wait_for(f"http://127.0.0.1:{port}/_stcore/health") == 200
+        reader = start_stream(api, stream)
     finally:
-        proc.send_signal(signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl+C: every process of the group gets it
         try:
             code = proc.wait(120)  # run_all's own deadline for both children is 60 s
         except subprocess.TimeoutExpired:  # say where it hung (once: CI under load)
@@ -78,6 +83,11 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
             tail = "".join(lines + rest)[-4000:] if "rest" in locals() else "".join(lines)
             pytest.fail(f"run_all did not stop within 120 s of Ctrl+C; its output:\n{tail}")
     assert code == 0
+    reader.join(30)
+    output = "".join(lines + rest)
+    assert "second interrupt" not in output and "Traceback" not in output, output[-3000:]
+    # the stream that was running at Ctrl+C ended as streams end, not cut off
+    assert stream[-1] == "data: [DONE]", stream[-3:]
     # Streamlit, the dashboard's own child, goes too: none left serving the port
     assert processes_with(f"--server.port\0{port}\0") == [], "the dashboard outlived run_all"
     assert (tmp_path / "t.duckdb").exists()
@@ -91,6 +101,30 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
     # choice: on a fast CPU the tiny model's per-token term fitted to 0, its attention not)
     law = StepLaw.from_dict(json.loads(settings)["step_law"])
     assert law.step_s(512, 0, chunk_pairs(0, 512), 0) > law.step_s(16, 0, chunk_pairs(0, 16), 0)
+
+
+def start_stream(api: str, lines: list[str]) -> threading.Thread:
+    """A long stream read in a thread into `lines`; returns once its first chunk came."""
+    with urllib.request.urlopen(api + "/v1/models", timeout=10) as resp:
+        model = json.load(resp)["data"][0]["id"]
+    body = json.dumps({"model": model, "prompt": "hi", "max_tokens": 480, "stream": True,
+                       "ignore_eos": True}).encode()
+    request = urllib.request.Request(api + "/v1/completions", body,
+                                     {"Content-Type": "application/json"})
+    first = threading.Event()
+
+    def read() -> None:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            for raw in resp:
+                if raw.strip():
+                    lines.append(raw.decode().strip())
+                    first.set()
+        first.set()
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    assert first.wait(30), "the stream never started"
+    return thread
 
 
 def processes_with(needle: str) -> list[str]:
