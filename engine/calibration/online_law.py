@@ -16,7 +16,20 @@ the device is; where served steps vary, they outnumber the anchors and decide. T
 replaces the law only if it predicts the window better than the current law rescaled by
 that same median ratio does (by ADOPT_GAIN at least): a change of scale alone stays with
 LawSlowdown, which never loosens budgets past the law (a faster machine is not trusted
-from one window); only a change of shape swaps the law.
+from one window); only a change of shape swaps the law. A refit that still misses the
+window by MAX_ADOPT_ERROR_PCT on average is not adopted whatever it beats: steps that
+erratic (another tenant's bursts on the cores) fit no law, and the slowdown alone follows
+them.
+
+A law refitted on a slower machine stays in force after the machine is quiet again: the
+slowdown cannot scale a law down, and the steps served then may all be alike (a few
+streams' decodes), which the law in force, rescaled, predicts as well as any refit. Its
+prompt prices stay those of the slow machine, and admission refuses as unreachable what
+the quiet machine would serve in time (seen on this project's machine: a minute of 429s
+after a CPU hog stopped). So while served steps run faster than the law in force (median
+ratio under 1) and that law is not the start-up one, the refit anchors on the start-up
+law (measured on an idle machine) scaled by the window's ratio to it (at least 1), and is
+adopted when it predicts the window better than the law in force does unscaled.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ WINDOW = 256  # served steps a refit looks at
 REFIT_EVERY = 64  # served steps between two refits
 MIN_STEPS = 64  # served steps before the first refit
 ADOPT_GAIN = 0.2  # the refit's mean relative error must be at most (1 - this) x the rescale's
+MAX_ADOPT_ERROR_PCT = 50.0  # a refit missing the window by more than this is not a law
 # made-up steps priced by the current law: StepFeatures (tokens, decodes, prefill pairs,
 # decode context)
 ANCHOR_STEPS = (
@@ -61,7 +75,8 @@ class OnlineLaw:
     """The served steps and the refit counts; the law in force is the scheduler's
     (SchedulerState.step_law), handed to each observation."""
 
-    def __init__(self) -> None:
+    def __init__(self, startup: StepLaw | None = None) -> None:
+        self.startup = startup  # the start-up law, which a law fitted on a slow machine yields to
         self.window: deque[StepProbe] = deque(maxlen=WINDOW)
         self.served = 0
         self.refits = 0  # tried
@@ -83,17 +98,29 @@ class OnlineLaw:
 
     def refit(self, current: StepLaw) -> Refit:
         steps = list(self.window)
-        ratio = statistics.median(p.seconds / max(_predict(current, p), 1e-9) for p in steps)
-        anchors = [StepProbe(*f, ratio * current.step_s(*f), "anchor") for f in ANCHOR_STEPS]
+        ratio = _median_ratio(current, steps)
+        recovering = ratio < 1.0 and self.startup is not None and current != self.startup
+        if recovering:  # anchored on the idle machine's law, scaled to the served steps
+            base, scale = self.startup, max(1.0, _median_ratio(self.startup, steps))
+        else:
+            base, scale = current, ratio
+        anchors = [StepProbe(*f, scale * base.step_s(*f), "anchor") for f in ANCHOR_STEPS]
         law = fit_law(steps + anchors)
         error = _mean_error_pct(law, steps, 1.0)
         rescaled = _mean_error_pct(current, steps, ratio)
-        adopted = error <= (1.0 - ADOPT_GAIN) * rescaled
+        # the alternative to adopting: the law in force, as the slowdown can scale it
+        alternative = _mean_error_pct(current, steps, 1.0) if recovering else rescaled
+        adopted = error <= min((1.0 - ADOPT_GAIN) * alternative, MAX_ADOPT_ERROR_PCT)
         self.refits += 1
         self.adopted += adopted
         self.last = Refit(self.served, current, law, adopted, round(error, 2), round(rescaled, 2),
                           round(ratio, 4))
         return self.last
+
+
+def _median_ratio(law: StepLaw, steps: list[StepProbe]) -> float:
+    """Median measured / predicted by `law` over `steps`."""
+    return statistics.median(p.seconds / max(_predict(law, p), 1e-9) for p in steps)
 
 
 def _predict(law: StepLaw, p: StepProbe) -> float:

@@ -52,7 +52,7 @@ class SchedulerState:
         self.growable_budgets = frozenset(growable_budgets)
         self.law_slowdown = LawSlowdown()  # measured / predicted: Engine.step feeds it
         # the law refitted from served steps (engine/calibration/online_law.py)
-        self.online_law = OnlineLaw() if step_law is not None else None
+        self.online_law = OnlineLaw(step_law) if step_law is not None else None
         self.live = live
         self.block_manager = block_manager
         self.lanes = LaneSet(live.lanes)

@@ -13,7 +13,7 @@ import statistics
 import pytest
 
 from engine.calibration.budget_fit import fit_step_budgets
-from engine.calibration.online_law import MIN_STEPS, REFIT_EVERY, OnlineLaw
+from engine.calibration.online_law import MAX_ADOPT_ERROR_PCT, MIN_STEPS, REFIT_EVERY, OnlineLaw
 from engine.calibration.step_law import StepLaw, chunk_pairs
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
@@ -79,6 +79,48 @@ def test_terms_the_served_steps_never_vary_stay_anchored_to_the_law():
                                        decodes_only=True))
     assert law.decode_kv_s == pytest.approx(true.decode_kv_s, rel=0.1)
     assert law.prefill_pair_s > 0.3 * LAW.prefill_pair_s  # not fitted away to 0
+
+
+def prompt_and_decode_prices(law: StepLaw) -> tuple[float, float]:
+    """A 512-token first prompt chunk's and a 4-decode step's seconds by `law`."""
+    return law.step_s(512, 0, chunk_pairs(0, 512), 0), law.step_s(4, 4, 0, 4 * 600)
+
+
+def test_a_law_fitted_on_a_busy_machine_yields_when_the_machine_is_quiet_again():
+    """A CPU hog made fixed costs 10x and decodes over context 3x dearer, and a refit
+    adopted that shape; the hog stops, and the server then runs a few streams' decodes
+    (as a benchmark's 4 clients do). Rescaled, the busy law predicts those as well as any
+    refit, and the slowdown cannot scale a law down: the busy law's prompt prices stayed,
+    and admission refused as unreachable prompts the quiet machine serves in time."""
+    busy = dataclasses.replace(LAW, fixed_s=10 * LAW.fixed_s, decode_kv_s=3 * LAW.decode_kv_s)
+    online = OnlineLaw(LAW)
+    _, law = feed(online, served(busy, 4 * REFIT_EVERY, random.Random(3)))
+    assert law != LAW  # the busy shape was learnt
+    assert prompt_and_decode_prices(law)[0] > 1.5 * prompt_and_decode_prices(LAW)[0]
+    rng = random.Random(4)
+    quiet = [((n, n, 0, n * c), LAW.step_s(n, n, 0, n * c) * rng.lognormvariate(0, 0.03))
+             for n, c in ((rng.randrange(1, 5), rng.randrange(200, 900))
+                          for _ in range(4 * REFIT_EVERY))]
+    _, law = feed(online, quiet, law)
+    prompt, decode = prompt_and_decode_prices(law)
+    assert prompt == pytest.approx(prompt_and_decode_prices(LAW)[0], rel=0.15)
+    assert decode == pytest.approx(prompt_and_decode_prices(LAW)[1], rel=0.15)
+
+
+def test_a_refit_of_erratic_steps_is_not_adopted():
+    """Steps on a machine another tenant bursts on vary 2x either way around any law:
+    however much better than the rescaled law (decodes over context got 30x dearer here),
+    a refit that misses them by more than MAX_ADOPT_ERROR_PCT on average is not taken for
+    the device's law."""
+    true = dataclasses.replace(LAW, decode_kv_s=30 * LAW.decode_kv_s)
+    rng = random.Random(5)
+    erratic = [(f, t * rng.lognormvariate(0, 0.6)) for f, t in served(true, 4 * REFIT_EVERY, rng)]
+    online = OnlineLaw(LAW)
+    refits, law = feed(online, erratic)
+    assert refits and all(r.error_pct > MAX_ADOPT_ERROR_PCT for r in refits)
+    # better than the rescaled law by ADOPT_GAIN: adopted before the bound
+    assert any(r.error_pct <= 0.8 * r.rescaled_error_pct for r in refits)
+    assert online.adopted == 0 and law is LAW
 
 
 def test_steps_without_a_law_or_time_are_not_counted():
