@@ -70,7 +70,7 @@ class BodyLimit:
                       declared: int | None, *, drain: bool = True) -> None:
         if drain:
             await _drain(receive)
-        size = f"{declared} bytes" if declared is not None else "more bytes"
+        size = f"{declared} bytes, more" if declared is not None else "more bytes"
         error = APIError(413, _message(size, self.max_bytes), code="body_too_large",
                          param="max_body_bytes", headers={"Connection": "close"})
         await error.response()(scope, receive, send)

@@ -104,6 +104,10 @@ def test_a_body_over_the_limit_is_a_413_naming_it(tiny_loaded):
     for reply in replies[:3]:
         assert reply.json()["error"]["code"] == "body_too_large"
         assert "max_body_bytes" in reply.json()["error"]["message"]
+    messages = [r.json()["error"]["message"] for r in replies[:2]]
+    assert messages[0] == ("the request body has 1001 bytes, more than the limit of 1000"
+                           " bytes (limit max_body_bytes)")  # its Content-Length said so
+    assert messages[1].startswith("the request body has more bytes than the limit of 1000")
 
 
 @pytest.mark.timeout(120)
