@@ -27,6 +27,7 @@ from fixtures.trace_data import fill_trace
 from control.api.errors import install_error_handlers
 from control.cli.main import main
 from control.trace import routes as trace_routes
+from control.trace.audit_sources import NOT_VERSION_PREFIXES, NOT_VERSIONS
 from control.trace.schema import TABLES
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "traces.md"
@@ -272,6 +273,25 @@ def test_every_sql_example_in_the_docs_runs(db):
     assert 6 <= len(blocks) <= 10
     for sql in blocks:
         query(db, sql)  # raises on an error
+
+
+def test_the_docs_steps_per_config_version_count_each_step_once(db, tmp_path):
+    """Audit rows (a what-if asked, a drain) share config_changes with the version they
+    were made under; the docs' per-version query must not count a step once per row."""
+    copy = tmp_path / "trace.duckdb"
+    copy.write_bytes(Path(db).read_bytes())
+    con = duckdb.connect(str(copy))
+    run_id, version = con.execute("SELECT run_id, config_version FROM steps LIMIT 1").fetchone()
+    # every audit source there is: one added to the code must be added to the docs' query
+    for source in (*NOT_VERSIONS, *(p + "x" for p in NOT_VERSION_PREFIXES)):
+        con.execute("INSERT INTO config_changes VALUES (?, 0, ?, ?, 'x', '{}', '')",
+                    [run_id, version, source])
+    con.close()
+    sql = next(b for b in re.findall(r"```sql\n(.*?)```", DOCS.read_text(), re.S)
+               if "tokens_per_s" in b)
+    got = {(r[0], r[1]): r[4] for r in query(str(copy), sql)}
+    steps = query(str(copy), "SELECT run_id, config_version, count(*) FROM steps GROUP BY ALL")
+    assert got == {(r, v): n for r, v, n in steps}
 
 
 def test_step_requests_tokens_add_up_as_the_docs_say(db):
