@@ -67,8 +67,9 @@ def open_trace(settings: ServeSettings, run_id: str) -> TraceWriter | None:
 
 async def note_loaded(engine: AsyncEngine, writer: TraceWriter | None,
                       store: ConfigStore | None) -> None:
-    """Once the model loaded: the step law fitted at start-up into the run's settings, so a
-    what-if replay of this trace holds its steps to the target as this server did; and the
+    """Once the model loaded: the step law and the budgets fitted at start-up into the run's
+    settings, so a what-if replay of this trace holds its steps to the target and its chunks
+    to the fitted size as this server did (neither is in the YAML); and the
     starting config as version 1 of the history (and the trace), stamped now, not when
     someone first asks for it (a startup row in the middle of the traffic, once)."""
     try:
@@ -77,7 +78,8 @@ async def note_loaded(engine: AsyncEngine, writer: TraceWriter | None,
         return  # the load failed: nothing was fitted, nothing serves
     fit = getattr(parts, "step_fit", None)
     if fit is not None and writer is not None:
-        writer.note_run(step_law=fit.law.to_dict(), target_step_ms=fit.target_step_ms)
+        writer.note_run(step_law=fit.law.to_dict(), target_step_ms=fit.target_step_ms,
+                        fitted_budgets=dict(fit.fitted))
     if store is not None:
         store.current()
 

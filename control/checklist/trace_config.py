@@ -68,6 +68,11 @@ def _from_settings(settings: dict[str, Any]) -> tuple[dict, dict, list[str]]:
         (static if key in STATIC_KEYS else config)[key] = value
     if overrides:
         sources.append("runs.settings engine_overrides")
+    fitted = {k: v for k, v in (settings.get("fitted_budgets") or {}).items()
+              if k in FITTED_LIVE}
+    if fitted:  # what the server fitted to its device where its config left them unset
+        config.update(fitted)
+        sources.append("runs.settings fitted_budgets")
     return config, static, sources
 
 

@@ -1,7 +1,8 @@
 """The config a window ran under, and the proposed ones built from it by merge patches.
 
 The trace records budgets per step (`token_budget`, `max_num_seqs`), the KV pool's size
-(`kv_blocks_used + kv_blocks_free`) and changes as diffs, not the whole config: the rest
+(`kv_blocks_used + kv_blocks_free`), the budgets fitted at start-up (runs.settings
+`fitted_budgets`) and changes as diffs, not the whole config: the rest
 comes from `base`, the server's own config when it answers (exact), else the serving YAML
 given with `--config` (or named in the run's settings, if that file is still there), else
 the built-in defaults. Every field taken from a guess is said in the notes.
@@ -43,6 +44,7 @@ def recorded_config(window: Window, base: EngineConfig, exact: bool = False,
     facts, notes = window.facts, []
     static, live = base.static, base.live
     if not exact:
+        live = _fitted(live, window.run_settings.get("fitted_budgets") or {}, notes)
         live = _replayed(live, window.changes, notes)
         static = dataclasses.replace(static, num_kv_blocks=facts.num_kv_blocks)
         live = live.replace(max_num_batched_tokens=facts.max_num_batched_tokens,
@@ -69,6 +71,17 @@ def recorded_config(window: Window, base: EngineConfig, exact: bool = False,
         raise ValueError(f"the recorded config, as reconstructed, is invalid: {exc}; pass the"
                          " server's YAML with --config") from None
     return config, notes
+
+
+def _fitted(live: LiveConfig, fitted: dict[str, Any], notes: list[str]) -> LiveConfig:
+    """`live` with the budgets the server fitted at start-up (runs.settings fitted_budgets:
+    those its config left unset, engine/calibration/budget_fit.py), which no YAML holds."""
+    known = {k: v for k, v in fitted.items() if hasattr(live, k) and isinstance(v, int)}
+    if not known:
+        return live
+    notes.append("fitted by the server at start-up: " + ", ".join(
+        f"{k}={v}" for k, v in sorted(known.items())))
+    return live.replace(**known)
 
 
 def _replayed(live: LiveConfig, changes: list[dict[str, list[Any]]],

@@ -100,6 +100,9 @@ def test_run_all_starts_server_and_dashboard_and_stops_both(tiny_llama_dir, tmp_
     # big step costs more than a small one (which term carries the growth is the fit's
     # choice: on a fast CPU the tiny model's per-token term fitted to 0, its attention not)
     law = StepLaw.from_dict(json.loads(settings)["step_law"])
+    # and the budgets fitted with it, which a what-if replay starts from (no YAML has them)
+    assert set(json.loads(settings)["fitted_budgets"]) == {"prefill_chunk_size",
+                                                           "max_num_batched_tokens"}
     assert law.step_s(512, 0, chunk_pairs(0, 512), 0) > law.step_s(16, 0, chunk_pairs(0, 16), 0)
 
 

@@ -6,6 +6,7 @@ batching=static` was replayed under continuous batching."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -36,6 +37,20 @@ def test_the_recorded_config_of_a_window_after_a_change_carries_it(db):
     before = read_trace_window(db, since=None, until=START + 5)
     config, _ = recorded_config(before, EngineConfig(live=LIVE))
     assert before.changes == [] and config.live.batching == "continuous"
+
+
+def test_the_budgets_the_server_fitted_at_start_up_are_the_recorded_ones(db):
+    """No YAML holds budgets the server fitted to its device: the run's settings do, and
+    the replay starts from them rather than the built-in defaults (a 512-token fitted
+    chunk size was once replayed as 2048)."""
+    window = read_trace_window(db, since=None, until=START + 5)
+    fitted = dataclasses.replace(window, run_settings={
+        **window.run_settings, "fitted_budgets": {"prefill_chunk_size": 200}})
+    config, notes = recorded_config(fitted, EngineConfig())
+    assert config.live.prefill_chunk_size == 200  # (chunks of 128 ran: not past it)
+    assert "fitted by the server at start-up: prefill_chunk_size=200" in notes
+    assert recorded_config(window, EngineConfig())[0].live.prefill_chunk_size == \
+        EngineConfig().live.prefill_chunk_size
 
 
 def self_prediction(db: str, capsys) -> dict[str, float]:
