@@ -56,6 +56,7 @@ from control.whatif.run import predict
 from control.whatif.window import Window, read_window
 from engine.config import EngineConfig
 from engine.config.known_keys import did_you_mean
+from engine.config.patch import diff
 
 router = APIRouter()
 BODY_KEYS = {"since", "until", "set", "compare", "slo", "rate_scale", "rate_sweep",
@@ -141,9 +142,14 @@ def _base(state: ServerState, window: Window) -> tuple[EngineConfig, list[str]]:
     version = window.facts.config_version
     history = state.config_store.history if state.config_store is not None else []
     live = next((v.live for v in history if v.version == version), None)
-    if live is not None:
-        return EngineConfig(parts.static, live), []
     current = state.engine.live_config
+    if live is not None:
+        moved = sorted(diff(live, current))
+        return EngineConfig(parts.static, live), [
+            f"the config changed since the window began (version {version} -> "
+            f"{current.version}: {', '.join(moved)}): proposals replay onto the window's,"
+            " and are recorded as changes of the live one (control/whatif/audit.py)"
+        ] if moved else []
     if current.version == version:  # no change since (the history starts on first use)
         return EngineConfig(parts.static, current), []
     return EngineConfig(parts.static, current), [
@@ -180,7 +186,8 @@ async def whatif(request: Request, who: Reader, body: dict[str, Any]) -> Any:
         result = await asyncio.wrap_future(future)
     except BrokenProcessPool as exc:
         raise _died(exc) from exc
-    record_predictions(state.trace, state.engine.live_config.version, who.name, result)
+    live = EngineConfig(state.engine.parts.static, state.engine.live_config)
+    record_predictions(state.trace, live, who.name, result)
     return result
 
 

@@ -5,6 +5,7 @@ the go-live checklist matches a later change to it. A refused prediction leaves 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from test_whatif_api import LIVE, _app, _post
@@ -69,3 +70,31 @@ def test_a_refused_prediction_records_nothing(served):
     before = len(audit_rows(writer))
     assert _post(app, {"set": {"max_num_seqs": 0}}).status_code == 400
     assert len(audit_rows(writer)) == before
+
+
+def test_a_proposal_of_the_windows_own_values_is_recorded_when_the_live_config_moved(served):
+    """docs/checklist.md's recipe after a profile and a rollback: the window began under
+    max_num_seqs=8, the server runs 32 now; `whatif --set max_num_seqs=8` changes nothing
+    in the replay but would change the live config, and `ctl set max_num_seqs=8` after it
+    is a predicted change."""
+    app, writer = served
+    engine, before = app.state.serving.engine, len(audit_rows(writer))
+    app.state.serving.config_store = SimpleNamespace(history=[SimpleNamespace(
+        version=LIVE.version, live=LIVE)])  # the window's version, still in the history
+    engine.live_config = LIVE.replace(max_num_seqs=32, version=LIVE.version + 2)
+    try:
+        resp = _post(app, {"since": START, "set": {"max_num_seqs": 8}})
+    finally:
+        engine.live_config, app.state.serving.config_store = LIVE, None
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["configs"]["proposed"]["diff"] == {}  # the replay's: no change
+    assert any("the config changed since the window began" in n and "max_num_seqs" in n
+               for n in resp.json()["notes"]), resp.json()["notes"]
+    rows = audit_rows(writer)[before:]
+    assert [json.loads(r["change"]) for r in rows] == [{"max_num_seqs": [32, 8]}]
+    assert rows[0]["version"] == LIVE.version + 2  # asked under the live version
+    applied = {"time": rows[0]["time"] + 60, "version": LIVE.version + 3, "source": "api",
+               "actor": "ops", "change": json.dumps({"max_num_seqs": [32, 8]}), "note": ""}
+    got = next(r for r in evaluate(load_spec(), Evidence(config_changes=[*rows, applied]))
+               if r.id == "change_predicted")
+    assert got.status == "pass", got.evidence
