@@ -216,7 +216,13 @@ async def _stream_local(streams: LocalStreams, p, prompt, model, result: Request
     request = sse_transport.request_bytes(
         streams.host, streams.port, streams.path, payload,
         {**streams.headers, **headers_for(p, result.sends - 1)})
-    reads = await sse_transport.post(streams.host, streams.port, request, streams.timeout_s)
+    reads: list[tuple[float, bytes]] = []
+    try:
+        await sse_transport.post(streams.host, streams.port, request, streams.timeout_s,
+                                 reads=reads)
+    except (asyncio.CancelledError, sse_transport.ReplyTimeout):
+        _take_partial(result, reads, t0)  # the chunks that came before the client gave up
+        raise
     reply = sse_transport.parse(reads)
     result.http_status = reply.status
     result.request_id = reply.headers.get("x-batchpilot-request-id", "")
@@ -231,6 +237,20 @@ async def _stream_local(streams: LocalStreams, p, prompt, model, result: Request
     if not reply.complete:  # as httpx, which raises on a body cut short
         raise sse_transport.ReplyError("the server closed the stream before its end")
     _stream_ended(result, reply.ended_at - t0, reason)
+
+
+def _take_partial(result: RequestResult, reads: list[tuple[float, bytes]], t0: float) -> None:
+    """The events of a reply cut off by the client, as httpx's client had them by then."""
+    try:
+        reply = sse_transport.parse(reads)
+    except sse_transport.ReplyError:  # not even the head came
+        return
+    result.http_status = reply.status
+    result.request_id = reply.headers.get("x-batchpilot-request-id", "")
+    if reply.status == 200:
+        for arrived, data in reply.data_lines:
+            if data != b"[DONE]":
+                _take_event(result, _json(data), arrived - t0, None)
 
 
 def _take_event(result: RequestResult, event: dict, now: float, reason: str | None,

@@ -42,9 +42,9 @@ class RawReply:
 class _Recorder(asyncio.Protocol):
     """Writes one request, then keeps every read with its arrival time until the close."""
 
-    def __init__(self, request: bytes, closed: asyncio.Future) -> None:
-        self.request, self.closed = request, closed
-        self.reads: list[tuple[float, bytes]] = []
+    def __init__(self, request: bytes, closed: asyncio.Future,
+                 reads: list[tuple[float, bytes]]) -> None:
+        self.request, self.closed, self.reads = request, closed, reads
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport.write(self.request)  # type: ignore[attr-defined]
@@ -72,14 +72,16 @@ def request_bytes(host: str, port: int, path: str, payload: bytes,
 
 
 async def post(host: str, port: int, request: bytes, timeout_s: float,
-               connect_timeout_s: float = 30.0) -> list[tuple[float, bytes]]:
-    """Send `request` and wait for the server to close: every read with its arrival.
-    ReplyTimeout when no read came for `timeout_s` (between reads, as httpx's read
-    timeout). Cancelling the wait closes the connection (a client giving up: the server
-    aborts the request)."""
+               connect_timeout_s: float = 30.0,
+               reads: list[tuple[float, bytes]] | None = None) -> list[tuple[float, bytes]]:
+    """Send `request` and wait for the server to close: every read with its arrival, into
+    `reads` when given (so a caller that gives up still has what arrived). ReplyTimeout
+    when no read came for `timeout_s` (between reads, as httpx's read timeout).
+    Cancelling the wait closes the connection (a client giving up: the server aborts the
+    request)."""
     loop = asyncio.get_running_loop()
     closed: asyncio.Future = loop.create_future()
-    recorder = _Recorder(request, closed)
+    recorder = _Recorder(request, closed, [] if reads is None else reads)
     try:
         transport, _ = await asyncio.wait_for(
             loop.create_connection(lambda: recorder, host, port), connect_timeout_s)

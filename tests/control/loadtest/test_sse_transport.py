@@ -129,8 +129,9 @@ def test_a_refused_connection_is_an_os_error():
         asyncio.run(post("127.0.0.1", port, b"", timeout_s=1.0))
 
 
-def one_stream(port: int, timeout_s: float) -> RequestResult:
-    plan = [PlannedRequest(0, 0.0, 3, 2, "acme", None, True, None)]
+def one_stream(port: int, timeout_s: float, cancel_after_s: float | None = None,
+               ) -> RequestResult:
+    plan = [PlannedRequest(0, 0.0, 3, 2, "acme", None, True, cancel_after_s)]
     results, _ = asyncio.run(run(f"http://127.0.0.1:{port}", plan, {0: "hi"}, model="m",
                                  timeout_s=timeout_s, local=True))
     return results[0]
@@ -161,3 +162,11 @@ def test_the_runner_times_out_a_silent_stream(silent_server):
 def test_which_servers_get_the_local_transport(url, local):
     streams = local_streams(url, {}, 1.0)
     assert (streams and (streams.host, streams.port, streams.path)) == (local or None)
+
+
+def test_a_client_that_gives_up_keeps_the_chunks_that_came_before(silent_server):
+    port, reply = silent_server
+    reply[0] = HEAD + chunk(sse({"choices": [{"text": "a", "finish_reason": None}]}))
+    result = one_stream(port, timeout_s=5.0, cancel_after_s=0.3)
+    assert result.outcome == "cancelled" and result.http_status == 200
+    assert len(result.chunk_times_s) == 1 and 0 < result.ttft_s < 0.3 <= result.e2e_s
