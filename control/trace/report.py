@@ -194,8 +194,8 @@ def rejection_bursts(source: Any, summary: dict[str, Any], since: float | None,
 # ---- the CLI subcommand -----------------------------------------------------------------
 def add_options(parser: argparse.ArgumentParser) -> None:
     """--out and --compare-s (the window options come from the CLI's _window)."""
-    parser.add_argument("--out", metavar="FILE.md", help="write the Markdown here (default:"
-                        " print it)")
+    parser.add_argument("--out", metavar="FILE.md", help="write the Markdown here, making its"
+                        " folder if missing (default: print it)")
     parser.add_argument("--compare-s", type=float, default=COMPARE_S, metavar="S",
                         help="seconds of requests judged on each side of a config change"
                         " (default %(default)s)")
@@ -211,7 +211,8 @@ def command(args: argparse.Namespace, source: Any) -> tuple[Any, Any]:
     text = markdown(data)
     if args.out is None:
         return data, lambda _: text
-    try:
+    try:  # into a folder of its own, as the runbooks' evidence folder is: made if missing
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w", encoding="utf-8") as out:
             out.write(text + "\n")
     except OSError as exc:

@@ -182,17 +182,27 @@ def test_watermark_crossings_from_a_simulated_trace(tmp_path):
 def test_bad_arguments_are_usage_errors(tmp_path):
     db = str(tmp_path / "sim.duckdb")
     fill_trace(db).stop()
+    (tmp_path / "a-file").write_text("")
     cases = [(["--db", db, "report", "--since", "yesterday-ish"], "not understood"),
              (["--db", db, "report", "--since", "20", "--until", "10"], "--since"),
              (["--db", db, "report", "--compare-s", "0"], "--compare-s"),
-             (["--db", db, "report", "--out", str(tmp_path / "no" / "such" / "dir.md")],
-              "--out"),
+             (["--db", db, "report", "--out", str(tmp_path / "a-file" / "pm.md")],
+              "--out"),  # a folder that cannot be made
              (["--db", db, "--url", "http://127.0.0.1:9", "report"], "not both"),
              (["--db", str(tmp_path / "missing.duckdb"), "report"], "does not exist")]
     for argv, says in cases:
         code, out, err = report(*argv)
         assert code == 2, (argv, out, err)
         assert says in err and not out, (argv, err)
+
+
+def test_the_report_makes_its_evidence_folder(tmp_path):
+    """The runbooks write `--out "$EVIDENCE_DIR/postmortem.md"`: a folder not made yet."""
+    db = str(tmp_path / "sim.duckdb")
+    fill_trace(db).stop()
+    target = tmp_path / "evidence" / "incident-42" / "postmortem.md"
+    code, _, err = report("--db", db, "report", "--out", str(target))
+    assert code == 0 and target.read_text().startswith("#"), err
 
 
 def test_the_suspect_is_the_largest_growth_and_a_stall_does_not_hide_a_fix():
