@@ -50,7 +50,8 @@ def side_text(name: str, side: dict[str, Any] | None) -> str:
 def poll_line(run: dict[str, Any], poll: dict[str, Any]) -> str:
     canary, baseline = side_text("canary", poll["canary"]), side_text("baseline",
                                                                     poll["baseline"])
-    return (f"{poll['elapsed_s']:6.1f}s/{run['watch_s']:.0f}s  {canary}  |  {baseline}"
+    window = run["watch_s"] * (1 + run.get("extensions", 0))  # each extension adds watch_s
+    return (f"{poll['elapsed_s']:6.1f}s/{window:.0f}s  {canary}  |  {baseline}"
             f"  -> {poll['decision']}")
 
 

@@ -231,7 +231,12 @@ def sized(settings: FleetSettings) -> FleetSettings:
     settings.validate()
     if not ray.is_initialized():
         if settings.address:
-            ray.init(address=settings.address, log_to_driver=False)
+            try:
+                ray.init(address=settings.address, log_to_driver=False)
+            except ConnectionError as exc:  # no cluster there: Ray's message, not its trace
+                raise ValueError(f"--address {settings.address}: {exc} (start one with"
+                                 " `ray start --head`, or leave --address out to start a"
+                                 " local Ray)") from None
         else:
             # "local": a Ray of our own, never a stray one another process left running
             ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=False,

@@ -168,6 +168,10 @@ def slow(rows: list[dict[str, Any]], by: str = "e2e_s") -> str:
         _outcome(r), r["lane"], r["tenant"]] for r in rows]
     headers = ["request", *extra, ">e2e", ">queue", ">prefill", ">decode", ">preempted",
                "main wait", "steps until 1st token", "outcome", "lane", "tenant"]
+    if any("replica" in r for r in rows):  # rows a fleet's ingress gathered
+        headers.append("replica")
+        for line, r in zip(body, rows, strict=True):
+            line.append(r.get("replica", "-"))
     return "\n".join([f"slowest by {key}"] + table(headers, body) + [PREEMPTED_NOTE,
                                                                       STEP_SIZES_NOTE])
 

@@ -46,6 +46,16 @@ def test_follow_prints_each_poll_once_then_the_decision():
     assert exit_for(final) == ROLLED_BACK_EXIT
 
 
+def test_a_poll_after_an_extension_shows_the_extended_window():
+    from control.cli.ctl_canary import poll_line
+
+    poll = {"time": 1.0, "elapsed_s": 42.0, "canary": SIDE, "baseline": SIDE,
+            "decision": "continue", "why": "watching", "checks": []}
+    run = {"watch_s": 30.0, "extensions": 1}
+    assert poll_line(run, poll).lstrip().startswith("42.0s/60s")
+    assert poll_line({"watch_s": 30.0}, poll).lstrip().startswith("42.0s/30s")
+
+
 def test_watch_without_canary_is_a_usage_error(capsys):
     assert main(["ctl", "--url", "http://127.0.0.1:9", "set", "max_num_seqs=1",
                  "--watch", "5m"]) == 2

@@ -73,3 +73,18 @@ def test_a_fleet_that_cannot_fit_fails_at_once_saying_why(tiny_llama_dir):
     assert proc.returncode == 2, out
     assert "2 replicas x 1 CPU + the ingress's 0.5 CPU = 2.5 CPUs, but Ray has 2" in out
     assert time.monotonic() - started < 60, "it waited for resources that never come"
+
+
+def test_joining_a_ray_cluster_that_is_not_there_is_one_line(tiny_llama_dir, tmp_path):
+    """docs/fleet.md's `--address auto` with no cluster started: Ray's own message and
+    what to do, not its traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "control.cli.main", "fleet", "--address", "auto",
+         "--model", str(tiny_llama_dir), "--port", str(free_port())],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "RAY_ADDRESS": "", "TMPDIR": str(tmp_path),  # no session there
+             "RAY_TMPDIR": str(tmp_path)})
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out
+    assert "batchpilot fleet: error: --address auto: Could not find any running Ray" in out
+    assert "ray start --head" in out and "Traceback" not in out, out

@@ -113,6 +113,22 @@ def test_slow_lists_the_slowest_first_with_figures_from_the_requests_table(db, c
     assert "max_num_seqs" in lines[0]  # the slowest waited mostly for a sequence slot
 
 
+def test_slow_rows_from_a_fleet_name_their_replica():
+    """A fleet's ingress adds `replica` to each row it gathers (docs/fleet.md): the table
+    shows it; a single server's rows have none and no column."""
+    from control.trace.format import slow
+
+    row = {"request_id": "r1", "e2e_s": 1.0, "queue_s": 0.5, "prefill_s": 0.1,
+           "decode_s": 0.4, "preempted_s": 0.0, "wait_reasons": {"max_num_seqs": 0.5},
+           "step_reasons": None, "outcome": "finished", "finish_reason": "length",
+           "lane": "interactive", "tenant": "acme"}
+    fleet = slow([{**row, "replica": "1"}, {**row, "request_id": "r2", "replica": "0"}])
+    header, first, second = fleet.splitlines()[1:4]
+    assert header.split()[-1] == "replica"
+    assert first.split()[-1] == "1" and second.split()[-1] == "0"
+    assert "replica" not in slow([row])
+
+
 def test_request_shows_breakdown_events_in_order_and_the_steps_it_ran_in(db, capsys):
     [(rid, lane, tenant)] = query(db, "SELECT request_id, lane, tenant FROM requests WHERE"
                                   " num_preemptions > 0 ORDER BY e2e_s DESC LIMIT 1")
