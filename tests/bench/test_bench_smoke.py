@@ -242,7 +242,9 @@ def check_step_cost_drift(result: dict) -> None:
     is printed against its goal, never asserted (a noisy VM moves it)."""
     assert result["steps"] > 100 and result["hogs"] >= 1, result
     for key in ("drift_before", "drift_late_in_hog", "law_scale_before", "law_scale_late",
-                "step_s_before", "step_s_late", "tokens_before", "tokens_late"):
+                "step_s_before", "step_s_late", "tokens_before", "tokens_late",
+                "prompt_512_s_before", "prompt_512_s_late",  # the hog stops at 7 s of 10:
+                "step_s_after", "tokens_after", "prompt_512_s_after", "law_scale_after"):
         assert result[key] is not None and math.isfinite(result[key]), (key, result)
         assert result[key] > 0, (key, result)
     assert result["law_scale_before"] >= 1 and result["law_scale_late"] >= 1, result
