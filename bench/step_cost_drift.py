@@ -98,7 +98,7 @@ def summarize(rows: list[dict], args: argparse.Namespace) -> dict:
         values = [r[key] for r in rows if sel(r) and r[key] is not None]
         return statistics.median(values) if values else None
 
-    before = lambda r: not r["hog"] and r["t"] > args.hog_at / 2  # noqa: E731
+    before = lambda r: r["t"] < args.hog_at and r["t"] > args.hog_at / 2  # noqa: E731
     hog_s = args.hog_for or args.seconds - args.hog_at
     settle = min(WINDOW_S, hog_s / 2)  # the window (mostly) full
     late = lambda r: r["hog"] and r["t"] > args.hog_at + settle  # noqa: E731
@@ -119,7 +119,7 @@ def summarize(rows: list[dict], args: argparse.Namespace) -> dict:
                 "prompt_512_s_after": median("prompt_s", after)} if args.hog_for else {}),
             # the online refit (engine/calibration/online_law.py): tried and adopted, by the
             # hog's start and by the end
-            "refits_before_hog": _last(rows, lambda r: not r["hog"]),
+            "refits_before_hog": _last(rows, lambda r: r["t"] < args.hog_at),
             "refits_at_end": _last(rows, lambda r: True)}
 
 
