@@ -12,9 +12,10 @@ With `retries` (control/loadtest/retries.py, the OpenAI SDK's rule), a refused r
 sent again after its Retry-After, holding its place in the client pool meanwhile as an SDK
 call does; its times count from the first send (what its user waits), and `sends` says
 how many it took.
-Streams to a server on this machine go over control/loadtest/sse_transport.py, which
+Streams to a server on this machine go over control/loadtest/local_streams.py, which
 parses each reply after it ends (httpx's parsing per chunk would take a tenth of a 2-core
-machine from the server); to other machines, over httpx's pooled connections.
+machine from the server); to other machines, over httpx's pooled connections. What is
+sent and how a reply folds into a RequestResult: control/loadtest/wire.py.
 
     results, duration_s = asyncio.run(run(url, planned, prompts, model="smollm2-135m"))
 """
@@ -22,42 +23,27 @@ machine from the server); to other machines, over httpx's pooled connections.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx
 
 from control.loadtest import sse_transport
-from control.loadtest.client_cost import same_machine
+from control.loadtest.local_streams import LocalStreams, local_streams, stream_local
 from control.loadtest.records import PlannedRequest, RequestResult
 from control.loadtest.retries import ClientRetries
+from control.loadtest.wire import (
+    body_for,
+    headers_for,
+    json_object,
+    lane_slo,
+    refused,
+    stream_ended,
+    take_event,
+)
 
-REJECTED_STATUSES = (429, 503)
 NO_RETRIES = ClientRetries()  # a refusal is final
-
-
-@dataclass(frozen=True)
-class LocalStreams:
-    """Where streamed requests go over sse_transport: a plain-HTTP server on this machine."""
-
-    host: str
-    port: int
-    path: str  # the completions route, under the URL's own path
-    headers: dict[str, str]  # sent with every request (the token)
-    timeout_s: float  # between reads
-
-
-def local_streams(url: str, headers: dict[str, str], timeout_s: float) -> LocalStreams | None:
-    """A LocalStreams for `url` when it is plain HTTP on this machine, else None."""
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not same_machine(url):
-        return None
-    return LocalStreams(parts.hostname or "", parts.port or 80,
-                        parts.path.rstrip("/") + "/v1/completions", headers, timeout_s)
 
 
 async def run(url: str, planned: list[PlannedRequest], prompts: dict[int, str], *,
@@ -99,23 +85,6 @@ async def run(url: str, planned: list[PlannedRequest], prompts: dict[int, str], 
     return list(results), duration
 
 
-def body_for(p: PlannedRequest, prompt: str, model: str) -> dict:
-    body = {"model": model, "prompt": prompt, "max_tokens": p.output_tokens,
-            "ignore_eos": p.ignore_eos, "stream": p.stream}
-    if p.stream:
-        body["stream_options"] = {"include_usage": True}
-    return body
-
-
-def headers_for(p: PlannedRequest, resends: int = 0) -> dict[str, str]:
-    """`resends`: sends of this request before this one, in the header the OpenAI SDK
-    sends them in (X-Stainless-Retry-Count; the server counts a resend as late)."""
-    headers = {"X-Tenant": p.tenant, "X-Stainless-Retry-Count": str(resends)}
-    if p.lane:
-        headers["X-Lane"] = p.lane
-    return headers
-
-
 async def send_until_final(client: httpx.AsyncClient, p: PlannedRequest, prompt: str,
                            model: str, timeout_s: float, retries: ClientRetries,
                            rng: random.Random, streams: LocalStreams | None = None,
@@ -149,7 +118,7 @@ async def send(client: httpx.AsyncClient, p: PlannedRequest, prompt: str, model:
     if not p.stream:
         go = _whole(client, p, prompt, model, result, t0)
     elif streams is not None:
-        go = _stream_local(streams, p, prompt, model, result, t0)
+        go = stream_local(streams, p, prompt, model, result, t0)
     else:
         go = _stream(client, p, prompt, model, result, t0)
     try:
@@ -175,15 +144,15 @@ async def _whole(client, p, prompt, model, result: RequestResult, t0: float) -> 
     result.e2e_s = time.monotonic() - t0
     result.http_status = reply.status_code
     result.request_id = reply.headers.get("x-batchpilot-request-id", "")
-    data = _json(reply.content)
+    data = json_object(reply.content)
     if reply.status_code != 200:
-        _refused(result, reply.status_code, reply.headers, data)
+        refused(result, reply.status_code, reply.headers, data)
         return
     usage = data.get("usage") or {}
     result.prompt_tokens = usage.get("prompt_tokens", 0)
     result.output_tokens = usage.get("completion_tokens", 0)
     info = data.get("batchpilot") or {}
-    _lane_slo(result, info)
+    lane_slo(result, info)
     timing = info.get("timing") or {}
     result.server_ttft_s = timing.get("ttft_s")
     if result.server_ttft_s is not None:  # the server's, from this send's arrival
@@ -199,110 +168,14 @@ async def _stream(client, p, prompt, model, result: RequestResult, t0: float) ->
         result.http_status = reply.status_code
         result.request_id = reply.headers.get("x-batchpilot-request-id", "")
         if reply.status_code != 200:
-            _refused(result, reply.status_code, reply.headers, _json(await reply.aread()))
+            refused(result, reply.status_code, reply.headers, json_object(await reply.aread()))
             result.e2e_s = time.monotonic() - t0
             return
         reason = None
         async for line in reply.aiter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
-                reason = _take_event(result, _json(line[6:].encode()),
+                reason = take_event(result, json_object(line[6:].encode()),
                                      time.monotonic() - t0, reason)
-        _stream_ended(result, time.monotonic() - t0, reason)
+        stream_ended(result, time.monotonic() - t0, reason)
 
 
-async def _stream_local(streams: LocalStreams, p, prompt, model, result: RequestResult,
-                        t0: float) -> None:
-    payload = json.dumps(body_for(p, prompt, model)).encode()
-    request = sse_transport.request_bytes(
-        streams.host, streams.port, streams.path, payload,
-        {**streams.headers, **headers_for(p, result.sends - 1)})
-    reads: list[tuple[float, bytes]] = []
-    try:
-        await sse_transport.post(streams.host, streams.port, request, streams.timeout_s,
-                                 reads=reads)
-    except (asyncio.CancelledError, sse_transport.ReplyTimeout):
-        _take_partial(result, reads, t0)  # the chunks that came before the client gave up
-        raise
-    reply = sse_transport.parse(reads)
-    result.http_status = reply.status
-    result.request_id = reply.headers.get("x-batchpilot-request-id", "")
-    if reply.status != 200:
-        _refused(result, reply.status, reply.headers, _json(reply.body))
-        result.e2e_s = reply.ended_at - t0
-        return
-    reason = None
-    for arrived, data in reply.data_lines:
-        if data != b"[DONE]":
-            reason = _take_event(result, _json(data), arrived - t0, reason)
-    if not reply.complete:  # as httpx, which raises on a body cut short
-        raise sse_transport.ReplyError("the server closed the stream before its end")
-    _stream_ended(result, reply.ended_at - t0, reason)
-
-
-def _take_partial(result: RequestResult, reads: list[tuple[float, bytes]], t0: float) -> None:
-    """The events of a reply cut off by the client, as httpx's client had them by then."""
-    try:
-        reply = sse_transport.parse(reads)
-    except sse_transport.ReplyError:  # not even the head came
-        return
-    result.http_status = reply.status
-    result.request_id = reply.headers.get("x-batchpilot-request-id", "")
-    if reply.status == 200:
-        for arrived, data in reply.data_lines:
-            if data != b"[DONE]":
-                _take_event(result, _json(data), arrived - t0, None)
-
-
-def _take_event(result: RequestResult, event: dict, now: float, reason: str | None,
-                ) -> str | None:
-    """Fold one SSE event, received `now` s after the first send, into `result`; the
-    finish reason so far."""
-    for choice in event.get("choices") or ():
-        if choice.get("text"):
-            result.chunk_times_s.append(now)
-            if result.ttft_s is None:
-                result.ttft_s = now
-        reason = choice.get("finish_reason") or reason
-    if event.get("usage"):
-        result.prompt_tokens = event["usage"].get("prompt_tokens", 0)
-        result.output_tokens = event["usage"].get("completion_tokens", 0)
-    info = event.get("batchpilot") or {}
-    _lane_slo(result, info)
-    timing = info.get("timing") or {}
-    result.server_ttft_s = timing.get("ttft_s", result.server_ttft_s)
-    result.server_e2e_s = timing.get("e2e_s", result.server_e2e_s)
-    return reason
-
-
-def _stream_ended(result: RequestResult, e2e_s: float, reason: str | None) -> None:
-    result.e2e_s = e2e_s
-    if result.ttft_s is None:  # no chunk had text (tokens that decode to nothing)
-        result.ttft_s = result.last_send_s + result.server_ttft_s \
-            if result.server_ttft_s is not None else result.e2e_s
-    if not result.output_tokens:
-        result.output_tokens = len(result.chunk_times_s)
-    result.outcome = "timeout" if reason == "timeout" else "ok"
-
-
-def _refused(result: RequestResult, status: int, headers, data: dict) -> None:
-    error = data.get("error") or {}
-    result.error = error.get("code") or error.get("message") or f"HTTP {status}"
-    result.retry_after = headers.get("retry-after")
-    rejected = status in REJECTED_STATUSES or "x-batchpilot-reject-reason" in headers
-    result.outcome = "rejected" if rejected else "error"
-
-
-def _json(raw: bytes) -> dict:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _lane_slo(result: RequestResult, info: dict) -> None:
-    """The lane and its SLO from a `batchpilot` object (the last stream chunk has them)."""
-    if isinstance(info.get("lane"), str):
-        result.server_lane = info["lane"]
-    if isinstance(info.get("slo"), dict):
-        result.server_slo = info["slo"]

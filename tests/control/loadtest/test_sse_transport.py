@@ -12,8 +12,9 @@ import threading
 import pytest
 
 from bench.stream_client import stream_result
+from control.loadtest.local_streams import local_streams
 from control.loadtest.records import PlannedRequest, RequestResult
-from control.loadtest.runner import local_streams, run
+from control.loadtest.runner import run
 from control.loadtest.sse_transport import ReplyError, ReplyTimeout, parse, post, request_bytes
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
