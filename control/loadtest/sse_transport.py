@@ -61,7 +61,8 @@ def request_bytes(host: str, port: int, path: str, payload: bytes,
                   headers: dict[str, str]) -> bytes:
     """An HTTP/1.1 POST of a JSON `payload`. Raises ValueError on a header that would
     split the request (CR or LF in a name or value)."""
-    lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}",
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # an IPv6 address
+    lines = [f"POST {path} HTTP/1.1", f"Host: {authority}",
              "Content-Type: application/json", "Accept: text/event-stream",
              f"Content-Length: {len(payload)}", "Connection: close"]
     for name, value in headers.items():

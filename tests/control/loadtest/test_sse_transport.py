@@ -85,6 +85,7 @@ def test_what_is_not_an_http_reply_is_a_named_error(raw):
 
 def test_a_header_cannot_split_the_request():
     assert b"X-Tenant: acme\r\n" in request_bytes("h", 1, "/p", b"{}", {"X-Tenant": "acme"})
+    assert b"Host: [::1]:9\r\n" in request_bytes("::1", 9, "/p", b"{}", {})
     with pytest.raises(ValueError, match="line break"):
         request_bytes("h", 1, "/p", b"{}", {"X-Tenant": "acme\r\nX-Admin: 1"})
 
