@@ -168,12 +168,18 @@ def slow(rows: list[dict[str, Any]], by: str = "e2e_s") -> str:
         _outcome(r), r["lane"], r["tenant"]] for r in rows]
     headers = ["request", *extra, ">e2e", ">queue", ">prefill", ">decode", ">preempted",
                "main wait", "steps until 1st token", "outcome", "lane", "tenant"]
-    if any("replica" in r for r in rows):  # rows a fleet's ingress gathered
+    _replica_column(headers, body, rows)
+    return "\n".join([f"slowest by {key}"] + table(headers, body) + [PREEMPTED_NOTE,
+                                                                      STEP_SIZES_NOTE])
+
+
+def _replica_column(headers: list[str], body: list[list[Any]],
+                    rows: list[dict[str, Any]]) -> None:
+    """Rows a fleet's ingress gathered carry `replica` (docs/fleet.md): a last column."""
+    if any("replica" in r for r in rows):
         headers.append("replica")
         for line, r in zip(body, rows, strict=True):
             line.append(r.get("replica", "-"))
-    return "\n".join([f"slowest by {key}"] + table(headers, body) + [PREEMPTED_NOTE,
-                                                                      STEP_SIZES_NOTE])
 
 
 # ---- steps -----------------------------------------------------------------------------
@@ -183,12 +189,14 @@ def steps(rows: list[dict[str, Any]], batch: bool = False, at: float | None = No
         return "no steps in this window"
     headers = ["time", ">step", ">dur", "target", ">prefill", ">decode", ">tokens", ">KV",
                "waiting", ">adm", ">pre", ">fin"]
-    lines = table(headers, [[
+    body = [[
         clock(r["start_time"]), r["step_id"], dur(r["duration_s"]), _target(r),
         f"{r['num_prefill_seqs']}/{r['num_prefill_tokens']}t", r["num_decode_seqs"],
         f"{r['tokens_used']}/{r['token_budget']}", pct(r["kv_usage"]),
         _by_reason(r["waiting_by_reason"]), len(r["admitted"]), len(r["preempted"]),
-        len(r["finished"])] for r in rows])
+        len(r["finished"])] for r in rows]
+    _replica_column(headers, body, rows)
+    lines = table(headers, body)
     out = [lines[0]]
     marked = at is None
     for r, line in zip(rows, lines[1:], strict=True):

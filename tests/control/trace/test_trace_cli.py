@@ -129,6 +129,18 @@ def test_slow_rows_from_a_fleet_name_their_replica():
     assert "replica" not in slow([row])
 
 
+def test_step_rows_from_a_fleet_name_their_replica(db):
+    from control.trace.format import steps
+    from control.trace.sources import FileSource
+
+    rows = FileSource(db).ask("steps", since=None, until=None, limit=2, batch=False)
+    assert rows and "replica" not in steps(rows)
+    fleet = steps([{**rows[0], "replica": "1"}, {**rows[1], "replica": "0"}])
+    header, first, second = fleet.splitlines()[:3]
+    assert header.split()[-1] == "replica" and first.split()[-1] == "1"
+    assert second.split()[-1] == "0"
+
+
 def test_request_shows_breakdown_events_in_order_and_the_steps_it_ran_in(db, capsys):
     [(rid, lane, tenant)] = query(db, "SELECT request_id, lane, tenant FROM requests WHERE"
                                   " num_preemptions > 0 ORDER BY e2e_s DESC LIMIT 1")
