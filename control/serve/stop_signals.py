@@ -17,7 +17,8 @@ import signal
 import threading
 from collections.abc import Callable
 
-POLL_S = 0.5  # the longest a stop request waits for the main thread to see it
+POLL_S = 0.1  # the longest a stop request waits for the main thread to see it: a fleet
+# keeps admitting until then (a load balancer sees its 503s that much later)
 
 
 def stop_on_signals() -> threading.Event:
