@@ -39,18 +39,30 @@ class RawReply:
     complete: bool  # the body's framing ended (last chunk, or Content-Length reached)
 
 
+MAX_REPLY_BYTES = 64 * 2**20  # a reply kept whole until it ends: bounded, as a client must be
+
+
 class _Recorder(asyncio.Protocol):
-    """Writes one request, then keeps every read with its arrival time until the close."""
+    """Writes one request, then keeps every read with its arrival time until the close
+    (or until the reply passes max_bytes: then it closes the connection itself)."""
 
     def __init__(self, request: bytes, closed: asyncio.Future,
-                 reads: list[tuple[float, bytes]]) -> None:
+                 reads: list[tuple[float, bytes]], max_bytes: int) -> None:
         self.request, self.closed, self.reads = request, closed, reads
+        self.max_bytes, self.size = max_bytes, 0
+        self.transport: asyncio.BaseTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
         transport.write(self.request)  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         self.reads.append((time.monotonic(), data))
+        self.size += len(data)
+        if self.size > self.max_bytes and not self.closed.done():
+            self.closed.set_result(ReplyError(f"the reply passed {self.max_bytes} bytes"))
+            assert self.transport is not None
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed.done():
@@ -74,15 +86,16 @@ def request_bytes(host: str, port: int, path: str, payload: bytes,
 
 async def post(host: str, port: int, request: bytes, timeout_s: float,
                connect_timeout_s: float = 30.0,
-               reads: list[tuple[float, bytes]] | None = None) -> list[tuple[float, bytes]]:
+               reads: list[tuple[float, bytes]] | None = None,
+               max_bytes: int = MAX_REPLY_BYTES) -> list[tuple[float, bytes]]:
     """Send `request` and wait for the server to close: every read with its arrival, into
     `reads` when given (so a caller that gives up still has what arrived). ReplyTimeout
     when no read came for `timeout_s` (between reads, as httpx's read timeout).
-    Cancelling the wait closes the connection (a client giving up: the server aborts the
-    request)."""
+    ReplyError when the reply passes `max_bytes` (the connection is closed). Cancelling the
+    wait closes the connection (a client giving up: the server aborts the request)."""
     loop = asyncio.get_running_loop()
     closed: asyncio.Future = loop.create_future()
-    recorder = _Recorder(request, closed, [] if reads is None else reads)
+    recorder = _Recorder(request, closed, [] if reads is None else reads, max_bytes)
     try:
         transport, _ = await asyncio.wait_for(
             loop.create_connection(lambda: recorder, host, port), connect_timeout_s)
@@ -99,6 +112,8 @@ async def post(host: str, port: int, request: bytes, timeout_s: float,
         exc = closed.result()
     finally:
         transport.close()
+    if isinstance(exc, ReplyError):  # over max_bytes
+        raise exc
     if exc is not None and not recorder.reads:
         raise ReplyError(f"the connection broke before any reply: {exc!r}")
     return recorder.reads

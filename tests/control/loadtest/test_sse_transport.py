@@ -172,3 +172,13 @@ def test_a_client_that_gives_up_keeps_the_chunks_that_came_before(silent_server)
     result = one_stream(port, timeout_s=5.0, cancel_after_s=0.3)
     assert result.outcome == "cancelled" and result.http_status == 200
     assert len(result.chunk_times_s) == 1 and 0 < result.ttft_s < 0.3 <= result.e2e_s
+
+
+def test_a_reply_past_the_size_bound_is_cut_and_named(silent_server):
+    """A reply is kept whole until it ends, so its size is bounded (MAX_REPLY_BYTES): a
+    server that streams without end costs the client that much memory, then an error."""
+    port, reply = silent_server
+    reply[0] = HEAD + chunk(b"data: " + b"x" * 5000 + b"\n\n")
+    request = request_bytes("127.0.0.1", port, "/v1/completions", b"{}", {})
+    with pytest.raises(ReplyError, match="passed 1000 bytes"):
+        asyncio.run(post("127.0.0.1", port, request, timeout_s=5.0, max_bytes=1000))
