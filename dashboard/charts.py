@@ -19,6 +19,12 @@ QUANTILE_DASH = {"p50": [1, 0], "p95": [6, 3], "p99": [2, 2]}
 QUANTILE_KEY = "p50 solid, p95 dashed, p99 dotted"  # QUANTILE_DASH in words, for titles
 
 
+def time_x() -> alt.X:
+    """The time axis of every chart: a 24-hour clock (Vega's default labels minutes on a
+    12-hour clock without AM/PM, so 16:50 read "04:50")."""
+    return alt.X("time:T", title=None, axis=alt.Axis(format="%H:%M:%S"))
+
+
 def frame(rows: Sequence[dict[str, Any]], time_column: str = "time") -> pd.DataFrame:
     """Rows as a DataFrame with `time` as a datetime (UTC epoch seconds in)."""
     df = pd.DataFrame(list(rows))
@@ -50,7 +56,7 @@ def change_rules(changes: pd.DataFrame) -> alt.Chart | None:
     if changes.empty:
         return None
     return alt.Chart(changes).mark_rule(strokeDash=[4, 4], color="#b45309").encode(
-        x="time:T", tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "version:Q",
+        x=time_x(), tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "version:Q",
                              "source:N", "actor:N", "diff:N"])
 
 
@@ -69,7 +75,7 @@ def quantile_lines(df: pd.DataFrame, metric: str, title: str,
                    value_name="seconds").dropna(subset=["seconds"])
     long["quantile"] = long["quantile"].str.rsplit("_", n=1).str[-1]
     chart = alt.Chart(long, title=title, height=HEIGHT).mark_line(point=True).encode(
-        x=alt.X("time:T", title=None),
+        x=time_x(),
         y=alt.Y("seconds:Q", title="seconds"),
         color=alt.Color("group:N", title=None),
         # no legend: its symbols drew as blank (the points' circles, or nothing) and a
@@ -90,14 +96,14 @@ def stacked_area(df: pd.DataFrame, columns: dict[str, str], title: str, y_title:
                    value_name="value")
     long["kind"] = long["kind"].map(columns)
     chart = alt.Chart(long, title=title, height=HEIGHT).mark_area(opacity=0.75).encode(
-        x=alt.X("time:T", title=None), y=alt.Y("value:Q", title=y_title, stack=True),
+        x=time_x(), y=alt.Y("value:Q", title=y_title, stack=True),
         color=alt.Color("kind:N", title=None),
         tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "kind:N",
                  alt.Tooltip("value:Q", format=",.1f")])
     layers = [chart]
     if budget is not None and budget in df:
         layers.append(alt.Chart(df).mark_line(color="black", strokeDash=[6, 3]).encode(
-            x="time:T", y=f"{budget}:Q",
+            x=time_x(), y=f"{budget}:Q",
             tooltip=[alt.Tooltip(f"{budget}:Q", title="token budget")]))
     rules = change_rules(changes)
     if rules is not None:
@@ -111,7 +117,7 @@ def lines(df: pd.DataFrame, key: str, value: str, title: str, y_title: str,
     if df.empty:
         return None
     chart = alt.Chart(df, title=title, height=HEIGHT).mark_line(point=len(df) < 50).encode(
-        x=alt.X("time:T", title=None), y=alt.Y(f"{value}:Q", title=y_title),
+        x=time_x(), y=alt.Y(f"{value}:Q", title=y_title),
         color=alt.Color(f"{key}:N", title=None),
         tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), f"{key}:N",
                  alt.Tooltip(f"{value}:Q", format=fmt)])
@@ -127,7 +133,7 @@ def kv_usage(df: pd.DataFrame, high: float | None, reject: float | None,
                    var_name="kind", value_name="usage")
     long["kind"] = long["kind"].map({"kv_usage_max": "max", "kv_usage_mean": "mean"})
     chart = alt.Chart(long, title="KV cache usage", height=HEIGHT).mark_line().encode(
-        x=alt.X("time:T", title=None),
+        x=time_x(),
         y=alt.Y("usage:Q", title="share of blocks", axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("kind:N", title=None),
@@ -152,7 +158,7 @@ def bars(df: pd.DataFrame, y: str, color: str | None, title: str, y_title: str,
          changes: pd.DataFrame) -> alt.Chart | None:
     if df.empty:
         return None
-    enc: dict[str, Any] = {"x": alt.X("time:T", title=None),
+    enc: dict[str, Any] = {"x": time_x(),
                            "y": alt.Y(f"sum({y}):Q", title=y_title),
                            "tooltip": [alt.Tooltip("time:T", format="%H:%M:%S"),
                                        alt.Tooltip(f"sum({y}):Q", title=y_title)]}

@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from control.cli.http_json import HTTPFailure, request_json
+from dashboard import charts
 from dashboard.context import context
 
 ctx = context()
@@ -96,7 +97,7 @@ def routed_chart(events: list[dict[str, Any]], now: float) -> alt.Chart:
     points.append({"time": pd.Timestamp(now, unit="s"), "replicas": points[-1]["replicas"]})
     return alt.Chart(pd.DataFrame(points), title="Replicas routed to").mark_line(
         interpolate="step-after", point=True).encode(
-        x=alt.X("time:T", title=None, axis=alt.Axis(format="%H:%M:%S")),
+        x=charts.time_x(),
         y=alt.Y("replicas:Q", title="replicas", axis=alt.Axis(format="d", tickMinStep=1)),
         tooltip=["time:T", "replicas:Q"]).properties(height=180)
 

@@ -98,6 +98,34 @@ def test_overview_shows_the_workload_and_the_scheduler_its_steps(trace_db):
     assert len(at.dataframe) == 1 and at.dataframe[0].value.shape[0] > 10
 
 
+def time_axes(spec: object) -> list[dict]:
+    """Every x encoding of a temporal field in a Vega-Lite spec, layers included."""
+    found = []
+    if isinstance(spec, dict):
+        x = (spec.get("encoding") or {}).get("x")
+        if isinstance(x, dict) and x.get("type") == "temporal":
+            found.append(x)
+        for value in spec.values():
+            found += time_axes(value)
+    elif isinstance(spec, list):
+        for value in spec:
+            found += time_axes(value)
+    return found
+
+
+@pytest.mark.parametrize("page", [OVERVIEW, SCHEDULER])
+def test_time_axes_read_a_24_hour_clock(trace_db, page):
+    """Vega's default labels a minute tick on a 12-hour clock with no AM/PM: 16:50 read
+    "04:50" on the Overview. Every chart's time axis says the hour as the trace does."""
+    import json
+
+    at = open_page(page, bp_db=trace_db)
+    axes = [x for chart in at.get("vega_lite_chart")
+            for x in time_axes(json.loads(chart.proto.spec))]
+    assert axes, "no time axis drawn"
+    assert all((x.get("axis") or {}).get("format") == "%H:%M:%S" for x in axes), axes
+
+
 def test_overview_counts_deferred_admissions_and_charts_them_by_reason(tmp_path):
     """A burst under slo_unreachable: defer: the late requests show as Deferred (they were
     served, so not in Rejected) and as `deferred: slo_deferred` bars."""
