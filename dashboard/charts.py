@@ -116,8 +116,10 @@ def lines(df: pd.DataFrame, key: str, value: str, title: str, y_title: str,
     """One line per value of `key` (long format)."""
     if df.empty:
         return None
+    # all zeros (nobody waited): a 0-1 scale, where Vega's own labels its one tick 0.000000
+    scale = alt.Scale(domain=[0, 1]) if not df[value].abs().max() else alt.Undefined
     chart = alt.Chart(df, title=title, height=HEIGHT).mark_line(point=len(df) < 50).encode(
-        x=time_x(), y=alt.Y(f"{value}:Q", title=y_title),
+        x=time_x(), y=alt.Y(f"{value}:Q", title=y_title, scale=scale),
         color=alt.Color(f"{key}:N", title=None),
         tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), f"{key}:N",
                  alt.Tooltip(f"{value}:Q", format=fmt)])

@@ -126,6 +126,21 @@ def test_time_axes_read_a_24_hour_clock(trace_db, page):
     assert all((x.get("axis") or {}).get("format") == "%H:%M:%S" for x in axes), axes
 
 
+def test_a_line_chart_of_zeros_gets_a_readable_scale():
+    """Nobody waited: Vega's own domain for all zeros labels its one tick "0.000000"."""
+    import pandas as pd
+
+    from dashboard import charts
+
+    df = pd.DataFrame({"time": pd.to_datetime([0, 5], unit="s"), "lane": ["a", "a"],
+                       "waiting": [0.0, 0.0]})
+    spec = charts.lines(df, "lane", "waiting", "Waiting", "requests", pd.DataFrame()).to_dict()
+    assert spec["encoding"]["y"]["scale"] == {"domain": [0, 1]}
+    spec = charts.lines(df.assign(waiting=[0.0, 3.0]), "lane", "waiting", "Waiting",
+                        "requests", pd.DataFrame()).to_dict()
+    assert "scale" not in spec["encoding"]["y"]
+
+
 def test_overview_counts_deferred_admissions_and_charts_them_by_reason(tmp_path):
     """A burst under slo_unreachable: defer: the late requests show as Deferred (they were
     served, so not in Rejected) and as `deferred: slo_deferred` bars."""
