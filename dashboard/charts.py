@@ -19,10 +19,17 @@ QUANTILE_DASH = {"p50": [1, 0], "p95": [6, 3], "p99": [2, 2]}
 QUANTILE_KEY = "p50 solid, p95 dashed, p99 dotted"  # QUANTILE_DASH in words, for titles
 
 
+CLOCK = "%H:%M:%S"  # every time label: a 24-hour clock, to the second
+
+
 def time_x() -> alt.X:
     """The time axis of every chart: a 24-hour clock (Vega's default labels minutes on a
     12-hour clock without AM/PM, so 16:50 read "04:50")."""
-    return alt.X("time:T", title=None, axis=alt.Axis(format="%H:%M:%S"))
+    return alt.X("time:T", title=None, axis=alt.Axis(format=CLOCK))
+
+
+def time_tip() -> alt.Tooltip:
+    return alt.Tooltip("time:T", format=CLOCK)
 
 
 def frame(rows: Sequence[dict[str, Any]], time_column: str = "time") -> pd.DataFrame:
@@ -56,7 +63,7 @@ def change_rules(changes: pd.DataFrame) -> alt.Chart | None:
     if changes.empty:
         return None
     return alt.Chart(changes).mark_rule(strokeDash=[4, 4], color="#b45309").encode(
-        x=time_x(), tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "version:Q",
+        x=time_x(), tooltip=[time_tip(), "version:Q",
                              "source:N", "actor:N", "diff:N"])
 
 
@@ -82,7 +89,7 @@ def quantile_lines(df: pd.DataFrame, metric: str, title: str,
         # column of three ran past the chart's height; QUANTILE_KEY in the title says it
         strokeDash=alt.StrokeDash("quantile:N", scale=alt.Scale(
             domain=list(QUANTILE_DASH), range=list(QUANTILE_DASH.values())), legend=None),
-        tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "group:N", "quantile:N",
+        tooltip=[time_tip(), "group:N", "quantile:N",
                  alt.Tooltip("seconds:Q", format=".3f")])
     return with_changes(chart, changes)
 
@@ -98,7 +105,7 @@ def stacked_area(df: pd.DataFrame, columns: dict[str, str], title: str, y_title:
     chart = alt.Chart(long, title=title, height=HEIGHT).mark_area(opacity=0.75).encode(
         x=time_x(), y=alt.Y("value:Q", title=y_title, stack=True),
         color=alt.Color("kind:N", title=None),
-        tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "kind:N",
+        tooltip=[time_tip(), "kind:N",
                  alt.Tooltip("value:Q", format=",.1f")])
     layers = [chart]
     if budget is not None and budget in df:
@@ -121,7 +128,7 @@ def lines(df: pd.DataFrame, key: str, value: str, title: str, y_title: str,
     chart = alt.Chart(df, title=title, height=HEIGHT).mark_line(point=len(df) < 50).encode(
         x=time_x(), y=alt.Y(f"{value}:Q", title=y_title, scale=scale),
         color=alt.Color(f"{key}:N", title=None),
-        tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), f"{key}:N",
+        tooltip=[time_tip(), f"{key}:N",
                  alt.Tooltip(f"{value}:Q", format=fmt)])
     return with_changes(chart, changes)
 
@@ -139,7 +146,7 @@ def kv_usage(df: pd.DataFrame, high: float | None, reject: float | None,
         y=alt.Y("usage:Q", title="share of blocks", axis=alt.Axis(format="%"),
                 scale=alt.Scale(domain=[0, 1])),
         color=alt.Color("kind:N", title=None),
-        tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "kind:N",
+        tooltip=[time_tip(), "kind:N",
                  alt.Tooltip("usage:Q", format=".1%")])
     marks = pd.DataFrame([{"line": name, "usage": value} for name, value in
                           (("high watermark", high), ("reject watermark", reject))
@@ -162,7 +169,7 @@ def bars(df: pd.DataFrame, y: str, color: str | None, title: str, y_title: str,
         return None
     enc: dict[str, Any] = {"x": time_x(),
                            "y": alt.Y(f"sum({y}):Q", title=y_title),
-                           "tooltip": [alt.Tooltip("time:T", format="%H:%M:%S"),
+                           "tooltip": [time_tip(),
                                        alt.Tooltip(f"sum({y}):Q", title=y_title)]}
     if color:
         enc["color"] = alt.Color(f"{color}:N", title=None)

@@ -7,6 +7,7 @@ chunk as it comes would take a tenth of a 2-core machine from the server
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -58,16 +59,11 @@ async def stream_local(streams: LocalStreams, p, prompt, model, result: RequestR
         take_partial(result, reads, t0)  # the chunks that came before the client gave up
         raise
     reply = sse_transport.parse(reads)
-    result.http_status = reply.status
-    result.request_id = reply.headers.get("x-batchpilot-request-id", "")
+    reason = _take_reply(result, reply, t0)
     if reply.status != 200:
         refused(result, reply.status, reply.headers, json_object(reply.body))
         result.e2e_s = reply.ended_at - t0
         return
-    reason = None
-    for arrived, data in reply.data_lines:
-        if data != b"[DONE]":
-            reason = take_event(result, json_object(data), arrived - t0, reason)
     if not reply.complete:  # as httpx, which raises on a body cut short
         raise sse_transport.ReplyError("the server closed the stream before its end")
     stream_ended(result, reply.ended_at - t0, reason)
@@ -75,15 +71,18 @@ async def stream_local(streams: LocalStreams, p, prompt, model, result: RequestR
 
 def take_partial(result: RequestResult, reads: list[tuple[float, bytes]], t0: float) -> None:
     """The events of a reply cut off by the client, as httpx's client had them by then."""
-    try:
-        reply = sse_transport.parse(reads)
-    except sse_transport.ReplyError:  # not even the head came
-        return
+    with contextlib.suppress(sse_transport.ReplyError):  # (not even the head came)
+        _take_reply(result, sse_transport.parse(reads), t0)
+
+
+def _take_reply(result: RequestResult, reply: sse_transport.RawReply, t0: float,
+                ) -> str | None:
+    """The reply's status, id and (on a 200) its events into `result`; the finish reason."""
     result.http_status = reply.status
     result.request_id = reply.headers.get("x-batchpilot-request-id", "")
+    reason = None
     if reply.status == 200:
         for arrived, data in reply.data_lines:
             if data != b"[DONE]":
-                take_event(result, json_object(data), arrived - t0, None)
-
-
+                reason = take_event(result, json_object(data), arrived - t0, reason)
+    return reason
