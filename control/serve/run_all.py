@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n  API        {url}   (OpenAI-compatible; /metrics; /control)\n"
           f"  dashboard  http://{args.dashboard_host}:{args.dashboard_port}\n"
           f"  trace      {args.trace_db}\n\nCtrl+C stops both.", flush=True)
-    stop = stop_on_signals()
-    signal.signal(signal.SIGHUP, lambda *_: stop.set())  # the terminal closed: its own session
+    # SIGHUP: the terminal closed (the server, in a session of its own, does not get it)
+    stop = stop_on_signals((signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
     threading.Thread(target=_pump, args=(server,), name="server-log", daemon=True).start()
     try:
         wait_for_stop(stop, lambda: server.poll() is None and dashboard.poll() is None)

@@ -9,23 +9,37 @@ Two ways such a wait can miss the signal, both met on this machine:
   gRPC threads, a C extension's). Python runs its handler only when the main thread next
   returns to the interpreter, which a wait without a timeout never does: `batchpilot fleet`
   once ignored Ctrl+C and SIGTERM for minutes. So the wait polls, every POLL_S.
+
+The handler itself only puts the signal on a SimpleQueue (whose put is documented as safe
+in a signal handler) and a relay thread sets the event. Setting it in the handler takes the
+event's lock, which the main thread holds for a moment on each poll: a signal handled in
+that moment waited on its own thread's lock for good (CI saw the stop hang once).
 """
 
 from __future__ import annotations
 
+import queue
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 POLL_S = 0.1  # the longest a stop request waits for the main thread to see it: a fleet
 # keeps admitting until then (a load balancer sees its 503s that much later)
 
 
-def stop_on_signals() -> threading.Event:
-    """An event that SIGINT and SIGTERM set (call from the main thread)."""
+def stop_on_signals(
+        signals: Iterable[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> threading.Event:
+    """An event that any of `signals` sets (call from the main thread)."""
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    received: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def relay() -> None:
+        received.get()
+        stop.set()
+
+    threading.Thread(target=relay, name="stop-signal-relay", daemon=True).start()
+    for sig in signals:
+        signal.signal(sig, lambda signum, _frame: received.put(signum))
     return stop
 
 

@@ -65,3 +65,26 @@ def test_ctrl_c_and_sigterm_stop_it_even_with_sigint_inherited_ignored(sig):
     time.sleep(0.2)
     proc.send_signal(sig)
     assert stopped_within(proc, 10)
+
+
+HELD_LOCK_SCRIPT = """
+import signal
+from control.serve.stop_signals import stop_on_signals, wait_for_stop
+stop = stop_on_signals()
+with stop._cond:  # the moment of each poll in which the main thread holds the event's lock
+    signal.raise_signal(signal.SIGTERM)  # its handler runs here, on the main thread
+    print("handled", flush=True)
+wait_for_stop(stop)
+print("stopped", flush=True)
+"""
+
+
+def test_a_signal_handled_while_the_wait_holds_the_events_lock_still_stops_it():
+    proc = subprocess.Popen([sys.executable, "-c", HELD_LOCK_SCRIPT], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE)
+    try:
+        out, _ = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    assert out == "handled\nstopped\n", "the handler waited on the lock its own thread held"
