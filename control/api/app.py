@@ -32,6 +32,7 @@ from control.api.arrival import StampArrival
 from control.api.body_limit import BodyLimit
 from control.api.delivery import DeliveryProbe
 from control.api.errors import install_error_handlers
+from control.api.text_check import UnicodeBody
 from control.metrics.gateway import install_gateway_metrics
 from control.metrics.gc_pauses import GcPauses
 from control.metrics.observer import Observer
@@ -171,6 +172,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     app = FastAPI(title="batchpilot", summary="OpenAI-compatible LLM serving",
                   lifespan=lifespan)
     app.state.serving = state
+    app.add_middleware(UnicodeBody)  # inside BodyLimit: reads a body already bounded
     # arrival: before the body is read, or at the edge when behind one (control/api/arrival.py)
     app.add_middleware(StampArrival, behind_edge=settings.behind_edge)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)

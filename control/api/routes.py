@@ -192,7 +192,11 @@ async def _generate(state: ServerState, request: Request,
     gens, done = choice_generations(state, request, streams, timeout_s=meta.timeout_s,
                                     streaming=body.stream)
     if body.stream:
-        return sse_response(gens, fmt, on_close=done)
+        try:
+            return sse_response(gens, fmt, on_close=done)
+        except BaseException:  # no response will run on_close: end the choices here
+            _end(gens, done)
+            raise
     try:
         return await collect(gens, fmt)
     except ClientDisconnected:
@@ -200,9 +204,15 @@ async def _generate(state: ServerState, request: Request,
     except EngineUnresponsive as exc:
         raise APIError(500, str(exc), code="engine_unresponsive") from None
     finally:
-        for gen in gens:
-            gen.close()
-        done()
+        _end(gens, done)
+
+
+def _end(gens: list, done: Callable[[], None]) -> None:
+    """Close each choice's generation (aborting it in the engine if it still runs) and
+    count the request out of `inflight`."""
+    for gen in gens:
+        gen.close()
+    done()
 
 
 @router.get("/healthz")

@@ -23,6 +23,7 @@ from control.api.errors import install_error_handlers
 from control.api.limits import RequestLimits
 from control.api.request_limits import check_messages
 from control.api.schemas import ChatCompletionRequest, CompletionRequest
+from control.api.text_check import UnicodeBody
 from control.api.vllm_schemas import (
     DetokenizeRequest,
     TokenizeChatRequest,
@@ -51,6 +52,7 @@ def create_edge_app(uds: str, limits: RequestLimits) -> FastAPI:
         return await upstream.forward(request, await request.body())
 
     app = FastAPI(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+    app.add_middleware(UnicodeBody)  # inside BodyLimit: reads a body already bounded
     app.add_middleware(StampArrival)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     install_error_handlers(app)

@@ -13,6 +13,7 @@ from control.admin.origin_guard import OriginGuard
 from control.api.body_limit import BodyLimit
 from control.api.errors import APIError, install_error_handlers
 from control.api.routed import routed_value
+from control.api.text_check import UnicodeBody
 from control.fleet.control_routes import fleet_control_router
 from control.fleet.metrics_merge import ingress_metrics, kv_index_metrics, merge_metrics
 from control.fleet.restart import restart_router
@@ -23,6 +24,7 @@ from control.fleet.trace_fanout import guard_forwarded, install_trace_routes
 def build_app(fleet: Any) -> FastAPI:
     """`fleet`: the FleetIngress."""
     app = FastAPI(title="batchpilot fleet", summary="one OpenAI API over N engine replicas")
+    app.add_middleware(UnicodeBody)  # inside BodyLimit: reads a body already bounded
     app.add_middleware(BodyLimit, max_bytes=fleet.max_body_bytes)
     app.add_middleware(OriginGuard, check_host=fleet.loopback and not fleet.control_tokens)
     install_error_handlers(app)

@@ -64,8 +64,10 @@ class BlockHasher:
         if root is None:
             if len(self._memo) >= MAX_MEMO_ROOTS:
                 self._memo.clear()
-            domain = b"s" + cache_salt.encode() if cache_salt is not None \
-                else b"t" + tenant.encode()
+            # surrogatepass: a salt the HTTP edge let through unencodable must not raise
+            # here, inside a step, where it would end every request of the batch
+            domain = b"s" + cache_salt.encode("utf-8", "surrogatepass") \
+                if cache_salt is not None else b"t" + tenant.encode("utf-8", "surrogatepass")
             root = self._memo[memo_key] = self._root(domain)
         return root
 

@@ -59,3 +59,10 @@ def test_roots_separate_tenants_salts_and_the_global_domain():
     assert shared.root("alice", None) == shared.root("bob", None)
     block = tenant.block(tenant.root("alice", None), list(range(BS)), 0)
     assert block not in roots and len(block) == 16
+
+
+def test_a_salt_or_tenant_no_encoder_takes_still_hashes_apart():
+    # a lone surrogate: hashed inside a step, where raising would end the whole batch
+    hasher = BlockHasher(4)
+    roots = {hasher.root("t", "\ud800"), hasher.root("t", "\udc00"), hasher.root("\ud800", None)}
+    assert len(roots) == 3

@@ -24,7 +24,7 @@ _int = st.one_of(st.integers(-3, 3), st.integers(-(2**70), 2**70),
                  st.sampled_from([0, 1, 2, 49151, 49152, 2**31, 2**63, -(2**63) - 1]))
 _float = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(
     [0.0, 0.5, 1.0, 2.0, -2.0, 100.0, 1e300]))
-_text = st.text(max_size=40)
+_text = st.text(st.characters(exclude_categories=()), max_size=40)  # lone surrogates too
 _id_list = st.lists(_int, max_size=6)
 _scalar = st.one_of(_int, _float, _text, st.booleans(), st.none())
 _json = st.recursive(_scalar, lambda inner: st.one_of(
@@ -99,6 +99,7 @@ def alone(served):
 @example(poison={"max_tokens": 4, "min_tokens": 2, "stop_token_ids": [10**9]})
 @example(poison={"max_tokens": 4, "user": "用户"})
 @example(poison={"max_tokens": 4, "logit_bias": {"²": 5}})
+@example(poison={"max_tokens": 4, "cache_salt": "\ud800"})  # once ended the batch
 def test_no_sampling_field_can_fail_a_neighbour(served, alone, path, poison):
     if path.endswith("chat/completions"):
         poison.pop("prompt", None)
