@@ -165,17 +165,22 @@ def caller(request: Request, tokens: tuple[Token, ...], scope: str) -> Caller:
     """Who sent `request`, if it may use `scope`; else 401 (no or unknown token) / 403."""
     if not tokens:
         return LOCAL_CALLER
-    header = request.headers.get("authorization", "")
+    token = known_token(request.headers.get("authorization", ""), tokens)
+    if scope == "admin" and token.scope != "admin":
+        raise APIError(403, f"token {token.name!r} is read-only; this needs an admin"
+                       " token", code="forbidden")
+    return Caller(token.name, token.scope, token.tenants)
+
+
+def known_token(header: str, tokens: tuple[Token, ...]) -> Token:
+    """The token an Authorization header's bearer secret names; else 401."""
     kind, _, secret = header.partition(" ")
     if kind.lower() != "bearer" or not secret:
         raise APIError(401, "this route needs 'Authorization: Bearer <token>'",
                        code="unauthorized", headers={"WWW-Authenticate": "Bearer"})
     for token in tokens:
         if hmac.compare_digest(token.secret.encode(), secret.strip().encode()):
-            if scope == "admin" and token.scope != "admin":
-                raise APIError(403, f"token {token.name!r} is read-only; this needs an admin"
-                               " token", code="forbidden")
-            return Caller(token.name, token.scope, token.tenants)
+            return token
     raise APIError(401, "unknown token", code="unauthorized",
                    headers={"WWW-Authenticate": "Bearer"})
 

@@ -13,6 +13,13 @@ on a name that rebinds to 127.0.0.1 reads the answers too. So:
                                                   only kinds a page sends without CORS)
 
 The CLI, the dashboard and the fleet send JSON with no Origin; curl sends no Origin either.
+
+With tokens, every control route's caller is also known here, before its body is read: a
+caller without a valid token learns nothing of what the route expects (a 401, never a 400
+about the body), and a token bound to tenants gets a 403: every control route shows or
+changes what all tenants share. The route still checks the token's scope. Host, Origin
+and Authorization sent more than once, or a Host that is not one name, are a 400: the two
+readers (this guard, the route) must not pick different copies.
 """
 
 from __future__ import annotations
@@ -21,19 +28,22 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from control.admin.auth import Caller, Token, known_token, require_unbound
 from control.api.errors import APIError
 
 CONTROL_PREFIXES = ("/control/", "/v1/whatif", "/v1/loadtest/results")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+SINGLE_HEADERS = ("host", "origin", "authorization")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 
 
 class OriginGuard:
     """Pure ASGI middleware. `check_host`: the server listens on loopback without tokens."""
 
-    def __init__(self, app: ASGIApp, *, check_host: bool):
+    def __init__(self, app: ASGIApp, *, check_host: bool, tokens: tuple[Token, ...] = ()):
         self.app = app
         self.check_host = check_host
+        self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -45,7 +55,14 @@ class OriginGuard:
 
     def problem(self, scope: Scope) -> APIError | None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        repeated = _repeated(scope["headers"])
+        if repeated is not None:
+            return APIError(400, f"{repeated} was sent more than once; send it once",
+                            code="invalid_value", param=repeated)
         host = headers.get("host")
+        if host is not None and not _one_name(host):
+            return APIError(400, f"Host {host!r} must be one host name (and port)",
+                            code="invalid_value", param="Host")
         # NOTE: no Host at all is an in-process call (a fleet replica reached by handle,
         # control/fleet/asgi_call.py): a browser always sends one
         if self.check_host and host is not None and _hostname(host) not in LOOPBACK_NAMES:
@@ -55,7 +72,16 @@ class OriginGuard:
                             " resolves here must not steer or read it)",
                             code="misdirected_request", param="Host")
         path, method = scope.get("path", ""), scope.get("method", "GET")
-        if method in SAFE_METHODS or not path.startswith(CONTROL_PREFIXES):
+        if not path.startswith(CONTROL_PREFIXES):
+            return None
+        if self.tokens:
+            try:
+                token = known_token(headers.get("authorization", ""), self.tokens)
+                require_unbound(Caller(token.name, token.scope, token.tenants),
+                                f"{path} (the server's config, its history or a change)")
+            except APIError as exc:
+                return exc
+        if method in SAFE_METHODS:
             return None
         origin = headers.get("origin")
         if origin is not None and _authority(origin) != (host or "").lower():
@@ -68,6 +94,17 @@ class OriginGuard:
                             " control plane must be sent as application/json",
                             code="unsupported_media_type", param="Content-Type")
         return None
+
+
+def _repeated(raw: list[tuple[bytes, bytes]]) -> str | None:
+    """The first of SINGLE_HEADERS sent more than once, by its name; else None."""
+    names = [k.decode("latin-1") for k, _ in raw if k.decode("latin-1") in SINGLE_HEADERS]
+    return next((n.title() for n in SINGLE_HEADERS if names.count(n) > 1), None)
+
+
+def _one_name(host: str) -> bool:
+    """'localhost:8000' yes; 'localhost:8000, evil.example' (a list) no."""
+    return bool(host) and not any(c in host for c in ", \t")
 
 
 def _hostname(host: str) -> str:

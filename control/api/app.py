@@ -177,7 +177,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     app.add_middleware(StampArrival, behind_edge=settings.behind_edge)
     app.add_middleware(BodyLimit, max_bytes=settings.limits.max_body_bytes)
     app.add_middleware(OriginGuard, check_host=not state.control_tokens
-                       and settings.host in LOOPBACK_HOSTS)
+                       and settings.host in LOOPBACK_HOSTS, tokens=state.control_tokens)
     install_error_handlers(app)  # outermost: anything unexpected in the above is a 500
     app.include_router(api_routes.router)
     app.include_router(vllm_routes.router)  # /health, /version, /tokenize, /detokenize

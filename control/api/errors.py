@@ -57,7 +57,9 @@ class APIError(Exception):
 
 def error_detail(status: int, message: str, *, code: str | None = None,
                  param: str | None = None) -> dict[str, Any]:
-    return {"message": message, "type": ERROR_TYPES.get(status, "server_error"),
+    # any other 4xx (401, 409, 428) is the client's: as OpenAI types a bad API key's 401
+    default = "invalid_request_error" if status < 500 else "server_error"
+    return {"message": message, "type": ERROR_TYPES.get(status, default),
             "param": param, "code": code}
 
 

@@ -3,7 +3,9 @@
     tenant    X-Tenant, else the body's `user`, else "default"
     lane      X-Lane, else None: the engine routes by prompt length
               (long_context_threshold -> long_context_lane, else default_lane)
-    priority  the body's `priority`, else X-Priority, else 0 (smaller runs first)
+    priority  X-Priority, else the body's `priority`, else 0 (smaller runs first): the
+              header wins, as X-Tenant wins over `user`, so that a gateway that sets it
+              decides every request's priority whatever the client's body says
     deadline  X-Deadline-Ms: milliseconds from the request's arrival at the server by
               which it must finish, turned into an absolute time on the engine clock
               (time.time(), seconds)
@@ -13,6 +15,9 @@
               sends this count on every request; above 0 the client was refused (or cut
               off) before and sends it again, so its user has been waiting since a send
               this server never timed (engine Request.resent)
+
+Each of these headers sent twice is a 400 naming it: a gateway that appends its X-Tenant
+after the client's, instead of replacing it, must not leave the client's in force.
 """
 
 from __future__ import annotations
@@ -45,19 +50,19 @@ def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None
     """`now`: the request's arrival (engine clock). Raises APIError(400) naming the
     header that is malformed."""
     tenant = tenant_of(headers, user)
-    lane = _name(_utf8(headers.get("x-lane")), "X-Lane")
-    if priority is None:
-        priority = _int(headers.get("x-priority"), "X-Priority", -PRIORITY_LIMIT,
-                        PRIORITY_LIMIT - 1)
-    elif not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
+    lane = _name(_utf8(_one(headers, "X-Lane")), "X-Lane")
+    sent = _int(_one(headers, "X-Priority"), "X-Priority", -PRIORITY_LIMIT, PRIORITY_LIMIT - 1)
+    if sent is not None:
+        priority = sent
+    elif priority is not None and not -PRIORITY_LIMIT <= priority < PRIORITY_LIMIT:
         raise APIError(400, f"priority={priority} must be in [-2**31, 2**31)",
                        code="invalid_value", param="priority")
-    deadline_ms = _int(headers.get("x-deadline-ms"), "X-Deadline-Ms", 1, MAX_MS)
+    deadline_ms = _int(_one(headers, "X-Deadline-Ms"), "X-Deadline-Ms", 1, MAX_MS)
     deadline = now + deadline_ms / 1000.0 if deadline_ms is not None else None
-    timeout_ms = _int(headers.get("x-request-timeout-ms"), "X-Request-Timeout-Ms", 1, MAX_MS)
+    timeout_ms = _int(_one(headers, "X-Request-Timeout-Ms"), "X-Request-Timeout-Ms", 1, MAX_MS)
     timeout_s = max_timeout_s if timeout_ms is None else min(timeout_ms / 1000.0,
                                                               max_timeout_s)
-    retries = _int(headers.get("x-stainless-retry-count"), "X-Stainless-Retry-Count", 0,
+    retries = _int(_one(headers, "X-Stainless-Retry-Count"), "X-Stainless-Retry-Count", 0,
                    MAX_RETRY_COUNT)
     return RequestMeta(tenant, lane, priority or 0, deadline, timeout_s, arrival_time=now,
                        resent=bool(retries))
@@ -66,8 +71,19 @@ def read_meta(headers: Mapping[str, str], user: str | None, priority: int | None
 def tenant_of(headers: Mapping[str, str], user: str | None) -> str:
     """X-Tenant, else the body's `user`, else "default"; APIError(400) when malformed. (A
     fleet's ingress asks it too: the tenant roots a request's prefix-cache domain.)"""
-    return (_name(_utf8(headers.get("x-tenant")), "X-Tenant") or _name(user, "user")
+    return (_name(_utf8(_one(headers, "X-Tenant")), "X-Tenant") or _name(user, "user")
             or "default")
+
+
+def _one(headers: Mapping[str, str], name: str) -> str | None:
+    """The header's one value (None when absent); 400 when it was sent more than once."""
+    values = headers.getlist(name) if hasattr(headers, "getlist") else \
+        [v for v in (headers.get(name.lower()),) if v is not None]
+    if len(values) > 1:
+        raise APIError(400, f"{name} was sent {len(values)} times; send it once (a gateway"
+                       " must replace a client's value, not add its own after it)",
+                       code="invalid_value", param=name)
+    return values[0] if values else None
 
 
 def _utf8(value: str | None) -> str | None:

@@ -26,7 +26,8 @@ def build_app(fleet: Any) -> FastAPI:
     app = FastAPI(title="batchpilot fleet", summary="one OpenAI API over N engine replicas")
     app.add_middleware(UnicodeBody)  # inside BodyLimit: reads a body already bounded
     app.add_middleware(BodyLimit, max_bytes=fleet.max_body_bytes)
-    app.add_middleware(OriginGuard, check_host=fleet.loopback and not fleet.control_tokens)
+    app.add_middleware(OriginGuard, check_host=fleet.loopback and not fleet.control_tokens,
+                       tokens=fleet.control_tokens)
     install_error_handlers(app)
 
     @app.post("/v1/completions")

@@ -111,7 +111,9 @@ def test_routing_metadata_from_headers_and_body(tiny_loaded, tmp_path):
                     )[0]["lane"] == "interactive"
             got, headers = await info(client, {"X-Priority": "-3"})
             assert got["priority"] == -3 and headers["x-batchpilot-priority"] == "-3"
-            assert (await info(client, {"X-Priority": "-3"}, priority=5))[0]["priority"] == 5
+            # the header wins: a gateway that sets it decides, whatever the client's body says
+            assert (await info(client, {"X-Priority": "-3"}, priority=5))[0]["priority"] == -3
+            assert (await info(client, priority=5))[0]["priority"] == 5
             got, _ = await info(client, {"X-Deadline-Ms": "60000"})
             assert got["finish_reason"] == "length"
 

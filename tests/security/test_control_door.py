@@ -1,0 +1,129 @@
+"""The door of the control plane, with tokens: a caller without a valid token gets a 401
+before anything reads its body (a 400 about the body would tell it what the route expects);
+a token bound to a tenant reads neither the config (which names every tenant's lane) nor
+its history (every change's actor and reason); Host, Origin and Authorization count only
+when sent once. And on the data plane: X-Priority wins over the body's `priority` (a
+gateway that sets it decides), and a routing header sent twice is a 400."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fixtures.serving import asgi_client, make_engine
+
+from control.admin.auth import ENV_VAR
+from control.serve.settings import ServeSettings
+
+SECRET_TENANT = "beta-bigcorp-secret-customer"
+TOKENS = "ops admin ops-secret-1\nacme-ro read acme-secret1 acme\n"
+ADMIN = {"Authorization": "Bearer ops-secret-1"}
+ACME = {"Authorization": "Bearer acme-secret1"}
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def served(tiny_loaded, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("door")
+    (tmp / "tokens").write_text(TOKENS)
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv(ENV_VAR, raising=False)
+        engine, _, settings = make_engine(tiny_loaded, settings=ServeSettings(
+            model="tiny", control_tokens_path=str(tmp / "tokens")))
+        yield engine, settings
+        engine.stop()
+
+
+def _calls(served, calls: list[tuple[str, str, dict, bytes | None]]) -> list:
+    engine, settings = served
+
+    async def scenario():
+        async with asgi_client(engine, settings, stop=False) as client:
+            return [await client.request(method, path, headers=headers, content=body)
+                    for method, path, headers, body in calls]
+
+    return asyncio.run(scenario())
+
+
+def test_no_token_is_a_401_before_the_body_is_read(served):
+    replies = _calls(served, [
+        ("PATCH", "/control/config", JSON, b'{"zzz": 1}'),
+        ("POST", "/control/drain", JSON, b"{not json"),
+        ("POST", "/v1/whatif", JSON, b"[]"),
+        ("PATCH", "/control/config", {**JSON, "Authorization": "Bearer wrong"}, b'{"zzz": 1}'),
+    ])
+    for reply in replies:
+        assert reply.status_code == 401, reply.text
+        error = reply.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["code"] == "unauthorized"
+        assert "zzz" not in reply.text and "JSON" not in reply.text
+
+
+def test_a_tenant_bound_token_reads_no_config_and_no_history(served):
+    engine, settings = served
+    change = {"changes": {"tenant_lanes": {SECRET_TENANT: "batch"}},
+              "reason": f"move {SECRET_TENANT} to batch"}
+
+    async def scenario():
+        async with asgi_client(engine, settings, stop=False) as client:
+            version = (await client.get("/control/config", headers=ADMIN)).json()["version"]
+            moved = await client.patch("/control/config", json=change,
+                                       headers={**ADMIN, "If-Match": str(version)})
+            assert moved.status_code == 200, moved.text
+            return ([await client.get(p, headers=ACME) for p in ("/control/config",
+                                                                 "/control/history")],
+                    [await client.get(p, headers=ADMIN) for p in ("/control/config",
+                                                                  "/control/history")])
+
+    bound, admin = asyncio.run(scenario())
+    for reply in bound:
+        assert reply.status_code == 403, reply.text
+        assert SECRET_TENANT not in reply.text
+        assert reply.json()["error"]["code"] == "forbidden"
+    for reply in admin:  # an unbound token reads it: the search above can find it
+        assert reply.status_code == 200 and SECRET_TENANT in reply.text, reply.text
+
+
+@pytest.mark.parametrize("header", ["Host", "Origin", "Authorization"])
+def test_a_door_header_sent_twice_is_a_400(served, header):
+    engine, settings = served
+    values = {"Host": ["127.0.0.1", "evil.example"], "Origin": ["http://127.0.0.1",
+              "http://evil.example"], "Authorization": ["Bearer ops-secret-1", "Bearer x"]}
+
+    async def scenario():
+        async with asgi_client(engine, settings, stop=False) as client:
+            request = client.build_request("GET", "/control/config", headers=ADMIN)
+            request.headers = request.headers.copy()
+            raw = [(k, v) for k, v in request.headers.raw if k.lower() != header.lower().encode()]
+            raw += [(header.encode(), v.encode()) for v in values[header]]
+            request.headers = type(request.headers)(raw)
+            return await client.send(request)
+
+    reply = asyncio.run(scenario())
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == header
+
+
+def test_a_host_that_lists_two_names_is_a_400(served):
+    reply = _calls(served, [("GET", "/control/config",
+                             {**ADMIN, "Host": "127.0.0.1:8000, evil.example"}, None)])[0]
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "Host"
+
+
+def test_x_priority_wins_over_the_body_and_a_routing_header_twice_is_a_400(served):
+    engine, settings = served
+    body = {"model": "tiny", "prompt": "hi", "max_tokens": 2, "priority": -2**31}
+
+    async def scenario():
+        async with asgi_client(engine, settings, stop=False) as client:
+            ruled = await client.post("/v1/completions", json=body,
+                                      headers={"X-Priority": "5"})
+            request = client.build_request("POST", "/v1/completions", json=body)
+            request.headers = type(request.headers)(
+                [*request.headers.raw, (b"X-Tenant", b"acme"), (b"X-Tenant", b"beta")])
+            return ruled, await client.send(request)
+
+    ruled, twice = asyncio.run(scenario())
+    assert ruled.status_code == 200, ruled.text
+    assert ruled.json()["batchpilot"]["priority"] == 5
+    assert twice.status_code == 400 and twice.json()["error"]["param"] == "X-Tenant"
