@@ -23,6 +23,13 @@ def _is_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def token_ids_shape(values: Any) -> Any:
+    """A list of at most MAX_PROMPT_IDS token ids (ints, not bools), checked in one pass."""
+    if isinstance(values, list):
+        _ids(values)
+    return values
+
+
 def _ids(values: list[Any]) -> None:
     if len(values) > MAX_PROMPT_IDS:
         raise ValueError(f"has {len(values)} token ids; at most {MAX_PROMPT_IDS}")

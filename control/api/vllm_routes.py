@@ -108,6 +108,11 @@ async def detokenize(request: Request, response: Response) -> DetokenizeResponse
     body, ignored = parse_body_naming_ignored(DetokenizeRequest, await json_body(request))
     name_ignored(response, ignored)
     state = serving_state(request, body.model)
+    max_len = state.parts.static.max_model_len
+    if len(body.tokens) > max_len:  # the tokenizer thread is every request's: bound its work
+        raise APIError(400, f"tokens has {len(body.tokens)} ids, more than max_model_len="
+                       f"{max_len}: no sequence of this model is longer", code="invalid_value",
+                       param="tokens")
     text = await state.run_tokenizer(_decode, state.parts, body.tokens)
     return DetokenizeResponse(prompt=text)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from control.api.list_shapes import token_ids_shape
 from control.api.schemas import ChatMessage
 
 UNSUPPORTED_CHAT_FIELDS = ("chat_template", "chat_template_kwargs", "tools",
@@ -72,7 +73,9 @@ class TokenizeResponse(BaseModel):
 
 
 class DetokenizeRequest(_VllmRequest):
-    tokens: list[int]
+    tokens: list[int]  # also at most max_model_len (the route): no longer text comes out
+
+    _tokens_shape = field_validator("tokens", mode="before")(token_ids_shape)
 
 
 class DetokenizeResponse(BaseModel):

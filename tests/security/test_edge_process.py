@@ -30,6 +30,7 @@ MALFORMED = [  # (path, body, status, param named in the error)
     ("/v1/chat/completions", b'{"messages": "not a list"}', 400, "messages"),
     ("/tokenize", b'{"prompt": 5}', 400, "prompt"),
     ("/detokenize", b'{"tokens": "abc"}', 400, "tokens"),
+    ("/detokenize", json.dumps({"tokens": [5] * 200_000}).encode(), 400, "tokens"),
 ]
 
 

@@ -77,6 +77,17 @@ def test_every_token_id_field_is_checked(api):
     assert ok.status_code == 200, ok.text
 
 
+def test_detokenize_takes_no_more_ids_than_a_sequence_holds(api):
+    # the tokenizer thread is every request's: a million ids held it ~0.3 s a call
+    ok, over, huge = send(api, [("/detokenize", {"tokens": [5] * 64}, {}),
+                                ("/detokenize", {"tokens": [5] * 100_000}, {}),
+                                ("/detokenize", {"tokens": [5] * 200_000}, {})])
+    assert ok.status_code == 200, ok.text
+    for reply in (over, huge):
+        assert reply.status_code == 400 and error(reply)["param"] == "tokens", reply.text
+    assert "max_model_len" in error(over)["message"]
+
+
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("path,base", ENDPOINTS)
 def test_a_user_in_any_script_is_served_and_echoed(api, path, base, stream):
