@@ -9,6 +9,11 @@ Bounds (control/api/limits.py), because one schema can cost minutes of compile:
                                cannot be interrupted: it runs on, holding its slot only
     max_grammar_compiles       compiles running at once (runaways included); a new schema
                                finding them all taken: 429 + Retry-After, never a queue
+    MAX_PATTERN_REPEAT         a `pattern`'s repeat count ({n}, {n,m}); more: 400, before
+                               compiling. xgrammar's cost grows with the square of one
+                               count (3,000: 0.4 s; 30,000: ~50 s of a core, past the
+                               timeout, its slot held all along); nested repeats multiply
+                               cheaply, so one count is what is bounded
 
 The model's compiler is built once on the tokenizer thread (it reads the whole vocabulary);
 each compile then runs on a compile slot (engine/structured/compile_slots.py), touching no
@@ -19,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 from control.api.errors import APIError, retry_after
@@ -33,6 +40,8 @@ if TYPE_CHECKING:
     from engine.structured.grammar import GrammarCache
 
 log = logging.getLogger("batchpilot.http")
+MAX_PATTERN_REPEAT = 1000
+_REPEAT = re.compile(r"(?<!\\)\{(\d+)(?:,(\d*))?\}")  # {n} {n,} {n,m}, not an escaped brace
 
 
 async def with_grammar(state: ServerState, body: CompletionRequest | ChatCompletionRequest,
@@ -46,6 +55,7 @@ async def with_grammar(state: ServerState, body: CompletionRequest | ChatComplet
     if spec is None:
         return params
     check_schema_size(spec, field, state.settings.limits.max_schema_bytes)
+    check_schema_patterns(spec, field)
     executor = state.parts.engine.executor
     # NOTE: the executors that sample from a model (engine/execution/sampler.py, which applies the
     # grammar) are those that compute logprobs; another (a simulator) would ignore it
@@ -75,6 +85,34 @@ def check_schema_size(spec: StructuredOutput, field: str, max_schema_bytes: int)
                        f" {max_schema_bytes} are accepted"
                        f" (limit max_schema_bytes={max_schema_bytes})",
                        code="invalid_value", param=field)
+
+
+def check_schema_patterns(spec: StructuredOutput, field: str) -> None:
+    """400 naming the pattern when one repeats a piece more than MAX_PATTERN_REPEAT times."""
+    for pattern in _patterns(json.loads(spec.schema)):
+        counts = [int(n) for match in _REPEAT.finditer(pattern) for n in match.groups() if n]
+        if counts and max(counts) > MAX_PATTERN_REPEAT:
+            raise APIError(400, f"{field}: the pattern {pattern[:80]!r} repeats a piece"
+                           f" {max(counts)} times; at most {MAX_PATTERN_REPEAT} (a repeat"
+                           " count costs the grammar compile its square)",
+                           code="invalid_value", param=field)
+
+
+def _patterns(schema: Any) -> list[str]:
+    """Every regular expression in a schema: `pattern` values, `patternProperties` keys."""
+    found, stack = [], [schema]
+    while stack:  # not recursive: a schema may nest deep
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "pattern" and isinstance(value, str):
+                    found.append(value)
+                elif key == "patternProperties" and isinstance(value, dict):
+                    found.extend(k for k in value if isinstance(k, str))
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
 
 
 def _model_cache(state: ServerState, field: str) -> GrammarCache:

@@ -109,6 +109,27 @@ def test_a_schema_past_max_schema_bytes_is_refused_before_compiling(engine):
     asyncio.run(scenario())
 
 
+def test_a_pattern_repeating_past_the_bound_is_refused_before_compiling(engine):
+    # {"pattern": "a{30000}"}: 40 bytes that held a core and a compile slot ~50 s
+    long_repeat = {"type": "string", "pattern": "a{30000}"}
+    keyed = {"type": "object", "patternProperties": {"^k{1,5000}$": {"type": "integer"}}}
+
+    async def scenario() -> None:
+        async with served(engine) as (client, state):
+            for schema, shown in ((long_repeat, "30000"), (keyed, "5000")):
+                reply, _ = await complete(client, guided_json=schema)
+                assert reply.status_code == 400, reply.text
+                error = reply.json()["error"]
+                assert error["param"] == "guided_json" and f"{shown} times" in error["message"]
+            assert state.grammar_compiles.counts.started == 0
+            ordinary = {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}
+            reply, _ = await complete(client, guided_json=ordinary,
+                                      response_format=None, max_tokens=2)
+            assert reply.status_code == 200, reply.text
+
+    asyncio.run(scenario())
+
+
 def test_a_runaway_compile_times_out_and_stalls_no_one(engine, caplog):
     async def scenario() -> None:
         caplog.set_level(logging.WARNING, logger="batchpilot.http")
