@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from control.trace.queries import _rows
+from control.trace.queries import _rows, checked_limit
 
 RUNNING = "coalesce(list_sum(map_values(running_by_lane)), 0)"  # requests running after a step
 
@@ -73,6 +73,7 @@ def loadtest_stats(con, long_prompt_tokens: int = 512, limit: int = 100
     back); the same for output tokens of ok requests; prompts of >= long_prompt_tokens."""
     if long_prompt_tokens < 1:
         raise ValueError(f"long_prompt_tokens={long_prompt_tokens} must be >= 1")
+    limit = checked_limit(limit, 1000)
     if not _has_table(con, "loadtest_requests"):
         return []
     counted = "FILTER (WHERE prompt_tokens > 0)"
@@ -94,4 +95,4 @@ def loadtest_stats(con, long_prompt_tokens: int = 512, limit: int = 100
                count(*) FILTER (WHERE prompt_tokens >= ?) AS long_prompts
         FROM loadtest_requests GROUP BY run_id, label
         ORDER BY first_sent DESC NULLS LAST, label
-        LIMIT {max(1, min(int(limit), 1000))}""", [long_prompt_tokens])
+        LIMIT {limit}""", [long_prompt_tokens])

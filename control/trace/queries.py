@@ -46,9 +46,10 @@ def time_window(column: str, since: float | None, until: float | None) -> tuple[
     return (" AND ".join(clauses) or "TRUE"), params
 
 
-def _limit(limit: int) -> int:
-    if not 1 <= limit <= MAX_ROWS:
-        raise ValueError(f"limit={limit} must be in 1..{MAX_ROWS}")
+def checked_limit(limit: int, most: int = MAX_ROWS) -> int:
+    """`limit`, when in 1..most; else a ValueError naming it (a 400 at the routes)."""
+    if not 1 <= limit <= most:
+        raise ValueError(f"limit={limit} must be in 1..{most}")
     return limit
 
 
@@ -58,7 +59,7 @@ def steps(con, since: float | None = None, until: float | None = None, limit: in
     where, params = time_window("start_time", since, until)
     cols = STEP_COLUMNS + (", " + BATCH_COLUMNS if batch else "")
     found = _rows(con, f"SELECT {cols} FROM steps WHERE {where} ORDER BY start_time"
-                  f" LIMIT {_limit(limit)}", params)
+                  f" LIMIT {checked_limit(limit)}", params)
     return _with_request_ids(con, found) if batch else found
 
 
@@ -224,7 +225,7 @@ def slow(con, since: float | None = None, until: float | None = None, limit: int
                num_prompt_tokens, num_output_tokens, arrival_time,
                coalesce(first_token_time, finished_time) AS first_token_or_end
         FROM requests WHERE {where} AND {by} IS NOT NULL
-        ORDER BY {by} DESC LIMIT {_limit(limit)}""", params)
+        ORDER BY {by} DESC LIMIT {checked_limit(limit)}""", params)
     for row in rows:  # the step sizes it waited through (engine/scheduling/goodput.py)
         run_id, start, end = row.pop("run_id"), row["arrival_time"], row.pop(
             "first_token_or_end")

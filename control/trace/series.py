@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from control.trace.queries import GROUPS, LATENCIES, _rows, time_window
+from control.trace.queries import GROUPS, LATENCIES, _rows, checked_limit, time_window
 
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600)
 MAX_BUCKETS = 2000
@@ -134,9 +134,10 @@ def config_changes(con, since: float | None = None,
 def loadtest_runs(con, limit: int = 100) -> list[dict[str, Any]]:
     """The latest load-test results (one row per run and config), newest first; [] when
     no load test was stored here."""
+    limit = checked_limit(limit, 1000)
     found = con.execute("SELECT count(*) FROM information_schema.tables"
                         " WHERE table_name = 'loadtest_runs'").fetchone()[0]
     if not found:
         return []
     return _rows(con, "SELECT * FROM loadtest_runs ORDER BY started DESC, label"
-                 f" LIMIT {max(1, min(int(limit), 1000))}", [])
+                 f" LIMIT {limit}", [])

@@ -8,6 +8,7 @@ A time without a zone is local time (the machine's), like the clock on the wall.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from datetime import datetime
@@ -22,7 +23,7 @@ def parse_time(text: str | float | None, now: float | None = None) -> float | No
     if text is None or text == "":
         return None
     if isinstance(text, int | float):
-        return float(text)
+        return _finite(float(text), text)
     value = text.strip()
     now = time.time() if now is None else now
     if value == "now":
@@ -31,9 +32,11 @@ def parse_time(text: str | float | None, now: float | None = None) -> float | No
     if match:
         return now - float(match.group(1)) * _UNITS[match.group(2)]
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         pass
+    else:
+        return _finite(number, text)
     try:
         if _CLOCK.match(value):
             today = datetime.fromtimestamp(now).date().isoformat()
@@ -44,3 +47,10 @@ def parse_time(text: str | float | None, now: float | None = None) -> float | No
             f"time {text!r} is not understood; use epoch seconds, ISO 8601"
             " (2026-11-29T14:02:00), a clock time today (14:02), or relative (-15m, -2h,"
             " -1d, now)") from None
+
+
+def _finite(seconds: float, text: object) -> float:
+    """nan, inf and 1e400 are no time (a window bounded by one would silently be none)."""
+    if not math.isfinite(seconds):
+        raise ValueError(f"time {text!r} is not a finite number of epoch seconds")
+    return seconds

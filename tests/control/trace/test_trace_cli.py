@@ -19,6 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import duckdb
+import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
@@ -235,6 +236,19 @@ def test_bad_values_are_usage_errors_naming_what_is_wrong(db, url, capsys):
         assert code == 2 and "limit=0 must be in 1..5000" in err
     code, _, err = cli(capsys, "--db", db, "steps")
     assert code == 2 and "--at" in err
+
+
+def test_no_time_and_no_limit_out_of_range_reaches_a_query(url):
+    for path, params, named in (
+            ("/v1/trace/summary", {"since": "nan"}, "not a finite number"),
+            ("/v1/trace/slow", {"until": "inf"}, "not a finite number"),
+            ("/v1/trace/steps", {"since": "1e400"}, "not a finite number"),
+            ("/v1/loadtest/runs", {"limit": "-1"}, "limit=-1 must be in 1..1000"),
+            ("/v1/loadtest/stats", {"limit": "0"}, "limit=0 must be in 1..1000")):
+        reply = httpx.get(url + path, params=params, timeout=30)
+        assert reply.status_code == 400, (path, reply.text)
+        assert named in reply.json()["error"]["message"], (path, reply.text)
+    assert httpx.get(url + "/v1/loadtest/runs", params={"limit": 5}).status_code == 200
 
 
 def test_the_source_must_be_exactly_one_of_db_or_url(db, capsys, monkeypatch):
