@@ -55,7 +55,9 @@ class _WarnsUndeclared(BaseModel):
     on: refused (UNIMPLEMENTED), else ignored with a warning naming them by their path
     (`_field_path`: where the object sits in the body, "" at the top)."""
 
-    model_config = ConfigDict(extra="ignore")
+    # strict: "4", true or 4.0 for an int, "yes" or 1 for a bool are 400s naming the field,
+    # as OpenAI's API answers them, not values guessed (an int is still a float's value)
+    model_config = ConfigDict(extra="ignore", strict=True)
     _field_path: ClassVar[str] = ""
     _ignored: list[str] = PrivateAttr(default_factory=list)  # as the answer names them
 

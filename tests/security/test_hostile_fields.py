@@ -77,6 +77,25 @@ def test_every_token_id_field_is_checked(api):
     assert ok.status_code == 200, ok.text
 
 
+LOOSE = [  # (field, value): each was read as something else, as OpenAI's API never does
+    ("max_tokens", "4"), ("max_tokens", True), ("max_tokens", 4.0), ("n", "1"),
+    ("stream", "yes"), ("stream", 1), ("ignore_eos", "false"), ("seed", "7"),
+    ("priority", True),
+]
+
+
+@pytest.mark.parametrize("path,base", ENDPOINTS)
+def test_a_value_of_the_wrong_type_is_a_400_not_a_guess(api, path, base):
+    replies = send(api, [(path, {**base, field: value}, {}) for field, value in LOOSE])
+    for (field, value), reply in zip(LOOSE, replies, strict=True):
+        assert reply.status_code == 400, (field, value, reply.text)
+        assert error(reply)["param"] == field, (field, value, reply.text)
+    completion_only = send(api, [("/v1/completions", {**PROMPT, "logprobs": True}, {})])[0]
+    assert completion_only.status_code == 400  # an int there: true was taken as 1
+    fine, = send(api, [(path, {**base, "temperature": 0, "top_p": 1}, {})])  # ints as floats
+    assert fine.status_code == 200, fine.text
+
+
 def test_detokenize_takes_no_more_ids_than_a_sequence_holds(api):
     # the tokenizer thread is every request's: a million ids held it ~0.3 s a call
     ok, over, huge = send(api, [("/detokenize", {"tokens": [5] * 64}, {}),
