@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from control.api.list_shapes import token_ids_shape
 from control.api.schemas import ChatMessage
@@ -25,7 +32,7 @@ UNSUPPORTED_CHAT_FIELDS = ("chat_template", "chat_template_kwargs", "tools",
 
 
 class _VllmRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)  # as the generation routes'
 
     model: str | None = None
 
@@ -48,6 +55,13 @@ class TokenizeChatRequest(_VllmRequest):
     chat_template_kwargs: dict[str, Any] | None = None
     tools: list[Any] | None = None
     mm_processor_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_both(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "prompt" in data:  # one of them would go unread
+            raise ValueError("send prompt or messages, not both")
+        return data
 
     @field_validator("continue_final_message")
     @classmethod
