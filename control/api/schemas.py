@@ -122,9 +122,14 @@ class _GenerationRequest(_WarnsUndeclared):
     @field_validator("logit_bias")
     @classmethod
     def _logit_bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        seen: dict[int, str] = {}
         for token, value in (bias or {}).items():
             if not _ASCII_DIGITS.fullmatch(token.strip()):  # not isdigit(): '²' is a digit
                 raise ValueError(f"keys must be token ids (non-negative integers), got {token!r}")
+            if int(token) in seen:  # " 5", "05" and "5": one would silently win
+                raise ValueError(f"keys {seen[int(token)]!r} and {token!r} both name token"
+                                 f" {int(token)}")
+            seen[int(token)] = token
             if not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
                 raise ValueError(f"values must be in [-100, 100], got {value!r} for {token}")
         return bias
