@@ -15,6 +15,7 @@ import uvicorn
 from control.api.limits import RequestLimits
 from control.edge.app import create_edge_app
 from control.edge.process import EDGE_READY_LINE, PARENT_POLL_S
+from control.serve.read_deadlines import ReadDeadlines
 from control.serve.settings import KEEP_ALIVE_S, ServeSettings
 
 
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     limits = RequestLimits(**json.loads(args.limits)).validate()
     config = uvicorn.Config(create_edge_app(args.uds, limits), host=args.host,
                             port=args.port, log_level=args.log_level, lifespan="on",
-                            timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=5)
+                            timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=5,
+                            http=ReadDeadlines)
     server = EdgeServer(config, args.parent, args.host)
     server.run()
     return 0 if server.started else 1

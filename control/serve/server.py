@@ -28,6 +28,7 @@ import uvicorn
 
 from control.api.app import create_app
 from control.edge.process import EdgeProcess, remove_socket, socket_path
+from control.serve.read_deadlines import ReadDeadlines
 from control.serve.settings import KEEP_ALIVE_S, ServeSettings
 from control.serve.state import ServerState
 from engine.gc_heap import freeze_startup_heap
@@ -200,7 +201,7 @@ def serve(settings: ServeSettings) -> int:
     where = {"uds": uds} if uds else {"host": settings.host, "port": settings.port}
     config = uvicorn.Config(app, **where, log_level=settings.log_level, lifespan="on",
                             timeout_graceful_shutdown=int(FLUSH_S),
-                            timeout_keep_alive=KEEP_ALIVE_S)
+                            timeout_keep_alive=KEEP_ALIVE_S, http=ReadDeadlines)
     server = DrainingServer(config, app.state.serving, edge_uds=uds)
     try:
         server.run()

@@ -1,0 +1,137 @@
+"""Slowloris: a client that trickles its headers, stops half-way, sends nothing, or declares a
+body it never sends loses its connection after the read deadlines (control/serve/
+read_deadlines.py; short ones here), a body that never comes gets a 408, and a client that
+sent its request on time keeps its connection however long the answer takes."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+
+from control.serve.read_deadlines import ReadDeadlines
+
+SHORT_S = 0.6  # both deadlines in this test
+
+
+class Short(ReadDeadlines):
+    headers_s = SHORT_S
+    body_s = SHORT_S
+
+
+async def app(scope, receive, send):
+    """Reads the whole body, waits 2 deadlines (an answer that takes long), echoes its size."""
+    if scope["type"] != "http":
+        return
+    size, more = 0, True
+    while more:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        size, more = size + len(message.get("body", b"")), message.get("more_body", False)
+    await asyncio.sleep(2 * SHORT_S)
+    body = str(size).encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+@pytest.fixture(scope="module")
+def port():
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http=Short,
+                                           log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    yield server.servers[0].sockets[0].getsockname()[1]
+    server.should_exit = True
+    thread.join(10)
+
+
+def talk(port: int, pieces: list[bytes], gap_s: float = 0.0, wait_s: float = 5.0) -> bytes:
+    """Send `pieces` `gap_s` apart; everything the server sends until it closes (at most
+    `wait_s` after the last piece)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as sock:
+        for piece in pieces:
+            try:
+                sock.sendall(piece)
+            except OSError:  # closed on us mid-trickle: what the test looks for
+                break
+            time.sleep(gap_s)
+        got = b""
+        try:
+            while chunk := sock.recv(65536):
+                got += chunk
+        except TimeoutError:
+            return got + b"<still open>"
+        except ConnectionResetError:
+            pass
+        return got
+
+
+def test_a_connection_that_sends_nothing_is_closed(port):
+    assert talk(port, [], wait_s=5 * SHORT_S) == b""
+
+
+def test_headers_trickled_past_the_deadline_are_cut(port):
+    lines = [b"POST / HTTP/1.1\r\n", *[b"X-Slow-%d: 1\r\n" % i for i in range(20)]]
+    started = time.monotonic()
+    assert talk(port, lines, gap_s=SHORT_S / 3) == b""
+    assert time.monotonic() - started < 20 * SHORT_S / 3  # before the trickle ended
+
+
+def test_a_body_that_never_arrives_gets_a_408(port):
+    got = talk(port, [b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx"])
+    assert got.startswith(b"HTTP/1.1 408 "), got
+    assert b"request_timeout" in got
+
+
+def test_a_request_on_time_keeps_its_connection_while_its_answer_takes_long(port):
+    request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        for _ in range(2):  # keep-alive: the second request's headers get a deadline anew
+            sock.sendall(request)
+            reply = sock.recv(65536)
+            assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(b"5"), reply
+
+
+class Captured:
+    """Stands in for the server classes: records the uvicorn config they were given."""
+
+    configs: list = []
+
+    def __init__(self, config, *args, **kwargs):
+        self.configs.append(config)
+        self.started, self.exit_code = True, 0
+
+    def run(self) -> None:
+        pass
+
+    def stop_edge(self) -> None:
+        pass
+
+
+def test_the_server_and_the_edge_read_with_deadlines(monkeypatch):
+    from types import SimpleNamespace
+
+    from control.edge import __main__ as edge_main
+    from control.serve import server
+    from control.serve.settings import ServeSettings
+
+    Captured.configs.clear()
+    monkeypatch.setattr(server, "DrainingServer", Captured)
+    monkeypatch.setattr(server, "create_app", lambda settings: SimpleNamespace(
+        state=SimpleNamespace(serving=None)))
+    assert server.serve(ServeSettings(model="tiny")) == 0
+    monkeypatch.setattr(edge_main, "EdgeServer", Captured)
+    monkeypatch.setattr(edge_main, "create_edge_app", lambda *args: app)
+    assert edge_main.main(["--uds", "/tmp/none.sock", "--host", "127.0.0.1", "--port", "1",
+                           "--limits", "{}", "--parent", "1"]) == 0
+    assert [c.http for c in Captured.configs] == [ReadDeadlines, ReadDeadlines]
