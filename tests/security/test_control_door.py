@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fixtures.serving import asgi_client, make_engine
+from fixtures.serving import asgi_client, make_engine, tokens_file
 
-from control.admin.auth import ENV_VAR
 from control.serve.settings import ServeSettings
 
 SECRET_TENANT = "beta-bigcorp-secret-customer"
@@ -24,12 +23,9 @@ JSON = {"Content-Type": "application/json"}
 
 @pytest.fixture(scope="module")
 def served(tiny_loaded, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("door")
-    (tmp / "tokens").write_text(TOKENS)
-    with pytest.MonkeyPatch.context() as env:
-        env.delenv(ENV_VAR, raising=False)
+    with tokens_file(tmp_path_factory.mktemp("door"), TOKENS) as tokens:
         engine, _, settings = make_engine(tiny_loaded, settings=ServeSettings(
-            model="tiny", control_tokens_path=str(tmp / "tokens")))
+            model="tiny", control_tokens_path=str(tokens)))
         yield engine, settings
         engine.stop()
 

@@ -14,9 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pyarrow.parquet as pq
 import pytest
-from fixtures.serving import LiveServer, make_engine
+from fixtures.serving import LiveServer, make_engine, tokens_file
 
-from control.admin.auth import ENV_VAR
 from control.cli.main import main
 from control.serve.settings import ServeSettings
 from control.trace.sources import TraceError, open_source
@@ -43,13 +42,11 @@ def _workload(url: str) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def served(tiny_loaded, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tenants")
-    (tmp / "tokens").write_text(TOKENS)
-    with pytest.MonkeyPatch.context() as env:
-        env.delenv(ENV_VAR, raising=False)
+    with tokens_file(tmp, TOKENS) as tokens:
         engine, _, settings = make_engine(tiny_loaded, delay_s=0.01, max_num_seqs=4,
                                           settings=ServeSettings(
                                               model="tiny", trace_db=str(tmp / "t.duckdb"),
-                                              control_tokens_path=str(tmp / "tokens"),
+                                              control_tokens_path=str(tokens),
                                               kv_snapshot_every=1))
         with LiveServer(engine, settings) as url:
             ids = _workload(url)
@@ -212,12 +209,10 @@ def ingress(request, tmp_path_factory):
     from control.fleet.router import RoutingPolicy
 
     tmp = tmp_path_factory.mktemp("fleet-tenants")
-    (tmp / "tokens").write_text(TOKENS)
     writers = [fill_trace(str(tmp / f"replica-{i}.duckdb"), run_id=f"run-{i}")
                for i in range(2)]
-    with pytest.MonkeyPatch.context() as env:
-        env.delenv(ENV_VAR, raising=False)
-        tokens = load_tokens(str(tmp / "tokens"))
+    with tokens_file(tmp, TOKENS) as path:
+        tokens = load_tokens(str(path))
     own = tokens if request.param else ()
     fleet = FleetIngress([LocalHandle(TraceReplica(w, i, own)) for i, w in enumerate(writers)],
                          RoutingPolicy(), control_tokens=tokens)
