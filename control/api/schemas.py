@@ -14,20 +14,16 @@ shape (named stream_options.<key>, messages[].<key>).
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
-    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from control.api.field_policy import check_undeclared, log_ignored, merge_ignored
+from control.api.field_policy import merge_ignored
 from control.api.list_shapes import MAX_LOGIT_BIAS as MAX_LOGIT_BIAS_ENTRIES
 from control.api.list_shapes import (
     MAX_MESSAGES,
@@ -37,6 +33,7 @@ from control.api.list_shapes import (
     prompt_shape,
     stop_shape,
 )
+from control.api.message_schemas import ChatMessage, WarnsUndeclared
 from engine.logprobs import MAX_LOGPROBS
 from engine.request import REPETITION_PENALTY_RANGE
 from engine.structured import StructuredOutput
@@ -50,39 +47,17 @@ MAX_TOKEN_ID_DIGITS = 12  # a logit_bias key: int() of a longer one is no vocabu
 _ASCII_DIGITS = re.compile(rf"[0-9]{{1,{MAX_TOKEN_ID_DIGITS}}}")
 
 
-class _WarnsUndeclared(BaseModel):
-    """A request body, or an object in one, whose undeclared fields field_policy.py rules
-    on: refused (UNIMPLEMENTED), else ignored with a warning naming them by their path
-    (`_field_path`: where the object sits in the body, "" at the top)."""
-
-    # strict: "4", true or 4.0 for an int, "yes" or 1 for a bool are 400s naming the field,
-    # as OpenAI's API answers them, not values guessed (an int is still a float's value)
-    model_config = ConfigDict(extra="ignore", strict=True)
-    _field_path: ClassVar[str] = ""
-    _ignored: list[str] = PrivateAttr(default_factory=list)  # as the answer names them
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _undeclared_fields(cls, data: Any, handler: ModelWrapValidatorHandler) -> Any:
-        ignored = check_undeclared(cls.model_fields, data, cls._field_path)
-        model = handler(data)
-        if not isinstance(data, dict):  # an instance validated again keeps its own list
-            return model
-        model._ignored = ignored
-        if isinstance(model, _GenerationRequest):  # the body: one line for it and its parts
-            log_ignored(cls.__name__, model.ignored_fields)
-        return model
-
-
-class StreamOptions(_WarnsUndeclared):
+class StreamOptions(WarnsUndeclared):
     _field_path: ClassVar[str] = "stream_options."
 
     include_usage: bool = False
     continuous_usage_stats: bool = False  # vLLM's: with include_usage, usage on every chunk
 
 
-class _GenerationRequest(_WarnsUndeclared):
+class _GenerationRequest(WarnsUndeclared):
     """Fields both endpoints share. Undeclared fields: see field_policy.py."""
+
+    _is_body: ClassVar[bool] = True
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
@@ -223,7 +198,7 @@ class _GenerationRequest(_WarnsUndeclared):
         objects' by their path; at most MAX_NAMED, then a count."""
         return merge_ignored(self._ignored, *(part._ignored for part in self._parts()))
 
-    def _parts(self) -> list[_WarnsUndeclared]:
+    def _parts(self) -> list[WarnsUndeclared]:
         """The objects nested in this body that rule on their own undeclared fields."""
         return [self.stream_options] if self.stream_options else []
 
@@ -274,30 +249,10 @@ class CompletionRequest(_GenerationRequest):
         return prompt
 
 
-class TextPart(BaseModel):
-    type: Literal["text"]
-    text: str
-
-
-class ChatMessage(_WarnsUndeclared):
-    _field_path: ClassVar[str] = "messages[]."
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
-    name: str | None = None
-
-    def as_template_dict(self) -> dict[str, str]:
-        if isinstance(self.content, list):
-            text = "".join(part.text for part in self.content)
-        else:
-            text = self.content or ""
-        return {"role": self.role, "content": text}
-
-
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
 
-    def _parts(self) -> list[_WarnsUndeclared]:
+    def _parts(self) -> list[WarnsUndeclared]:
         return [*super()._parts(), *self.messages]
 
     @field_validator("messages", mode="before")

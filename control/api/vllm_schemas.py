@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from control.api.list_shapes import token_ids_shape
-from control.api.schemas import ChatMessage
+from control.api.message_schemas import ChatMessage
 
 UNSUPPORTED_CHAT_FIELDS = ("chat_template", "chat_template_kwargs", "tools",
                            "mm_processor_kwargs")

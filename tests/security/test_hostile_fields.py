@@ -90,6 +90,10 @@ def test_a_value_of_the_wrong_type_is_a_400_not_a_guess(api, path, base):
     for (field, value), reply in zip(LOOSE, replies, strict=True):
         assert reply.status_code == 400, (field, value, reply.text)
         assert error(reply)["param"] == field, (field, value, reply.text)
+    if "messages" in base:  # null content: only an assistant's message may have none
+        empty, = send(api, [(path, {**base, "messages": [{"role": "user", "content": None}]},
+                             {})])
+        assert error(empty)["param"] == "messages" and "needs content" in empty.text
     twice, = send(api, [(path, {**base, "logit_bias": {"5": 1, "005": -1}}, {})])
     assert error(twice)["param"] == "logit_bias" and "both name token 5" in twice.text
     completion_only = send(api, [("/v1/completions", {**PROMPT, "logprobs": True}, {})])[0]
