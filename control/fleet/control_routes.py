@@ -80,14 +80,17 @@ def fleet_control_router(fleet: Any) -> APIRouter:
         return JSONResponse(body, status_code=status,
                             headers={"ETag": f'"{body.get("version", "")}"'})
 
-    async def to_named(request: Request) -> Response:
+    async def to_named(request: Request, scope: str) -> Response:
+        """Relayed to the replica the header names, once the caller may use `scope` here:
+        a replica started without the fleet's tokens would not check it again."""
+        caller(request, scope)
         return await fleet.forward(request, await request.body(),
                                    fleet.named_replica(request), retry=False)
 
     @router.get("/config")
     async def get_config(request: Request) -> Response:
         if request.headers.get(REPLICA_HEADER) is not None:
-            return await to_named(request)
+            return await to_named(request, "read")
         caller(request, "read")
 
         async def body() -> dict[str, Any]:
@@ -139,7 +142,7 @@ def fleet_control_router(fleet: Any) -> APIRouter:
     @router.get("/history")
     async def history(request: Request) -> Response:
         if request.headers.get(REPLICA_HEADER) is not None:
-            return await to_named(request)
+            return await to_named(request, "read")
         caller(request, "read")
 
         async def body() -> dict[str, Any]:
@@ -178,7 +181,7 @@ def fleet_control_router(fleet: Any) -> APIRouter:
     @router.post("/resume")
     async def admission(request: Request) -> Response:
         if request.headers.get(REPLICA_HEADER) is not None:
-            return await to_named(request)
+            return await to_named(request, "admin")
         caller(request, "admin")
         raw = [(k, v) for k, v in request.scope["headers"]
                if k.lower() not in (b"host", b"content-length")]

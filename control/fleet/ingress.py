@@ -219,14 +219,17 @@ class FleetIngress:
         return self.route({}, {}).replica_id
 
     def named_replica(self, request: Request) -> int:
-        named = request.headers.get(REPLICA_HEADER)
-        if named is None:
+        sent = request.headers.getlist(REPLICA_HEADER)
+        if not sent:
             return self.any_replica()
+        named = sent[0]
         # ASCII digits only: str.isdigit() is also true of '²' (int() raises: a 500) and
-        # of other scripts' digits (int() takes them: an id nobody typed)
-        if not (named.isascii() and named.isdecimal()) or int(named) >= len(self.handles):
-            raise APIError(400, f"X-Batchpilot-Replica={named!r} must be a replica id in"
-                           f" 0..{len(self.handles) - 1}", code="invalid_value",
+        # of other scripts' digits (int() takes them: an id nobody typed); at most 6 of
+        # them (int() refuses over 4,300 digits: a 500)
+        if len(sent) > 1 or not (named.isascii() and named.isdecimal() and len(named) <= 6) \
+                or int(named) >= len(self.handles):
+            raise APIError(400, f"X-Batchpilot-Replica={named[:20]!r} must be one replica id"
+                           f" in 0..{len(self.handles) - 1}", code="invalid_value",
                            param="X-Batchpilot-Replica")
         if not self.scaling.callable(int(named)):  # a call would make Serve start it
             raise APIError(503, f"replica {named} is scaled in (autoscaling has no replica"

@@ -121,6 +121,30 @@ def test_the_fleet_control_api_checks_tokens_as_one_server_does():
     run_fleet(scenario, tokens=tokens)
 
 
+def test_a_route_relayed_to_a_named_replica_checks_the_callers_scope_first():
+    # replicas started without the fleet's tokens (tokens only in the ingress's environment)
+    # would not check them again: a read token drained any replica this way
+    tokens = (Token("alice", "admin", "secret-admin"), Token("graf", "read", "secret-read"))
+    read = {"Authorization": "Bearer secret-read"}
+
+    async def scenario(c, fakes, fleet):
+        for path in ("/control/drain", "/control/resume"):
+            denied = await c.post(path, json={}, headers={**read, "X-Batchpilot-Replica": "0"})
+            assert denied.status_code == 403 and denied.json()["error"]["code"] == "forbidden"
+        for value in ("0" * 4999 + "1", "99999999"):  # int() of 5,000 digits raised: a 500
+            odd = await c.get("/control/config", headers={**read, "X-Batchpilot-Replica": value})
+            assert odd.status_code == 400, odd.text
+            assert odd.json()["error"]["param"] == "X-Batchpilot-Replica"
+            assert len(odd.text) < 500  # the value is not echoed whole
+        request = c.build_request("GET", "/control/config", headers=read)
+        request.headers = type(request.headers)([*request.headers.raw,
+                                                 (b"X-Batchpilot-Replica", b"0"),
+                                                 (b"X-Batchpilot-Replica", b"1")])
+        twice = await c.send(request)
+        assert twice.status_code == 400, twice.text
+    run_fleet(scenario, tokens=tokens)
+
+
 async def start_canary(c, watch_s: float = 0.4, **extra) -> httpx.Response:
     return await c.post("/control/canary", headers={"If-Match": "0"}, json={
         "changes": {"max_num_seqs": 1}, "replicas": 1, "watch_s": watch_s,
