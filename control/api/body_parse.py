@@ -23,7 +23,7 @@ async def json_body(request: Request) -> Any:
     raw = await request.body()
     try:
         return json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested ~1,000 deep
         raise RequestValidationError([{"type": "json_invalid", "loc": ("body",),
                                        "msg": "JSON decode error",
                                        "ctx": {"error": str(exc)}}]) from None

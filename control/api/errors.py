@@ -63,6 +63,15 @@ def error_detail(status: int, message: str, *, code: str | None = None,
             "param": param, "code": code}
 
 
+def value_error(exc: ValueError) -> APIError:
+    """A 400 of a ValueError whose message starts `name=...` (the house form): `param` is
+    that name, so a client sees which parameter without parsing the message."""
+    message = str(exc)
+    name = message.split("=", 1)[0] if "=" in message else ""
+    return APIError(400, message, code="invalid_value",
+                    param=name if name.isidentifier() else None)
+
+
 def retry_after(seconds: float | None) -> dict[str, str]:
     """The Retry-After header: whole seconds, at least 1."""
     return {"Retry-After": str(max(1, math.ceil(seconds or 1.0)))}

@@ -89,7 +89,12 @@ def check_schema_size(spec: StructuredOutput, field: str, max_schema_bytes: int)
 
 def check_schema_patterns(spec: StructuredOutput, field: str) -> None:
     """400 naming the pattern when one repeats a piece more than MAX_PATTERN_REPEAT times."""
-    for pattern in _patterns(json.loads(spec.schema)):
+    try:
+        schema = json.loads(spec.schema)
+    except RecursionError:  # nested ~1,000 deep: no compiler would take it either
+        raise APIError(400, f"{field}: the schema nests too deep", code="invalid_value",
+                       param=field) from None
+    for pattern in _patterns(schema):
         counts = [int(n) for match in _REPEAT.finditer(pattern) for n in match.groups() if n]
         if counts and max(counts) > MAX_PATTERN_REPEAT:
             raise APIError(400, f"{field}: the pattern {pattern[:80]!r} repeats a piece"

@@ -39,7 +39,7 @@ def build_app(fleet: Any) -> FastAPI:
                            headers={"Retry-After": "1"})
         try:
             parsed = json.loads(body or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested ~1,000 deep
             parsed = {}  # the replica answers the 400 in the server's words
         parsed = parsed if isinstance(parsed, dict) else {}
         hop = fleet.door.enter(request.headers, parsed) if fleet.door else None

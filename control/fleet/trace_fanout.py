@@ -38,7 +38,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from control.admin.auth import Caller, caller, require_unbound
-from control.api.errors import APIError
+from control.api.errors import APIError, value_error
 from control.trace import fleet_merge
 from control.trace.export_route import WINDOWS
 from control.trace.sources import QUESTIONS
@@ -106,6 +106,11 @@ def guard_forwarded(request: Request, tokens: tuple[Any, ...]) -> None:
                         " replica as is, not scoped to its tenants)")
 
 
+# the words FastAPI (pydantic) takes for a bool query parameter
+FLAG_WORDS = {**dict.fromkeys(("1", "true", "yes", "on", "t", "y"), True),
+              **dict.fromkeys(("0", "false", "no", "off", "f", "n"), False)}
+
+
 def typed_params(fn: Callable[..., Any], request: Request) -> dict[str, Any]:
     """The query (and path) parameters as the question's function takes them: times parsed
     as the server parses them, numbers and flags by the function's defaults."""
@@ -120,8 +125,8 @@ def typed_params(fn: Callable[..., Any], request: Request) -> dict[str, Any]:
         try:
             if name in TIMES:
                 params[name] = parse_time(text)
-            elif isinstance(default, bool):
-                params[name] = text.lower() in ("1", "true", "yes")
+            elif isinstance(default, bool):  # as FastAPI reads a flag for one server
+                params[name] = _flag(text)
             elif isinstance(default, int):
                 params[name] = int(text)
             elif isinstance(default, float):
@@ -129,8 +134,13 @@ def typed_params(fn: Callable[..., Any], request: Request) -> dict[str, Any]:
             else:
                 params[name] = text
         except ValueError as exc:
-            raise APIError(400, f"{name}={text!r}: {exc}", code="invalid_value",
+            raise APIError(400, f"{name}={text[:40]!r}: {exc}", code="invalid_value",
                            param=name) from None
+    missing = [name for name, p in signature.items() if name != "con"
+               and p.default is inspect.Parameter.empty and name not in params]
+    if missing:  # the function would raise TypeError: a 500
+        raise APIError(400, f"{request.url.path} needs {missing[0]}=", code="invalid_value",
+                       param=missing[0])
     return params
 
 
@@ -245,7 +255,14 @@ def _run_over(parts: dict[str, dict[str, bytes]], fn: Callable[..., Any],
             scope(con, tenants)
         data = fleet_merge.label_runs(con, fn(con, **params))
     except ValueError as exc:
-        raise APIError(400, str(exc), code="invalid_value") from None
+        raise value_error(exc) from None
     finally:
         con.close()
     return json.loads(json.dumps(data, default=str))
+
+
+def _flag(text: str) -> bool:
+    value = text.lower()
+    if value not in FLAG_WORDS:
+        raise ValueError(f"must be one of {', '.join(sorted(FLAG_WORDS))}")
+    return FLAG_WORDS[value]

@@ -46,6 +46,9 @@ def time_window(column: str, since: float | None, until: float | None) -> tuple[
     return (" AND ".join(clauses) or "TRUE"), params
 
 
+MIN_BUCKET_S, MAX_BUCKET_S = 0.001, 7 * 86400.0  # kv_usage's bucket width, seconds
+
+
 def checked_limit(limit: int, most: int = MAX_ROWS) -> int:
     """`limit`, when in 1..most; else a ValueError naming it (a 400 at the routes)."""
     if not 1 <= limit <= most:
@@ -196,8 +199,8 @@ def latency(con, since: float | None = None, until: float | None = None,
 def kv_usage(con, since: float | None = None, until: float | None = None,
              bucket_s: float = 10.0) -> dict[str, Any]:
     """KV usage over time (per bucket, from every step) and the snapshots by lane/tenant."""
-    if bucket_s <= 0:
-        raise ValueError(f"bucket_s={bucket_s} must be > 0")
+    if not MIN_BUCKET_S <= bucket_s <= MAX_BUCKET_S:  # nan fails too; a tiny one made inf
+        raise ValueError(f"bucket_s={bucket_s} must be in {MIN_BUCKET_S}..{MAX_BUCKET_S}")
     where, params = time_window("start_time", since, until)
     series = _rows(con, f"""
         SELECT floor(start_time / ?) * ? AS time, avg(kv_usage) AS usage_mean,

@@ -41,7 +41,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from control.admin.auth import Caller, caller, require_unbound
-from control.api.errors import APIError
+from control.api.errors import APIError, value_error
 from control.serve.state import get_state
 from control.trace import facts, queries, report_queries, series
 from control.trace.tenant_scope import UNBOUND_ONLY, scope
@@ -92,7 +92,7 @@ def _read(request: Request, who: Caller, fn: Callable[..., Any], *args: Any,
             scope(con, who.tenants or ())
         return fn(con, *args, **kwargs)
     except ValueError as exc:
-        raise APIError(400, str(exc), code="invalid_value") from None
+        raise value_error(exc) from None
     finally:
         con.close()
 

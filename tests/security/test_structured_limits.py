@@ -121,6 +121,12 @@ def test_a_pattern_repeating_past_the_bound_is_refused_before_compiling(engine):
                 assert reply.status_code == 400, reply.text
                 error = reply.json()["error"]
                 assert error["param"] == "guided_json" and f"{shown} times" in error["message"]
+            deep = ('{"type": "array", "items": ' * 1500 + '{"type": "string"}'  # past json's
+                    + "}" * 1500)  # recursion limit (the client's too: sent as text)
+            reply = await client.post("/v1/completions", headers={
+                "Content-Type": "application/json"}, content='{"model": "tiny", "prompt":'
+                ' "hi", "max_tokens": 4, "guided_json": ' + deep + "}")
+            assert reply.status_code == 400, reply.text
             assert state.grammar_compiles.counts.started == 0
             ordinary = {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}
             reply, _ = await complete(client, guided_json=ordinary,

@@ -274,3 +274,15 @@ def test_a_bound_token_at_the_fleet_sees_its_tenant_only(ingress):
     assert theirs.status_code == 404
     assert every.status_code == summary.status_code == 200, (every.text, summary.text)
     assert "zeta" in every.text  # unscoped, the same read names them
+
+
+def test_hostile_trace_queries_at_the_fleet_are_400s_for_every_token(ingress):
+    # the ingress answers a bound token itself: its own parsing once gave 500s here
+    asks = ["/v1/trace/kv?bucket_s=nan", "/v1/trace/kv?bucket_s=inf",
+            "/v1/trace/kv?bucket_s=1e-300", "/v1/trace/steps/around?before=5",
+            "/v1/trace/steps?batch=maybe"]
+    for token in (ACME, VIEWER):
+        replies = fleet_get(ingress, [("GET", p, token, None) for p in asks])
+        for path, reply in zip(asks, replies, strict=True):
+            assert reply.status_code == 400, (path, reply.text)
+            assert reply.json()["error"]["param"] in ("bucket_s", "at", "batch"), reply.text

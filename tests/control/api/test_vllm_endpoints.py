@@ -148,6 +148,7 @@ def test_detokenize_inverts_tokenize(api):
     ("/tokenize", {"messages": MESSAGES, "tools": [{"type": "function"}]}, "tools",
      "not supported"),
     ("/tokenize", [1, 2], None, "dictionary"),
+    ("/tokenize", b'{"prompt": ' + b"[" * 2000 + b"]" * 2000 + b"}", None, "not valid JSON"),
     ("/tokenize", {"prompt": "hi", "messages": MESSAGES}, None, "not both"),  # one went unread
     ("/tokenize", {"prompt": "hi", "add_special_tokens": "no"}, "add_special_tokens", "bool"),
     ("/tokenize", b"{bad", None, "not valid JSON"),

@@ -211,3 +211,11 @@ def test_a_replica_that_does_not_answer_fails_the_read_naming_it(path):
     assert "replica 1" in resp.json()["error"]["message"]
     resp = asyncio.run(_get([StubReplica(404, off), StubReplica(404, off)], path))
     assert resp.status_code == 404 and "--trace-dir" in resp.json()["error"]["message"]
+
+
+def test_a_body_nested_past_the_json_parsers_depth_is_a_400_at_the_ingress(fleet):
+    deep = b'{"model": "tiny", "prompt": ' + b"[" * 2000 + b"]" * 2000 + b"}"
+    for path in ("/v1/completions", "/v1/chat/completions", "/tokenize"):
+        reply = httpx.post(f"{fleet.url}{path}", content=deep, timeout=30,
+                           headers={"Content-Type": "application/json"})
+        assert reply.status_code == 400, (path, reply.text)
