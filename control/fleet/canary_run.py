@@ -158,10 +158,14 @@ async def start_canary(control: FleetControl, changes: dict[str, Any], *,
         versions.check_expected(expected)
         live = control.fleet.live_ids()
         n = len(live)
+        if n < 2:
+            raise ChangeError(409, "too_few_replicas", f"a canary needs 2 live replicas or"
+                              f" more (one takes the change, the rest are the baseline); the"
+                              f" fleet has {n}", param="replicas")
         if not 1 <= replicas < n:
-            raise ChangeError(400, "invalid_value", f"canary={replicas} must be 1..{n - 1}:"
+            raise ChangeError(400, "invalid_value", f"replicas={replicas} must be 1..{n - 1}:"
                               f" the fleet has {n} replica(s) and the rest are the baseline",
-                              param="canary")
+                              param="replicas")
         if not 0 < watch_s <= MAX_WATCH_S:
             raise ChangeError(400, "invalid_value", f"watch_s={watch_s} must be in (0,"
                               f" {MAX_WATCH_S:.0f}]", param="watch_s")

@@ -30,7 +30,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from control.api.errors import APIError
 from control.fleet.control_routes import fleet_caller
@@ -45,12 +45,16 @@ class RestartFailed(Exception):
 
 
 class RestartBody(BaseModel):
+    # a misspelt field (grace for grace_s) or a guessable type (true for 1) is a 400: a
+    # restart of every replica must not start on what the caller did not mean
+    model_config = ConfigDict(extra="forbid", strict=True)
     grace_s: float = Field(default=30.0, ge=0, le=3600,
                            description="how long requests in flight on a replica may run")
     ready_timeout_s: float = Field(default=300.0, gt=0, le=3600,
                                    description="per replica: retired -> back, ready")
-    replicas: list[int] | None = Field(default=None, description="ids, in order; default all")
-    reason: str = ""
+    replicas: list[int] | None = Field(default=None, max_length=1024,
+                                       description="ids, in order; default all")
+    reason: str = Field(default="", max_length=2000)
 
 
 class RestartRun:

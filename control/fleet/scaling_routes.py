@@ -26,7 +26,8 @@ MAX_REASON = 500
 
 
 class AutoscaleChange(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # a misspelt field is a 400, never ignored
+    # a misspelt field is a 400, never ignored; strict: true or "2" is no number
+    model_config = ConfigDict(extra="forbid", strict=True)
     changes: dict[str, float | int] = Field(max_length=16)
     reason: str = Field(default="", max_length=MAX_REASON)
 

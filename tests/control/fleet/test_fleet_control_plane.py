@@ -211,7 +211,12 @@ def test_a_canary_with_too_few_requests_extends_then_rolls_back():
         assert run["status"] == "rolled_back" and run["extensions"] == 1
         assert run["decision"]["why"].startswith("inconclusive")
         bad = await start_canary(c, replicas=3)  # no baseline left
-        assert bad.status_code == 400 and bad.json()["error"]["param"] == "canary"
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "replicas"
+        for odd in ({"replicas": True}, {"replicas": 1e9}, {"poll_s": 1e-9},
+                    {"replica": 1}):  # a guess, a flood of polls, a misspelt field
+            refused = await start_canary(c, **odd)
+            assert refused.status_code == 400, (odd, refused.text)
+            assert refused.json()["error"]["param"] == next(iter(odd)), refused.text
     run_fleet(scenario)
 
 

@@ -149,6 +149,10 @@ def test_one_at_a_time_and_not_with_a_canary_and_admin_only():
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "grace_s"
         bad = await c.post(url, headers=as_admin, json={"replicas": [0, 5]})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "replicas"
+        for odd, param in (({"grace": 1}, "grace"), ({"replicas": [True]}, "replicas"),
+                           ({"reason": "x" * 5000}, "reason")):  # never a guessed restart
+            bad = await c.post(url, headers=as_admin, json=odd)
+            assert bad.status_code == 400 and bad.json()["error"]["param"] == param, bad.text
         canary = await c.post("/control/canary", headers={**as_admin, "If-Match": "0"},
                               json={"changes": {"max_num_seqs": 8}, "watch_s": 60})
         assert canary.status_code == 202, canary.text

@@ -166,7 +166,9 @@ def test_the_autoscale_settings_change_live_and_refuse_what_they_cannot_be():
                 ({"changes": {"upscale_delay": 1}}, "unknown autoscale setting"),
                 ({"changes": {"max_replicas": 4}}, "fixed when the fleet deploys"),
                 ({"changes": {"up_waiting": 3}, "why": "typo"}, "why"),
-                ({"changes": {"up_waiting": "x"}}, "changes")]:
+                ({"changes": {"up_waiting": "x"}}, "changes"),
+                ({"changes": {"up_waiting": "2"}}, "changes"),  # was read as 2
+                ({"changes": {"up_kv_usage": True}}, "changes")]:  # was read as 1.0
             bad = await c.patch("/control/fleet/autoscale", headers=ADMIN, json=body)
             assert bad.status_code in (400, 422), (body, bad.text)
             assert needle in bad.text, (body, bad.text)
