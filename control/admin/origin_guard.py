@@ -16,10 +16,11 @@ The CLI, the dashboard and the fleet send JSON with no Origin; curl sends no Ori
 
 With tokens, every control route's caller is also known here, before its body is read: a
 caller without a valid token learns nothing of what the route expects (a 401, never a 400
-about the body), and a token bound to tenants gets a 403: every control route shows or
-changes what all tenants share. The route still checks the token's scope. Host, Origin
-and Authorization sent more than once, or a Host that is not one name, are a 400: the two
-readers (this guard, the route) must not pick different copies.
+about the body), a token bound to tenants gets a 403 (every control route shows or
+changes what all tenants share), and so does a read token on a change. The routes still
+check their scope. Host, Origin and Authorization sent more than once, or a Host that is
+not one name, are a 400: the two readers (this guard, the route) must not pick different
+copies.
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class OriginGuard:
                                 f"{path} (the server's config, its history or a change)")
             except APIError as exc:
                 return exc
+            if token.scope != "admin" and _changes(method, path):
+                return APIError(403, f"token {token.name!r} is read-only; {method} {path}"
+                                " needs an admin token", code="forbidden")
         if method in SAFE_METHODS:
             return None
         origin = headers.get("origin")
@@ -94,6 +98,12 @@ class OriginGuard:
                             " control plane must be sent as application/json",
                             code="unsupported_media_type", param="Content-Type")
         return None
+
+
+def _changes(method: str, path: str) -> bool:
+    """A request only an admin token may send: any change under /control, and load-test
+    results written to the trace (a what-if, POST /v1/whatif, only reads)."""
+    return method not in SAFE_METHODS and path.startswith(("/control/", "/v1/loadtest/"))
 
 
 def _repeated(raw: list[tuple[bytes, bytes]]) -> str | None:

@@ -21,6 +21,15 @@ from control.fleet.scaling_routes import scaling_router
 from control.fleet.trace_fanout import guard_forwarded, install_trace_routes
 
 
+def refuse_unrelayed(path: str) -> None:
+    """404 for what no replica should be asked: a /control route the fleet does not have
+    (the fleet owns its control plane; a replica's is reached through the routes above),
+    and a path ending in "/" (a replica would redirect it to its own internal address)."""
+    if path.startswith("control/") or path.endswith("/"):
+        hint = f"; did you mean /{path.rstrip('/')}?" if path.endswith("/") else ""
+        raise APIError(404, f"the fleet has no route /{path[:200]}{hint}", code="not_found")
+
+
 def build_app(fleet: Any) -> FastAPI:
     """`fleet`: the FleetIngress."""
     app = FastAPI(title="batchpilot fleet", summary="one OpenAI API over N engine replicas")
@@ -84,6 +93,7 @@ def build_app(fleet: Any) -> FastAPI:
         # /v1/whatif, /v1/loadtest/results, any other /v1/trace path: the fleet's tokens,
         # here, before the request reaches a replica (which may run without them)
         guard_forwarded(request, fleet.control_tokens)
+        refuse_unrelayed(path)
         body = await request.body()
         return await fleet.forward(request, body, fleet.named_replica(request), retry=False)
 

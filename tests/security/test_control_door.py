@@ -15,9 +15,11 @@ from fixtures.serving import asgi_client, make_engine, tokens_file
 from control.serve.settings import ServeSettings
 
 SECRET_TENANT = "beta-bigcorp-secret-customer"
-TOKENS = "ops admin ops-secret-1\nacme-ro read acme-secret1 acme\n"
+TOKENS = ("ops admin ops-secret-1\nacme-ro read acme-secret1 acme\n"
+          "viewer read view-secret-1\n")
 ADMIN = {"Authorization": "Bearer ops-secret-1"}
 ACME = {"Authorization": "Bearer acme-secret1"}
+VIEWER = {"Authorization": "Bearer view-secret-1"}
 JSON = {"Content-Type": "application/json"}
 
 
@@ -53,6 +55,18 @@ def test_no_token_is_a_401_before_the_body_is_read(served):
         error = reply.json()["error"]
         assert error["type"] == "invalid_request_error" and error["code"] == "unauthorized"
         assert "zzz" not in reply.text and "JSON" not in reply.text
+
+
+def test_a_read_token_on_a_change_is_a_403_before_the_body_is_read(served):
+    replies = _calls(served, [
+        ("PATCH", "/control/config", {**JSON, **VIEWER, "If-Match": "0"}, b'{"changes": 5}'),
+        ("POST", "/control/rollback/abc", {**JSON, **VIEWER}, b"{}"),
+        ("POST", "/control/drain", {**JSON, **VIEWER}, b"{not json"),
+        ("POST", "/v1/loadtest/results", {**JSON, **VIEWER}, b"[]"),
+    ])
+    for reply in replies:
+        assert reply.status_code == 403, reply.text
+        assert "read-only" in reply.json()["error"]["message"]
 
 
 def test_a_tenant_bound_token_reads_no_config_and_no_history(served):

@@ -142,6 +142,14 @@ def test_a_route_relayed_to_a_named_replica_checks_the_callers_scope_first():
                                                  (b"X-Batchpilot-Replica", b"1")])
         twice = await c.send(request)
         assert twice.status_code == 400, twice.text
+        admin = {"Authorization": "Bearer secret-admin"}
+        for path in ("/control/drain/", "/control/no-such-route", "/v1/trace/summary/"):
+            # no replica is asked: its redirect named its internal address
+            lost = await c.post(path, json={}, headers=admin)
+            assert lost.status_code == 404 and "location" not in lost.headers, lost.text
+        denied = await c.patch("/control/config", json={"changes": 5},
+                               headers={**read, "If-Match": "0"})  # scope before the body
+        assert denied.status_code == 403, denied.text
     run_fleet(scenario, tokens=tokens)
 
 
