@@ -113,8 +113,9 @@ def _repeated(raw: list[tuple[bytes, bytes]]) -> str | None:
 
 
 def _one_name(host: str) -> bool:
-    """'localhost:8000' yes; 'localhost:8000, evil.example' (a list) no."""
-    return bool(host) and not any(c in host for c in ", \t")
+    """'localhost:8000' yes; 'localhost:8000, evil.example' (a list) or 'localhost/evil'
+    (a path, a user or a query in a Host) no."""
+    return bool(host) and not any(c in host for c in ", \t/@?#\\")
 
 
 def _hostname(host: str) -> str:

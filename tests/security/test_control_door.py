@@ -114,9 +114,10 @@ def test_a_door_header_sent_twice_is_a_400(served, header):
     assert reply.json()["error"]["param"] == header
 
 
-def test_a_host_that_lists_two_names_is_a_400(served):
-    reply = _calls(served, [("GET", "/control/config",
-                             {**ADMIN, "Host": "127.0.0.1:8000, evil.example"}, None)])[0]
+@pytest.mark.parametrize("host", ["127.0.0.1:8000, evil.example", "localhost/evil",
+                                  "evil@localhost"])
+def test_a_host_that_is_not_one_name_is_a_400(served, host):
+    reply = _calls(served, [("GET", "/control/config", {**ADMIN, "Host": host}, None)])[0]
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "Host"
 
 
