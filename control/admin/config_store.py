@@ -30,6 +30,15 @@ class ChangeError(Exception):
         super().__init__(message)
         self.status, self.code, self.message, self.extra = status, code, message, extra
 
+    @classmethod
+    def invalid(cls, exc: ValueError) -> ChangeError:
+        """A 400 of a config ValueError (`config.max_num_seqs='64' must be ...`), its
+        `param` the setting it names, so a client need not parse the message."""
+        message = str(exc)
+        name = message.split("=", 1)[0].removeprefix("config.") if "=" in message else ""
+        named = bool(name) and all(part.isidentifier() for part in name.split("."))
+        return cls(400, "invalid_value", message, **({"param": name} if named else {}))
+
 
 @dataclass(frozen=True)
 class ConfigVersion:
@@ -105,7 +114,7 @@ class ConfigStore:
             try:
                 new = apply_patch(current, self.static, changes)
             except ValueError as exc:
-                raise ChangeError(400, "invalid_value", str(exc)) from None
+                raise ChangeError.invalid(exc) from None
             return await self._install(current, new, actor, source, reason, lane_moves,
                                        dry_run)
 
@@ -151,7 +160,7 @@ class ConfigStore:
                 new = live_from_dict(config).replace(version=current.version)
                 new.validate(self.static)
             except (ValueError, TypeError) as exc:
-                raise ChangeError(400, "invalid_value", str(exc)) from None
+                raise ChangeError.invalid(exc) from None
             result = await self._install(current, new, actor, source, reason, lane_moves,
                                          dry_run, fleet_version)
             if not dry_run and not result.applied and self.fleet_version != fleet_version:
@@ -208,7 +217,7 @@ class ConfigStore:
         except LaneNotEmptyError as exc:
             raise ChangeError(409, "lane_not_empty", str(exc)) from None
         except ValueError as exc:
-            raise ChangeError(400, "invalid_value", str(exc)) from None
+            raise ChangeError.invalid(exc) from None
         self._record(ConfigVersion(installed.version, time.time(), actor, source, reason,
                                    changes, installed))
         log.warning("config version %d by %s (%s): %s%s", installed.version, actor, source,

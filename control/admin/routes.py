@@ -64,7 +64,9 @@ async def _run(call) -> JSONResponse:
     try:
         return _result(await call)
     except ChangeError as exc:
-        raise APIError(exc.status, exc.message, code=exc.code, extra=exc.extra) from None
+        extra = dict(exc.extra)
+        raise APIError(exc.status, exc.message, code=exc.code, param=extra.pop("param", None),
+                       extra=extra) from None
 
 
 def _version(header: str | None, required: bool) -> int | None:

@@ -99,7 +99,7 @@ class FleetControl:
             try:
                 new = apply_patch(live, self.static, changes)
             except ValueError as exc:
-                raise ChangeError(400, "invalid_value", str(exc)) from None
+                raise ChangeError.invalid(exc) from None
             return live_to_dict(new), diff(live, new)
         return build
 

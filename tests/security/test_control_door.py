@@ -138,3 +138,17 @@ def test_x_priority_wins_over_the_body_and_a_routing_header_twice_is_a_400(serve
     assert ruled.status_code == 200, ruled.text
     assert ruled.json()["batchpilot"]["priority"] == 5
     assert twice.status_code == 400 and twice.json()["error"]["param"] == "X-Tenant"
+
+
+def test_a_bad_setting_is_a_400_that_names_it(served):
+    engine, settings = served
+
+    async def scenario():
+        async with asgi_client(engine, settings, stop=False) as client:
+            version = (await client.get("/control/config", headers=ADMIN)).json()["version"]
+            return await client.patch("/control/config", json={"changes": {
+                "max_num_seqs": "64"}}, headers={**ADMIN, "If-Match": str(version)})
+
+    reply = asyncio.run(scenario())
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "max_num_seqs", reply.text
