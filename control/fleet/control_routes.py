@@ -36,7 +36,7 @@ from engine.config.patch import static_to_dict
 REPLICA_HEADER = "x-batchpilot-replica"
 
 
-MIN_POLL_S = 0.5
+MIN_POLL_S = 0.1  # s: ten polls a second at most
 
 
 class CanaryBody(ChangeBody):
