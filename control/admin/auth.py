@@ -165,7 +165,12 @@ def caller(request: Request, tokens: tuple[Token, ...], scope: str) -> Caller:
     """Who sent `request`, if it may use `scope`; else 401 (no or unknown token) / 403."""
     if not tokens:
         return LOCAL_CALLER
-    token = known_token(request.headers.get("authorization", ""), tokens)
+    return token_caller(request.headers.get("authorization", ""), tokens, scope)
+
+
+def token_caller(header: str, tokens: tuple[Token, ...], scope: str) -> Caller:
+    """Who an Authorization header names, if it may use `scope`; else 401 / 403."""
+    token = known_token(header, tokens)
     if scope == "admin" and token.scope != "admin":
         raise APIError(403, f"token {token.name!r} is read-only; this needs an admin"
                        " token", code="forbidden")

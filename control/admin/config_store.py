@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from control.api.errors import param_named
 from control.serve.engine_loop import AsyncEngine
 from control.trace.writer import TraceWriter
 from engine.config import LiveConfig, StaticConfig
@@ -34,10 +35,9 @@ class ChangeError(Exception):
     def invalid(cls, exc: ValueError) -> ChangeError:
         """A 400 of a config ValueError (`config.max_num_seqs='64' must be ...`), its
         `param` the setting it names, so a client need not parse the message."""
-        message = str(exc)
-        name = message.split("=", 1)[0].removeprefix("config.") if "=" in message else ""
-        named = bool(name) and all(part.isidentifier() for part in name.split("."))
-        return cls(400, "invalid_value", message, **({"param": name} if named else {}))
+        name = param_named(str(exc))
+        return cls(400, "invalid_value", str(exc),
+                   **({"param": name.removeprefix("config.")} if name else {}))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from control.admin.auth import Caller, Token, known_token, require_unbound
+from control.admin.auth import Token, require_unbound, token_caller
 from control.api.errors import APIError
 
 CONTROL_PREFIXES = ("/control/", "/v1/whatif", "/v1/loadtest/results")
@@ -76,15 +76,12 @@ class OriginGuard:
         if not path.startswith(CONTROL_PREFIXES):
             return None
         if self.tokens:
+            scope = "admin" if _changes(method, path) else "read"
             try:
-                token = known_token(headers.get("authorization", ""), self.tokens)
-                require_unbound(Caller(token.name, token.scope, token.tenants),
-                                f"{path} (the server's config, its history or a change)")
+                who = token_caller(headers.get("authorization", ""), self.tokens, scope)
+                require_unbound(who, f"{path} (the server's config, its history or a change)")
             except APIError as exc:
                 return exc
-            if token.scope != "admin" and _changes(method, path):
-                return APIError(403, f"token {token.name!r} is read-only; {method} {path}"
-                                " needs an admin token", code="forbidden")
         if method in SAFE_METHODS:
             return None
         origin = headers.get("origin")

@@ -63,13 +63,17 @@ def error_detail(status: int, message: str, *, code: str | None = None,
             "param": param, "code": code}
 
 
-def value_error(exc: ValueError) -> APIError:
-    """A 400 of a ValueError whose message starts `name=...` (the house form): `param` is
-    that name, so a client sees which parameter without parsing the message."""
-    message = str(exc)
+def param_named(message: str) -> str | None:
+    """The parameter a message in the house form (`name=value must be ...`, `lanes.batch.
+    weight=0 ...`) names; None when it names none."""
     name = message.split("=", 1)[0] if "=" in message else ""
-    return APIError(400, message, code="invalid_value",
-                    param=name if name.isidentifier() else None)
+    return name if name and all(p.isidentifier() for p in name.split(".")) else None
+
+
+def value_error(exc: ValueError) -> APIError:
+    """A 400 of a ValueError in the house form, its `param` the name the message starts
+    with, so a client sees which parameter without parsing the message."""
+    return APIError(400, str(exc), code="invalid_value", param=param_named(str(exc)))
 
 
 def retry_after(seconds: float | None) -> dict[str, str]:
