@@ -121,7 +121,12 @@ class DecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, config: Any, qkv_bias: bool, o_bias: bool, mlp_bias: bool) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # NOTE: built on the meta device and given the checkpoint's weights (loader.py), so
+        # no random init: nn.Embedding's own normal_ on meta cost the process's first call
+        # ~1.3 s of CPU (torch importing its decompositions) at every server start
+        self.embed_tokens = nn.Embedding(
+            config.vocab_size, config.hidden_size,
+            _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(
             DecoderLayer(config, qkv_bias, o_bias, mlp_bias)
             for _ in range(config.num_hidden_layers)
