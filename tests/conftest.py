@@ -106,9 +106,10 @@ def pytest_configure(config):
                             " alone (a report judged on p99 latency; tests/run_suites.py)")
 
 
-# Also the dashboard's and Grafana's tests (headless Chromium, Streamlit, Prometheus):
-# only to balance the two, which ran 465 s and 638 s without them (clean clone, 2 cores).
-BALANCE_FOLDERS = ("dashboard", "grafana")
+# Also the dashboard's and Grafana's tests (headless Chromium, Streamlit, Prometheus) and
+# the control API's: only to balance the two, which ran 465 s and 638 s without the first
+# two, then 645 s and 699 s without control/admin (clean clones, 2 cores).
+BALANCE_FOLDERS = ("dashboard", "grafana", "admin")
 
 
 def _uses_ray(item) -> bool:
