@@ -70,9 +70,11 @@ def test_refused_requests_are_sent_again_and_timed_from_the_first_send(one_at_a_
     assert len(resent) >= 1
     for r in resent:
         # the wait for Retry-After (>= 1 s) is in the user's TTFT, and taken out of the gap
-        # to the server's TTFT (which starts at the last send)
+        # to the server's TTFT (which starts at the last send). Left in, the gap would be
+        # at least last_send_s (>= 1 s); what remains is scheduling between client and
+        # server in this one process (0.53 s on a saturated 2-core CI machine)
         assert r.last_send_s >= 1.0 and r.ttft_s >= r.last_send_s
         gap = ttft_gap_s(r)
-        assert gap is not None and 0 <= gap < 0.5
+        assert gap is not None and 0 <= gap < min(1.0, r.last_send_s)
     summary = summarize(again, duration, None)
     assert (summary.resent, summary.resent_ok, summary.ok) == (len(resent), len(resent), 3)
