@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from control.api.errors import param_named
+from control.api.errors import APIError, param_named
 from control.serve.engine_loop import AsyncEngine
 from control.trace.writer import TraceWriter
 from engine.config import LiveConfig, StaticConfig
@@ -30,6 +30,13 @@ class ChangeError(Exception):
     def __init__(self, status: int, code: str, message: str, **extra: Any):
         super().__init__(message)
         self.status, self.code, self.message, self.extra = status, code, message, extra
+
+    def api_error(self) -> APIError:
+        """This error as the control routes answer it (one server's and the fleet's), a
+        `param` in `extra` as the error's own field."""
+        extra = dict(self.extra)
+        param = extra.pop("param", None)
+        return APIError(self.status, self.message, code=self.code, param=param, extra=extra)
 
     @classmethod
     def invalid(cls, exc: ValueError) -> ChangeError:

@@ -64,9 +64,7 @@ async def _run(call) -> JSONResponse:
     try:
         return _result(await call)
     except ChangeError as exc:
-        extra = dict(exc.extra)
-        raise APIError(exc.status, exc.message, code=exc.code, param=extra.pop("param", None),
-                       extra=extra) from None
+        raise exc.api_error() from None
 
 
 def _version(header: str | None, required: bool) -> int | None:
@@ -89,7 +87,7 @@ async def get_config(request: Request) -> JSONResponse:
     try:
         live = store.current()
     except ChangeError as exc:
-        raise APIError(exc.status, exc.message, code=exc.code) from None
+        raise exc.api_error() from None
     engine = store.engine
     gauges = await engine.call(lambda e: e.gauges())
     body = {
@@ -145,7 +143,7 @@ async def history(request: Request) -> dict[str, Any]:
     try:
         store.current()
     except ChangeError as exc:
-        raise APIError(exc.status, exc.message, code=exc.code) from None
+        raise exc.api_error() from None
     return {"versions": [
         {"version": v.version, "time": v.time, "actor": v.actor, "source": v.source,
          "reason": v.reason, "diff": v.diff} for v in store.history]}

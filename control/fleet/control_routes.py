@@ -58,12 +58,6 @@ def fleet_caller(fleet: Any, request: Request, scope: str) -> str:
     return authorize(request, fleet.control_tokens, scope)
 
 
-def _api_error(exc: ChangeError) -> APIError:
-    extra = dict(exc.extra)
-    param = extra.pop("param", None)
-    return APIError(exc.status, exc.message, code=exc.code, param=param, extra=extra)
-
-
 def fleet_control_router(fleet: Any) -> APIRouter:
     """`fleet`: the FleetIngress (its `control`, `control_tokens`, `control_api`)."""
     router = APIRouter(prefix="/control")
@@ -82,7 +76,7 @@ def fleet_control_router(fleet: Any) -> APIRouter:
         try:
             body = await call
         except ChangeError as exc:
-            raise _api_error(exc) from None
+            raise exc.api_error() from None
         return JSONResponse(body, status_code=status,
                             headers={"ETag": f'"{body.get("version", "")}"'})
 
