@@ -1,9 +1,11 @@
-"""Long prefill chunks over a bf16 KV cache on AMX (kernels/cpu_prefill_amx.c): every such
-chunk of a step in one call, reading the paged cache where it lies, both products on AMX
-tiles and the softmax in AVX-512. Where it does not build or apply (no AMX, a head_dim other
-than 64 or 128, a float32 cache) those chunks keep torch's flash SDPA in bf16
-(kernels/cpu_prefill_sdpa.py), which rounds the same operands to bf16: q * scale and the
-softmax weights (tests/kernels/test_cpu_prefill_amx.py holds both to the float32 reference).
+"""Long prefill chunks over a bf16 KV cache on bf16 tiles: every such chunk of a step in one
+call, reading the paged cache where it lies, both products on AMX tiles
+(kernels/cpu_prefill_amx.c) or, on a CPU without AMX, the same kernel's body on AVX-512-BF16
+(kernels/cpu_prefill_bf16.c), the softmax in AVX-512. Where neither builds or it does not
+apply (a head_dim other than 64 or 128, a float32 cache) those chunks keep torch's flash SDPA
+in bf16 (kernels/cpu_prefill_sdpa.py), which rounds the same operands to bf16: q * scale and
+the softmax weights (tests/kernels/test_cpu_prefill_amx.py holds all three to the float32
+reference).
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from kernels.cpu_prefill import chunk_arrays
 # False: long chunks take torch's SDPA (A/B runs, the parity tests of that path).
 AMX_PREFILL = True
 HEAD_DIMS = (64, 128)  # cpu_prefill_amx.c
+# The tiles that may run the kernel, the first one here wins: AMX where the OS grants it,
+# else AVX-512-BF16 (kernels/cpu_tiles_avx512.h: 16x the instructions of a tile product, still
+# 2.4-2.8x torch's SDPA there). Tests narrow it to one kind to check each.
+TILE_KINDS = ("AMX", "AVX512-BF16")
+_ENTRY = {"AMX": "bp_prefill_attention_amx", "AVX512-BF16": "bp_prefill_attention_bf16"}
 # Chunks with at least MIN_ROWS rows and MIN_PAIRS (query, key) pairs come here, the rest go
 # to the float32 kernel (cpu_prefill.c), which packs nothing. Measured with 8 chunks alike
 # (SmolLM2 shapes: 9 heads, 3 KV heads, d 64, block 16, 2 threads; ms, AMX / float32): 16
@@ -46,10 +53,28 @@ def usable(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
 
 
 def serves(kv_dtype: torch.dtype, head_dim: int) -> bool:
-    """Whether a model with this KV cache dtype and head_dim gets this kernel here (what a
-    server's ready line says)."""
-    return (AMX_PREFILL and kv_dtype == torch.bfloat16 and head_dim in HEAD_DIMS
-            and cpu_amx_q4.available())
+    """Whether a model with this KV cache dtype and head_dim gets this kernel here."""
+    return serving_tiles(kv_dtype, head_dim) is not None
+
+
+def serving_tiles(kv_dtype: torch.dtype, head_dim: int) -> str | None:
+    """The tiles ("AMX", "AVX512-BF16") that run this kernel for a model with this KV cache
+    dtype and head_dim here, or None (what a server's ready line says)."""
+    if AMX_PREFILL and kv_dtype == torch.bfloat16 and head_dim in HEAD_DIMS:
+        return tile_kind()
+    return None
+
+
+def tile_kind() -> str | None:
+    """The first of TILE_KINDS this machine runs: AMX built and granted, AVX-512-BF16 built
+    (kernels/cpu_prefill_bf16.c), or None (no library, or neither)."""
+    lib = native_library.load()
+    if lib is None:
+        return None
+    for kind in TILE_KINDS:
+        if cpu_amx_q4.available() if kind == "AMX" else lib.bp_prefill_bf16_built() == 1:
+            return kind
+    return None
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -64,11 +89,13 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     if not chunks:
         return
     arrays = chunk_arrays(chunks, block_tables, k_cache.shape[1], k_cache.shape[0])
-    status = native_library.load().bp_prefill_attention_amx(
+    kind = tile_kind()
+    entry = getattr(native_library.load(), _ENTRY[kind]) if kind else None
+    status = -1 if entry is None else entry(
         q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr(), len(chunks),
         *(a.data_ptr() for a in arrays), q.shape[1], k_cache.shape[2], q.shape[2],
         k_cache.shape[1], block_tables.data_ptr(), block_tables.stride(0), scale,
         out.data_ptr(), int(out.dtype == torch.bfloat16), torch.get_num_threads())
-    if status != 0:  # usable() checked every limit: out of memory, or AMX taken away
+    if status != 0:  # usable() checked every limit: out of memory, or the tiles taken away
         cpu_prefill_sdpa.prefill_attention(q, k_cache, v_cache, block_tables, chunks, scale,
                                            out)

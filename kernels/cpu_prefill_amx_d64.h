@@ -1,5 +1,6 @@
-/* The prefill item for head_dim 64 (pass 2 of cpu_prefill_amx.c, which includes this inside
-   its AMX section; part of the library's build hash, kernels/native_library.py).
+/* The prefill item for head_dim 64 on AMX (pass 2 of cpu_prefill_amx.c; included by
+   cpu_prefill_tiles.h, whose TILE_* macros it uses, and taken only where the unit sets
+   TILES_TWO_PASS_D64; part of the library's build hash, kernels/native_library.py).
 
    Why a second item: cpu_prefill_amx.c's item runs the tile's steps one after another (S
    on AMX, stored; the softmax in AVX-512 with an online max, per row two horizontal
@@ -46,39 +47,39 @@ static inline __m512 exp16_weights(__m512 x) {
    packed K tiles (16-key groups of two 32-column slices, 256 dwords each) */
 static inline void issue_scores_d64(const uint16_t *qa, const uint32_t *kp, int64_t k0) {
     const uint32_t *g = kp + (k0 / 16) * 512;
-    _tile_zero(4);
-    _tile_zero(5);
-    _tile_loadd(6, qa, 128);
-    _tile_loadd(7, g, 64);
-    _tile_dpbf16ps(4, 6, 7);
-    _tile_loadd(7, g + 512, 64);
-    _tile_dpbf16ps(5, 6, 7);
-    _tile_loadd(6, qa + 32, 128);
-    _tile_loadd(7, g + 256, 64);
-    _tile_dpbf16ps(4, 6, 7);
-    _tile_loadd(7, g + 768, 64);
-    _tile_dpbf16ps(5, 6, 7);
+    TILE_ZERO(4);
+    TILE_ZERO(5);
+    TILE_LOAD(6, qa, 128);
+    TILE_LOAD(7, g, 64);
+    TILE_DP(4, 6, 7);
+    TILE_LOAD(7, g + 512, 64);
+    TILE_DP(5, 6, 7);
+    TILE_LOAD(6, qa + 32, 128);
+    TILE_LOAD(7, g + 256, 64);
+    TILE_DP(4, 6, 7);
+    TILE_LOAD(7, g + 768, 64);
+    TILE_DP(5, 6, 7);
 }
 
 /* C tiles 0-3 (output columns 0-15 .. 48-63) += pa (16 x 32 bf16) x V of keys
    [k0, k0 + 32) (one 32-key group: four 16-column slices, 256 dwords each) */
 static inline void issue_values_d64(const uint16_t *pa, const uint32_t *vp, int64_t k0) {
     const uint32_t *g = vp + (k0 / 32) * 1024;
-    _tile_loadd(6, pa, 64);
-    _tile_loadd(7, g, 64);
-    _tile_dpbf16ps(0, 6, 7);
-    _tile_loadd(7, g + 256, 64);
-    _tile_dpbf16ps(1, 6, 7);
-    _tile_loadd(7, g + 512, 64);
-    _tile_dpbf16ps(2, 6, 7);
-    _tile_loadd(7, g + 768, 64);
-    _tile_dpbf16ps(3, 6, 7);
+    TILE_LOAD(6, pa, 64);
+    TILE_LOAD(7, g, 64);
+    TILE_DP(0, 6, 7);
+    TILE_LOAD(7, g + 256, 64);
+    TILE_DP(1, 6, 7);
+    TILE_LOAD(7, g + 512, 64);
+    TILE_DP(2, 6, 7);
+    TILE_LOAD(7, g + 768, 64);
+    TILE_DP(3, 6, 7);
 }
 
 static inline void store_scores_d64(float *s) {
-    _tile_stored(4, s, PK * 4);
-    _tile_stored(5, s + 16, PK * 4);
-    AMX_MEMORY_FENCE();
+    TILE_STORE(4, s, PK * 4);
+    TILE_STORE(5, s + 16, PK * 4);
+    TILES_FENCE();
 }
 
 /* lanes of the two 16-key halves of a step that row r sees: keys k0 .. last (inclusive) */
@@ -113,10 +114,10 @@ static void rows_max_d64(const uint16_t *qa, const uint32_t *kp, int64_t last0, 
 static void rows_values_d64(const uint16_t *qa, const uint32_t *kp, const uint32_t *vp,
                             int64_t last0, int64_t nr, int64_t steps, float (*s)[16 * PK],
                             uint16_t *pa, const __m512 *vmax, __m512 *vsum) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    TILE_ZERO(0);
+    TILE_ZERO(1);
+    TILE_ZERO(2);
+    TILE_ZERO(3);
     issue_scores_d64(qa, kp, 0);
     store_scores_d64(s[0]);
     for (int64_t t = 0; t < steps; ++t) {
@@ -132,7 +133,7 @@ static void rows_values_d64(const uint16_t *qa, const uint32_t *kp, const uint32
             vsum[r] = _mm512_add_ps(vsum[r], _mm512_add_ps(a, b));
             _mm512_store_si512(pa + r * PK, (__m512i)_mm512_cvtne2ps_pbh(b, a));
         }
-        AMX_MEMORY_FENCE();
+        TILES_FENCE();
         issue_values_d64(pa, vp, t * PK);
         if (t + 1 < steps) store_scores_d64(s[(t + 1) & 1]);
     }
@@ -158,16 +159,16 @@ static void item_d64(const float *q, int64_t q_stride, const uint32_t *kp, const
         vsum[r] = _mm512_setzero_ps();
     }
     memset(pa, 0, sizeof pa); /* rows past nr stay zero */
-    AMX_MEMORY_FENCE();
+    TILES_FENCE();
     const int64_t last0 = p0 + j0; /* row r sees keys 0 .. last0 + r */
     const int64_t steps = (last0 + nr + PK - 1) / PK;
     rows_max_d64(qa, kp, last0, nr, steps, s, vmax);
     rows_values_d64(qa, kp, vp, last0, nr, steps, s, pa, vmax, vsum);
-    _tile_stored(0, o, 256);
-    _tile_stored(1, o + 16, 256);
-    _tile_stored(2, o + 32, 256);
-    _tile_stored(3, o + 48, 256);
-    AMX_MEMORY_FENCE();
+    TILE_STORE(0, o, 256);
+    TILE_STORE(1, o + 16, 256);
+    TILE_STORE(2, o + 32, 256);
+    TILE_STORE(3, o + 48, 256);
+    TILES_FENCE();
     for (int64_t r = 0; r < nr; ++r) {
         const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum[r]));
         float row[64];

@@ -52,15 +52,17 @@ log = logging.getLogger(__name__)
 # and cpu_quant_dot.c, its GEMV over GGUF blocks); cpu_elementwise.c: the work between the
 # projections of the other steps; cpu_amx_q4.c: decode steps' projections on AMX over GGUF
 # Q4_1 and Q8_0 weights, re-laid as tiles by cpu_amx_tiles.c; cpu_prefill.c and
-# cpu_prefill_amx.c: prefill attention (float32 FMAs, and bf16 caches on AMX);
+# cpu_prefill_amx.c and cpu_prefill_bf16.c: prefill attention (float32 FMAs, and bf16
+# caches on AMX or, without it, AVX-512-BF16);
 # cpu_argmax.c: the sampler's row argmax
 SOURCES = tuple(Path(__file__).with_name(name) for name in
                 ("cpu_decode.c", "cpu_layers.c", "cpu_quant_dot.c", "cpu_elementwise.c",
-                 "cpu_prefill.c", "cpu_prefill_amx.c", "cpu_amx_q4.c", "cpu_amx_tiles.c",
-                 "cpu_argmax.c"))
+                 "cpu_prefill.c", "cpu_prefill_amx.c", "cpu_prefill_bf16.c", "cpu_amx_q4.c",
+                 "cpu_amx_tiles.c", "cpu_argmax.c"))
 HEADERS = tuple(Path(__file__).with_name(name) for name in  # included by the sources
                 ("cpu_vector_math.h", "cpu_decode_tiled.h", "cpu_decode_amx.h",
-                 "cpu_prefill_amx_pack.h", "cpu_prefill_amx_d64.h"))
+                 "cpu_prefill_amx_pack.h", "cpu_prefill_amx_d64.h", "cpu_prefill_tiles.h",
+                 "cpu_tiles_avx512.h"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
@@ -221,11 +223,14 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.bp_prefill_attention.argtypes = [_PTR, _I64, _PTR, _PTR, _I64, _I64, _PTR, _PTR, _PTR,
                                          _PTR, _I64, _I64, _I64, _I64, _PTR, _I64, _F32,
                                          _PTR, _I64, _I64]
-    lib.bp_prefill_attention_amx.argtypes = [_PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR,
-                                             _PTR, _I64, _I64, _I64, _I64, _PTR, _I64, _F32,
-                                             _PTR, _I64, _I64]
+    for name in ("bp_prefill_attention_amx", "bp_prefill_attention_bf16"):
+        getattr(lib, name).argtypes = [_PTR, _I64, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, _PTR,
+                                       _I64, _I64, _I64, _I64, _PTR, _I64, _F32, _PTR, _I64,
+                                       _I64]
+    lib.bp_prefill_bf16_built.argtypes = []
     for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_row_argmax", "bp_rope_store",
-                 "bp_prefill_attention", "bp_prefill_attention_amx", "bp_amx_decode_takes",
+                 "bp_prefill_attention", "bp_prefill_attention_amx", "bp_prefill_attention_bf16",
+                 "bp_prefill_bf16_built", "bp_amx_decode_takes",
                  "bp_q4_tile_pack", "bp_q4_tile_unpack", "bp_q4_amx_ready", "bp_q4_amx_matmul",
                  "bp_q8_tile_pack", "bp_q8_tile_unpack", "bp_q8_amx_matmul"):
         getattr(lib, name).restype = ctypes.c_int

@@ -97,7 +97,6 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     from engine.execution.model_runner import ModelRunner
     from engine.llm import build_engine, fit_engine_config, fit_to_runner, fitted_static_fields
     from engine.models import load_model
-    from kernels import cpu_prefill_amx, native_library
 
     serving = read_serving_config(settings.config_path)
     if loaded is None:
@@ -124,13 +123,23 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
     weights = plan.describe() if plan is not None else str(loaded.dtype).removeprefix("torch.")
     kv = str(runner.kv_dtype).removeprefix("torch.")
     if torch.device(runner.device).type == "cpu":  # (asking loads the native library)
-        head_dim = loaded.model.head_dim
-        on_amx = [what for what, served in (
-            ("long prefill chunks", cpu_prefill_amx.serves(runner.kv_dtype, head_dim)),
-            ("decodes over more than 16 keys",
-             native_library.amx_decode_serves(runner.kv_dtype, head_dim))) if served]
-        if on_amx:
-            kv += f" (attention on AMX: {', '.join(on_amx)})"
+        kv += bf16_attention_note(runner.kv_dtype, loaded.model.head_dim)
     return EngineParts(engine, OutputProcessor(loaded.tokenizer), frontend, vocab,
                        config.static, serving.profiles, step_fit,
                        f"weights: {weights}; KV cache {kv}", fitted)
+
+
+def bf16_attention_note(kv_dtype: Any, head_dim: int) -> str:
+    """What of attention multiplies in bf16 on tiles here (kv_dtype a torch.dtype), for the
+    ready line: " (attention on AMX: long prefill chunks, decodes over more than 16 keys)",
+    " (attention on AVX512-BF16: long prefill chunks)" on a CPU without AMX, or ""."""
+    from kernels import cpu_prefill_amx, native_library
+
+    tiles: dict[str, list[str]] = {}
+    prefill = cpu_prefill_amx.serving_tiles(kv_dtype, head_dim)
+    if prefill:
+        tiles.setdefault(prefill, []).append("long prefill chunks")
+    if native_library.amx_decode_serves(kv_dtype, head_dim):
+        tiles.setdefault("AMX", []).append("decodes over more than 16 keys")
+    parts = [f"{kind}: {', '.join(whats)}" for kind, whats in tiles.items()]
+    return f" (attention on {'; on '.join(parts)})" if parts else ""

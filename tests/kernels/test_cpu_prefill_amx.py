@@ -1,10 +1,11 @@
-"""Long prefill chunks on a bf16 cache through the AMX kernel (kernels/cpu_prefill_amx.c):
+"""Long prefill chunks on a bf16 cache through the tiled kernel, on each kind of tiles
+(`tiles`: AMX, kernels/cpu_prefill_amx.c, and AVX-512-BF16, kernels/cpu_prefill_bf16.c):
 equal to the float32 reference within bf16 rounding, with the causal edge where it belongs,
 from position 0 and over a cached prefix, for row counts and contexts that are not whole
 tiles (16 rows, 64 keys). Caches are garbage-filled and block ids shuffled (make_paged), so a
 wrong block, key or padding changes the result far beyond the tolerance. Fails, not skips,
-where the kernel does not build with AMX under CI on a CPU with AMX
-(fixtures/native_build.require_amx)."""
+where a kind does not build under CI on a CPU with its flag
+(fixtures/native_build.require_tiles)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from unittest import mock
 
 import pytest
 import torch
-from fixtures.native_build import require_amx
+from fixtures.native_build import require_tiles
 from test_cpu_attention import make_paged
 
 from kernels import cpu_attention, cpu_prefill_amx, cpu_prefill_sdpa, reference
@@ -29,15 +30,23 @@ def _widened(paged):
     return [t.float() if t.is_floating_point() else t for t in paged]
 
 
+@pytest.fixture(params=cpu_prefill_amx.TILE_KINDS)
+def tiles(request, monkeypatch) -> str:
+    """The kernel on one kind of tiles only (skips or fails where that kind is missing)."""
+    require_tiles(request.param)
+    monkeypatch.setattr(cpu_prefill_amx, "TILE_KINDS", (request.param,))
+    assert cpu_prefill_amx.tile_kind() == request.param
+    return request.param
+
+
 @pytest.mark.parametrize("group,head_dim,block_size", [(3, 64, 16), (1, 128, 16), (4, 64, 16),
                                                       (3, 64, 8), (2, 128, 32)])
-def test_long_chunks_match_the_float32_reference(group, head_dim, block_size):
+def test_long_chunks_match_the_float32_reference(group, head_dim, block_size, tiles):
     # (context, rows): from position 0; over a cached prefix (rows and context past whole
     # tiles); exactly one tile of rows and keys; then a short chunk and decodes beside them
     seqs = [(150, 150), (421, 97), (64, 64), (30, 30), (200, 1), (64, 1)]
     bf16 = _bf16(make_paged(seqs, block_size, 2, group, head_dim, torch.float32,
                             seed=group + block_size))
-    require_amx()
     with mock.patch.object(cpu_prefill_amx, "prefill_attention",
                            wraps=cpu_prefill_amx.prefill_attention) as amx, \
             mock.patch.object(cpu_prefill_sdpa, "prefill_attention") as sdpa:
@@ -55,9 +64,10 @@ def test_long_chunks_match_the_float32_reference(group, head_dim, block_size):
     assert amx_err <= 2 * sdpa_err, (amx_err, sdpa_err)
 
 
-def test_which_models_it_serves():
-    """What a server's ready line reports: a bf16 cache and head_dim 64 or 128, on AMX."""
-    require_amx()
+def test_which_models_it_serves(tiles):
+    """What a server's ready line reports: a bf16 cache and head_dim 64 or 128, and on
+    which tiles."""
+    assert cpu_prefill_amx.serving_tiles(torch.bfloat16, 64) == tiles
     assert cpu_prefill_amx.serves(torch.bfloat16, 64)
     assert cpu_prefill_amx.serves(torch.bfloat16, 128)
     assert not cpu_prefill_amx.serves(torch.float32, 64)
@@ -73,12 +83,11 @@ def test_which_chunks_come_here():
     assert mine == [enough, over_prefix] and rest == [fresh, few_rows]
 
 
-def test_a_causal_edge_off_by_one_would_show():
+def test_a_causal_edge_off_by_one_would_show(tiles):
     """Rows from position 0: the first sees one key, so an edge one key off moves the
     result far past the tolerance (the cache holds a 41st key to be wrongly read)."""
     paged = _bf16(make_paged([(41, 40)], 16, 1, 3, 64, torch.float32, seed=5))
     q, k_cache, v_cache, table, _, starts = paged
-    require_amx()
     out = torch.zeros_like(q)
     cpu_prefill_amx.prefill_attention(q, k_cache, v_cache, table, [(0, 0, 40, 40)], 0.125,
                                       out)
@@ -93,12 +102,11 @@ def test_a_causal_edge_off_by_one_would_show():
             assert (out - expected).abs().max() > 10 * BF16_TOL
 
 
-def test_a_refusing_kernel_leaves_the_chunks_to_sdpa(monkeypatch):
+def test_a_refusing_kernel_leaves_the_chunks_to_sdpa(monkeypatch, tiles):
     """Past `usable`, the kernel refuses only when its scratch cannot be allocated: the
     chunks then take torch's bf16 SDPA, and the step goes on."""
     paged = _bf16(make_paged([(100, 100)], 16, 1, 3, 64, torch.float32, seed=2))
     q, k_cache, v_cache, table, *_ = paged
-    require_amx()
 
     class Refusing:
         def __getattr__(self, name):
@@ -112,10 +120,9 @@ def test_a_refusing_kernel_leaves_the_chunks_to_sdpa(monkeypatch):
                                atol=BF16_TOL, rtol=BF16_TOL)
 
 
-def test_blocks_outside_the_cache_are_refused():
+def test_blocks_outside_the_cache_are_refused(tiles):
     paged = _bf16(make_paged([(100, 100)], 16, 1, 3, 64, torch.float32, seed=1))
     q, k_cache, v_cache, table, *_ = paged
-    require_amx()
     table[0, 2] = k_cache.shape[0]
     with pytest.raises(ValueError, match="block ids"):
         cpu_prefill_amx.prefill_attention(q, k_cache, v_cache, table, [(0, 0, 100, 100)],
@@ -125,7 +132,7 @@ def test_blocks_outside_the_cache_are_refused():
 @pytest.mark.parametrize("cache_dtype,group,head_dim", [(torch.bfloat16, 3, 64),
                                                         (torch.bfloat16, 1, 128),
                                                         (torch.float32, 3, 64)])
-def test_bf16_output_is_the_float32_output_rounded(cache_dtype, group, head_dim):
+def test_bf16_output_is_the_float32_output_rounded(cache_dtype, group, head_dim, tiles):
     """paged_attention(out_dtype=bf16), as the fused layers ask for o_proj's input: the
     prefill kernels (AMX and float32) write their rows as bf16 and the native decode's
     float32 rows are rounded into them, each exactly as .to(bfloat16) of the float32
@@ -134,7 +141,6 @@ def test_bf16_output_is_the_float32_output_rounded(cache_dtype, group, head_dim)
     paged = make_paged(seqs, 16, 2, group, head_dim, torch.float32, seed=group)
     if cache_dtype == torch.bfloat16:
         paged = _bf16(paged)
-        require_amx()
     with mock.patch.object(cpu_prefill_amx, "prefill_attention",
                            wraps=cpu_prefill_amx.prefill_attention) as amx:
         wide = cpu_attention.paged_attention(*paged, 0.125)

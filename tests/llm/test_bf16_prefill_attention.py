@@ -1,18 +1,20 @@
-"""Long prompts of SmolLM2 in dtype auto take the AMX prefill kernel (kernels/cpu_prefill_amx.c)
-inside the engine, and their prompt logprobs stay as close to float32's as torch's bf16
-SDPA route keeps them. A kernel wired wrong (a head, a block, a causal edge) moves the
-logprobs by far more than bf16 rounding does (measured: mean |delta| ~0.02 either route)."""
+"""Long prompts of SmolLM2 in dtype auto take the tiled prefill kernel inside the engine (on
+AMX, kernels/cpu_prefill_amx.c, or on a CPU without it AVX-512-BF16, kernels/cpu_prefill_bf16.c),
+and their prompt logprobs stay as close to float32's as torch's bf16 SDPA route keeps them. A
+kernel wired wrong (a head, a block, a causal edge) moves the logprobs by far more than bf16
+rounding does (measured: mean |delta| ~0.02 either route)."""
 
 from __future__ import annotations
 
 import statistics
 from unittest import mock
 
-from fixtures.native_build import require_amx
+from fixtures.native_build import require_tiles
 
 from bench.dtype_agreement import prompts_with_context
 from engine import LLM, SamplingParams
 from engine.models import load_model
+from engine.models.cpu_dtype import cpu_bf16_flags
 from kernels import cpu_prefill_amx
 
 PROMPTS = 4
@@ -30,8 +32,9 @@ def _mean_delta(a: list[list[float]], b: list[list[float]]) -> float:
                            for x, y in zip(ra, rb, strict=True))
 
 
-def test_long_prompts_on_the_amx_kernel_keep_float32_prompt_logprobs(smollm2):
-    require_amx()  # fails under CI on a CPU with AMX, skips elsewhere
+def test_long_prompts_on_the_tiled_kernel_keep_float32_prompt_logprobs(smollm2):
+    # the machine's own tiles; fails under CI on a CPU with the flag, skips elsewhere
+    require_tiles("AMX" if "amx_bf16" in cpu_bf16_flags() else "AVX512-BF16")
     prompts = prompts_with_context(CONTEXT_TOKENS)[:PROMPTS]
     reference = _prompt_logprobs(smollm2, prompts)  # float32 model, float32 cache
     auto = load_model("smollm2-135m", dtype="auto")  # the session's converted GGUF

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from control.cli.main import main
+from control.serve import bootstrap
 from control.serve.bootstrap import build_parts
 from control.serve.settings import ServeSettings
 from engine.config import StaticConfig
@@ -75,8 +76,9 @@ def test_the_kv_cache_dtype_reaches_the_caches_and_the_ready_line(kv, tiny_llama
 def test_the_ready_line_says_when_long_prefills_run_on_amx(tiny_llama_dir, one_torch_thread,
                                                            monkeypatch):
     asked = []
-    monkeypatch.setattr(cpu_prefill_amx, "serves",
-                        lambda kv, head_dim: asked.append((kv, head_dim)) or True)
+    monkeypatch.setattr(cpu_prefill_amx, "serving_tiles",
+                        lambda kv, head_dim: asked.append((kv, head_dim)) or "AMX")
+    monkeypatch.setattr(native_library, "amx_decode_serves", lambda kv, head_dim: False)
     settings = ServeSettings(model=str(tiny_llama_dir), device="cpu",
                              engine_overrides={"kv_cache_dtype": "bfloat16",
                                                "max_num_batched_tokens": 256,
@@ -90,7 +92,7 @@ def test_the_ready_line_says_when_long_prefills_run_on_amx(tiny_llama_dir, one_t
 def test_the_ready_line_says_when_decodes_run_on_amx(tiny_llama_dir, one_torch_thread,
                                                      monkeypatch):
     asked = []
-    monkeypatch.setattr(cpu_prefill_amx, "serves", lambda kv, head_dim: False)
+    monkeypatch.setattr(cpu_prefill_amx, "serving_tiles", lambda kv, head_dim: None)
     monkeypatch.setattr(native_library, "amx_decode_serves",
                         lambda kv, head_dim: asked.append((kv, head_dim)) or True)
     settings = ServeSettings(model=str(tiny_llama_dir), device="cpu",
@@ -100,6 +102,18 @@ def test_the_ready_line_says_when_decodes_run_on_amx(tiny_llama_dir, one_torch_t
     assert asked == [(torch.bfloat16, model.head_dim)]
     assert parts.weights.endswith(
         "; KV cache bfloat16 (attention on AMX: decodes over more than 16 keys)")
+
+
+@pytest.mark.parametrize("prefill,decodes,note", [
+    ("AMX", True, " (attention on AMX: long prefill chunks, decodes over more than 16 keys)"),
+    ("AVX512-BF16", False, " (attention on AVX512-BF16: long prefill chunks)"),
+    ("AVX512-BF16", True, " (attention on AVX512-BF16: long prefill chunks; on AMX: decodes"
+                          " over more than 16 keys)"),
+    (None, False, "")])
+def test_the_ready_line_names_the_tiles_each_part_runs_on(monkeypatch, prefill, decodes, note):
+    monkeypatch.setattr(cpu_prefill_amx, "serving_tiles", lambda kv, head_dim: prefill)
+    monkeypatch.setattr(native_library, "amx_decode_serves", lambda kv, head_dim: decodes)
+    assert bootstrap.bf16_attention_note(torch.bfloat16, 64) == note
 
 
 def test_amx_decodes_need_a_bf16_cache_and_head_dim_64_or_128():
