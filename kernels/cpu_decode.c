@@ -13,6 +13,7 @@
      q       float32, row t of head i at q + t * q_stride + i * d (heads contiguous)
      caches  [num_blocks, bs, kvh, d], float32 or bfloat16 (uint16 bit patterns); cache_mode
              0 float32, 1 bfloat16, 2 bfloat16 with bf16 products on AMX (cpu_decode_amx.h)
+             or else AVX-512-BF16 (cpu_decode_dpbf16.h), 3 the same never on AMX
      tables  int32 [S, table_stride]: block ids; only the ceil(ctx / bs) first are read
      ctx     int32 [S] >= 1: keys of sequence s
      seqs    int32 [num_decodes]: decode i is sequence seqs[i]
@@ -230,6 +231,7 @@ DEFINE_ITEM(item_f32, float, f32)
 DEFINE_ITEM(item_bf16, uint16_t, bf16)
 
 #include "cpu_decode_tiled.h" /* tiled_*: the KV-head-major items */
+#include "cpu_decode_dpbf16.h" /* dp_item_bf16: both products in VDPBF16PS */
 #include "cpu_decode_amx.h"   /* amx_item_bf16: both products on AMX tiles */
 
 /* Item `it` of a step's decode attention, `per_seq` items per decode (see below): the
@@ -250,12 +252,21 @@ void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_st
         ctx[s] > AMX_DEC_MIN_KEYS)
         amx_item_bf16(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs, h0, table, ctx[s],
                       scale, oi);
+    else if (DP_TAKES(cache_mode, d, ctx[s]))
+        dp_item_bf16(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs, h0, table, ctx[s],
+                     scale, oi);
     else if (cache_mode)
         (tiled ? tiled_bf16 : item_bf16)(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs,
                                          h0, table, ctx[s], scale, oi);
     else
         (tiled ? tiled_f32 : item_f32)(qi, k_cache, v_cache, kvh, g, kv_per_item * g, d, bs,
                                        h0, table, ctx[s], scale, oi);
+}
+
+/* Whether decodes over more than DP_MIN_KEYS keys of this cache mode and head_dim take the
+   VDPBF16PS item (where AMX does not take them: bp_amx_decode_takes) */
+int bp_dp_decode_takes(int64_t cache_mode, int64_t d) {
+    return DP_TAKES(cache_mode, d, DP_MIN_KEYS + 1);
 }
 
 /* Item `it`'s first tile of keys towards the shared cache (T2: L3, which the thread that

@@ -1,5 +1,6 @@
 /* Decode attention over a bf16 KV cache on AMX tiles (included by cpu_decode.c after
-   cpu_decode_tiled.h, whose softmax_tile it uses; part of the library's build hash,
+   cpu_decode_tiled.h, whose softmax_tile it uses, and cpu_decode_dpbf16.h, whose
+   interleave_values and pairs_finish it uses; part of the library's build hash,
    kernels/native_library.py).
 
    Why: the tiled item widens every K and V row to float32 and runs one FMA per element and
@@ -21,7 +22,7 @@
 
    V's interleave (unpacking 32 columns of two rows) puts, in each 128-bit lane k, columns
    8k + i in the low half's pairs and 8k + 4 + i in the high half's (i < 4); the
-   accumulators keep that order for the whole item and amx_finish restores the columns.
+   accumulators keep that order for the whole item and pairs_finish restores the columns.
 
    The calling thread has configured the tiles (bp_q4_amx_begin: 16 rows of 64 bytes). */
 
@@ -104,22 +105,6 @@ static void amx_scores(const uint16_t *const *kr, int64_t off, int64_t n_keys, i
     AMX_DEC_FENCE();
 }
 
-/* vp[m * d ...] = V rows 2m, 2m + 1 (+ off) interleaved, m < 16; rows past n_keys zero */
-static void amx_values(const uint16_t *const *vr, int64_t off, int64_t n_keys, int64_t d,
-                       uint32_t *vp) {
-    static const uint16_t zeros[AMX_DEC_MAX_D];
-    for (int64_t m = 0; m < 16; ++m) {
-        const uint16_t *a = 2 * m < n_keys ? vr[2 * m] + off : zeros;
-        const uint16_t *b = 2 * m + 1 < n_keys ? vr[2 * m + 1] + off : zeros;
-        for (int64_t x = 0; x < d; x += 32) {
-            const __m512i ra = _mm512_loadu_si512(a + x), rb = _mm512_loadu_si512(b + x);
-            _mm512_storeu_si512(vp + m * d + x, _mm512_unpacklo_epi16(ra, rb));
-            _mm512_storeu_si512(vp + m * d + x + 16, _mm512_unpackhi_epi16(ra, rb));
-        }
-    }
-    AMX_DEC_FENCE();
-}
-
 /* ot[c * 256 + 16 r + w] = row r of pa (16 x 32 bf16) x column tile c of vp, c < d / 16 */
 static void amx_weighted_values(const uint16_t *pa, const uint32_t *vp, int64_t d, float *ot) {
     _tile_loadd(3, pa, 64);
@@ -144,24 +129,6 @@ static void amx_weighted_values(const uint16_t *pa, const uint32_t *vp, int64_t 
     AMX_DEC_FENCE();
 }
 
-/* out = acc / l per query head, the columns back in order (see the top) */
-static void amx_finish(const float *acc, const float *l, int64_t nq, int64_t d, float *out) {
-    const __m512i first = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
-    const __m512i second =
-        _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
-    for (int64_t i = 0; i < nq; ++i) {
-        const __m512 inv = _mm512_set1_ps(1.0f / l[i]);
-        for (int64_t x = 0; x < d; x += 32) {
-            const __m512 lo = _mm512_loadu_ps(acc + i * d + x);
-            const __m512 hi = _mm512_loadu_ps(acc + i * d + x + 16);
-            _mm512_storeu_ps(out + i * d + x,
-                             _mm512_mul_ps(_mm512_permutex2var_ps(lo, first, hi), inv));
-            _mm512_storeu_ps(out + i * d + x + 16,
-                             _mm512_mul_ps(_mm512_permutex2var_ps(lo, second, hi), inv));
-        }
-    }
-}
-
 /* The item of cpu_decode.c (query heads [0, nq) of one decode, KV heads from h0) */
 static void amx_item_bf16(const float *q, const void *kc, const void *vc, int64_t kvh,
                           int64_t g, int64_t nq, int64_t d, int64_t bs, int64_t h0,
@@ -183,7 +150,7 @@ static void amx_item_bf16(const float *q, const void *kc, const void *vc, int64_
                    kc, vc, 2, nq / g * d);
         for (int64_t kv = 0; kv < nq / g; ++kv) {
             amx_scores(kr, kv * d, n, d, bs, row, qt + kv * d32 * 256, sT);
-            amx_values(vr, kv * d, n, d, vp);
+            interleave_values(vr, kv * d, n, d, vp); /* (cpu_decode_dpbf16.h) */
             for (int64_t h = 0; h < g; ++h) {
                 _mm512_storeu_ps(p, _mm512_i32gather_ps(column, sT + h, 4));
                 if (n > 16) _mm512_storeu_ps(p + 16, _mm512_i32gather_ps(column, sT + 256 + h, 4));
@@ -207,7 +174,7 @@ static void amx_item_bf16(const float *q, const void *kc, const void *vc, int64_
             }
         }
     }
-    amx_finish(acc, l, nq, d, out);
+    pairs_finish(acc, l, nq, d, out);
 }
 #define AMX_ITEM_TAKES(nq, g) ((nq) / (g) <= AMX_DEC_MAX_KV)
 #else

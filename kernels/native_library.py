@@ -62,16 +62,20 @@ SOURCES = tuple(Path(__file__).with_name(name) for name in
 HEADERS = tuple(Path(__file__).with_name(name) for name in  # included by the sources
                 ("cpu_vector_math.h", "cpu_decode_tiled.h", "cpu_decode_amx.h",
                  "cpu_prefill_amx_pack.h", "cpu_prefill_amx_d64.h", "cpu_prefill_tiles.h",
-                 "cpu_tiles_avx512.h"))
+                 "cpu_tiles_avx512.h", "cpu_decode_dpbf16.h"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
 CPUINFO = Path("/proc/cpuinfo")  # Linux; elsewhere the key has the machine and gcc's view
 MAX_HEADS, MAX_HEADS_X_DIM = 128, 16384  # MAX_H, MAX_HD of cpu_decode.c
 # False: decodes over a bf16 cache keep float32 products (the parity tests of that path;
-# A/B runs). True: both products on AMX tiles where the CPU has them (cpu_decode_amx.h),
-# rounding q * scale and the softmax weights to bf16 as the AMX prefill kernel does.
+# A/B runs). True: both products on AMX tiles where the CPU has them (cpu_decode_amx.h), else
+# in AVX-512-BF16 (cpu_decode_dpbf16.h), rounding q * scale and the softmax weights to bf16
+# as the prefill kernels do.
 AMX_DECODE = True
+# The tiles those bf16 products may take, the first that the CPU has wins: AMX
+# (cpu_decode_amx.h), else VDPBF16PS (cpu_decode_dpbf16.h). Tests narrow it to one.
+DECODE_TILES = ("AMX", "AVX512-BF16")
 PARALLEL_MIN_WORK = 4096  # key x query-head pairs per layer: below, one thread (threads_for)
 
 _reason: list[str] = []  # why load() returned None (one entry once it has)
@@ -213,6 +217,7 @@ def _declare(lib: ctypes.CDLL) -> None:
                                                          _I64, _I64]
     lib.bp_q4_amx_ready.argtypes = []
     lib.bp_amx_decode_takes.argtypes = [_I64, _I64, _I64, _I64]
+    lib.bp_dp_decode_takes.argtypes = [_I64, _I64]
     lib.bp_quant_row_bytes.argtypes = [_I64, _I64]
     lib.bp_quant_row_bytes.restype = _I64
     lib.bp_add_rmsnorm.argtypes = [_PTR, _PTR, _I64, _PTR, _F32, _PTR, _I64, _I64, _I64, _I64]
@@ -230,7 +235,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.bp_prefill_bf16_built.argtypes = []
     for name in ("bp_add_rmsnorm", "bp_silu_mul", "bp_row_argmax", "bp_rope_store",
                  "bp_prefill_attention", "bp_prefill_attention_amx", "bp_prefill_attention_bf16",
-                 "bp_prefill_bf16_built", "bp_amx_decode_takes",
+                 "bp_prefill_bf16_built", "bp_amx_decode_takes", "bp_dp_decode_takes",
                  "bp_q4_tile_pack", "bp_q4_tile_unpack", "bp_q4_amx_ready", "bp_q4_amx_matmul",
                  "bp_q8_tile_pack", "bp_q8_tile_unpack", "bp_q8_amx_matmul"):
         getattr(lib, name).restype = ctypes.c_int
@@ -262,18 +267,26 @@ def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
 
 def cache_mode(is_bf16: bool) -> int:
     """The kernels' cache argument: 0 float32, 1 bfloat16 with float32 products, 2 bfloat16
-    with bf16 products on AMX where the library has them (AMX_DECODE; else as 1)."""
+    with bf16 products (AMX_DECODE) on AMX, else AVX-512-BF16, where the library has them
+    (else as 1), 3 the same never on AMX (DECODE_TILES narrowed to AVX512-BF16: tests)."""
     if not is_bf16:
         return 0
-    return 2 if AMX_DECODE else 1
+    if not AMX_DECODE:
+        return 1
+    return 3 if DECODE_TILES == ("AVX512-BF16",) else 2
 
 
-def amx_decode_serves(kv_dtype: torch.dtype, head_dim: int) -> bool:
-    """Whether decodes over more than 16 keys of this cache take bf16 products on AMX here
-    (what a server's ready line says): the C side's own rule, bp_amx_decode_takes."""
+def bf16_decode_tiles(kv_dtype: torch.dtype, head_dim: int) -> str | None:
+    """The tiles ("AMX", "AVX512-BF16") that decodes over more than 16 keys of this cache
+    take for bf16 products here, or None (float32 products): what a server's ready line
+    says, by the C side's own rules (bp_amx_decode_takes, bp_dp_decode_takes)."""
     lib = load()
-    return lib is not None and lib.bp_amx_decode_takes(
-        cache_mode(kv_dtype == torch.bfloat16), 1, 1, head_dim) == 1
+    if lib is None:
+        return None
+    mode = cache_mode(kv_dtype == torch.bfloat16)
+    if lib.bp_amx_decode_takes(mode, 1, 1, head_dim) == 1:
+        return "AMX"
+    return "AVX512-BF16" if lib.bp_dp_decode_takes(mode, head_dim) == 1 else None
 
 
 def decode_attention(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor,

@@ -132,14 +132,15 @@ def build_parts(settings: ServeSettings, loaded: Any = None) -> EngineParts:
 def bf16_attention_note(kv_dtype: Any, head_dim: int) -> str:
     """What of attention multiplies in bf16 on tiles here (kv_dtype a torch.dtype), for the
     ready line: " (attention on AMX: long prefill chunks, decodes over more than 16 keys)",
-    " (attention on AVX512-BF16: long prefill chunks)" on a CPU without AMX, or ""."""
+    the same "on AVX512-BF16" on a CPU without AMX, or ""."""
     from kernels import cpu_prefill_amx, native_library
 
     tiles: dict[str, list[str]] = {}
     prefill = cpu_prefill_amx.serving_tiles(kv_dtype, head_dim)
     if prefill:
         tiles.setdefault(prefill, []).append("long prefill chunks")
-    if native_library.amx_decode_serves(kv_dtype, head_dim):
-        tiles.setdefault("AMX", []).append("decodes over more than 16 keys")
+    decodes = native_library.bf16_decode_tiles(kv_dtype, head_dim)
+    if decodes:
+        tiles.setdefault(decodes, []).append("decodes over more than 16 keys")
     parts = [f"{kind}: {', '.join(whats)}" for kind, whats in tiles.items()]
     return f" (attention on {'; on '.join(parts)})" if parts else ""

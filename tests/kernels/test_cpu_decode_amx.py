@@ -1,12 +1,13 @@
-"""Decodes on a bf16 cache through the AMX item (kernels/cpu_decode_amx.h): equal to the
+"""Decodes on a bf16 cache through the bf16 items, on each kind (`decode_tiles`: the AMX item,
+kernels/cpu_decode_amx.h, and the VDPBF16PS item, kernels/cpu_decode_dpbf16.h): equal to the
 float32 reference within bf16 rounding, for contexts that are not whole tiles (16 keys a
 score tile, 32 a weight tile; up to 16 keys the float32 item keeps them), block sizes that
 hold 16 keys (read in place) and that do not (copied), both ways of splitting a step (a
 whole decode an item; one KV head an item), through the attention backend and through the
 native decode layers (whose parallel region configures the tiles). Caches are
 garbage-filled and block ids shuffled (make_paged), so a wrong block, key, head or padding
-changes the result far beyond the tolerance. Fails, not skips, where the kernel does not
-build with AMX under CI on a CPU with AMX (fixtures/native_build.require_amx)."""
+changes the result far beyond the tolerance. Fails, not skips, where a kind does not build
+under CI on a CPU with its flag (fixtures/native_build.require_tiles)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from unittest import mock
 
 import pytest
 import torch
-from fixtures.native_build import require_amx
+from fixtures.native_build import require_tiles
 from fixtures.native_steps import paged_step, run
 from fixtures.tiny_models import TINY_LLAMA, write_checkpoint
 from test_cpu_attention import make_paged
@@ -36,31 +37,41 @@ def _widened(paged):
     return [t.float() if t.is_floating_point() else t for t in paged]
 
 
+@pytest.fixture(params=native_library.DECODE_TILES)
+def decode_tiles(request, monkeypatch) -> str:
+    """bf16 products on one kind only (skips or fails where that kind is missing)."""
+    require_tiles(request.param)
+    monkeypatch.setattr(native_library, "DECODE_TILES", (request.param,))
+    assert native_library.bf16_decode_tiles(torch.bfloat16, 64) == request.param
+    return request.param
+
+
 @pytest.mark.parametrize("group,head_dim,block_size", [(3, 64, 16), (1, 128, 16), (4, 64, 8),
                                                       (2, 128, 32), (16, 64, 16), (3, 64, 5)])
 @pytest.mark.parametrize("num_decodes", [2, len(CONTEXTS)])  # an item a KV head; a decode
-def test_decodes_match_the_float32_reference(group, head_dim, block_size, num_decodes):
-    require_amx()
+def test_decodes_match_the_float32_reference(group, head_dim, block_size, num_decodes,
+                                             decode_tiles):
     paged = _bf16_decodes(CONTEXTS[-num_decodes:], block_size, 2, group, head_dim,
                           seed=group + block_size)
     out = cpu_attention.paged_attention(*paged, 0.125)
     expected = reference.paged_attention(*_widened(paged), 0.125)
     torch.testing.assert_close(out, expected, atol=BF16_TOL, rtol=BF16_TOL)
-    # the AMX item ran: float32 products give another result, and one within float32 noise
+    # the bf16 item ran: float32 products give another result, and one within float32 noise
     with mock.patch.object(native_library, "AMX_DECODE", False):
         float32_products = cpu_attention.paged_attention(*paged, 0.125)
     torch.testing.assert_close(float32_products, expected, atol=2e-5, rtol=2e-5)
     assert (out - float32_products).abs().max() > 1e-5
-    # except over contexts of up to AMX_DEC_MIN_KEYS (16) keys: the float32 item, unchanged
+    # except over contexts of up to 16 keys (AMX_DEC_MIN_KEYS, DP_MIN_KEYS): the float32
+    # item, unchanged
     short = [i for i, c in enumerate(CONTEXTS[-num_decodes:]) if c <= 16]
     assert torch.equal(out[short], float32_products[short])
     # and the bf16 rounding is all it adds: within a few roundings of the reference
     assert (out - expected).abs().max() < 8 * 2.0 ** -8 * expected.abs().max()
 
 
-def test_head_dims_it_does_not_take_keep_float32_products():
-    """head_dim 80 (not 64 or 128): the tiled float32 item, as before."""
-    require_amx()
+def test_head_dims_it_does_not_take_keep_float32_products(decode_tiles):
+    """head_dim 80 (AMX: not 64 or 128; VDPBF16PS: not a multiple of 32): the tiled float32
+    item, as before."""
     paged = _bf16_decodes([40, 150], 16, 2, 3, 80, seed=3)
     out = cpu_attention.paged_attention(*paged, 0.125)
     torch.testing.assert_close(out, reference.paged_attention(*_widened(paged), 0.125),
@@ -70,15 +81,20 @@ def test_head_dims_it_does_not_take_keep_float32_products():
 def test_the_switch_names_the_cache_mode():
     assert native_library.cache_mode(False) == 0
     assert native_library.cache_mode(True) == 2
+    with mock.patch.object(native_library, "DECODE_TILES", ("AVX512-BF16",)):
+        assert native_library.cache_mode(True) == 3
     with mock.patch.object(native_library, "AMX_DECODE", False):
         assert native_library.cache_mode(True) == 1
 
 
-def test_a_server_says_so_where_it_runs():
-    """What the ready line reads (control/serve/bootstrap.py): head_dim 64 and 128 here."""
-    require_amx()
-    assert native_library.amx_decode_serves(torch.bfloat16, 64)
-    assert native_library.amx_decode_serves(torch.bfloat16, 128)
+def test_a_server_says_so_where_it_runs(decode_tiles):
+    """What the ready line reads (control/serve/bootstrap.py): head_dim 64 and 128 here, on
+    these tiles; float32 products on a float32 cache or with the switch off."""
+    assert native_library.bf16_decode_tiles(torch.bfloat16, 64) == decode_tiles
+    assert native_library.bf16_decode_tiles(torch.bfloat16, 128) == decode_tiles
+    assert native_library.bf16_decode_tiles(torch.float32, 64) is None
+    with mock.patch.object(native_library, "AMX_DECODE", False):
+        assert native_library.bf16_decode_tiles(torch.bfloat16, 64) is None
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +108,10 @@ def head_dim_64_llama(tmp_path_factory):
 
 
 @pytest.mark.parametrize("rows", [1, 5])
-def test_the_native_decode_layers_take_it(head_dim_64_llama, rows, monkeypatch):
+def test_the_native_decode_layers_take_it(head_dim_64_llama, rows, monkeypatch, decode_tiles):
     """Decodes over 40-80 keys in the native layers on a bf16 cache: the same step as the
-    torch layers (whose attention takes the same AMX item), and within bf16 rounding of the
+    torch layers (whose attention takes the same bf16 item), and within bf16 rounding of the
     layers with float32 products."""
-    require_amx()
     model = head_dim_64_llama
     assert model.head_dim == 64
     monkeypatch.setattr(cpu_layers, "NATIVE_MAX_ROWS", cpu_layers.MAX_ROWS)

@@ -78,7 +78,7 @@ def test_the_ready_line_says_when_long_prefills_run_on_amx(tiny_llama_dir, one_t
     asked = []
     monkeypatch.setattr(cpu_prefill_amx, "serving_tiles",
                         lambda kv, head_dim: asked.append((kv, head_dim)) or "AMX")
-    monkeypatch.setattr(native_library, "amx_decode_serves", lambda kv, head_dim: False)
+    monkeypatch.setattr(native_library, "bf16_decode_tiles", lambda kv, head_dim: None)
     settings = ServeSettings(model=str(tiny_llama_dir), device="cpu",
                              engine_overrides={"kv_cache_dtype": "bfloat16",
                                                "max_num_batched_tokens": 256,
@@ -93,8 +93,8 @@ def test_the_ready_line_says_when_decodes_run_on_amx(tiny_llama_dir, one_torch_t
                                                      monkeypatch):
     asked = []
     monkeypatch.setattr(cpu_prefill_amx, "serving_tiles", lambda kv, head_dim: None)
-    monkeypatch.setattr(native_library, "amx_decode_serves",
-                        lambda kv, head_dim: asked.append((kv, head_dim)) or True)
+    monkeypatch.setattr(native_library, "bf16_decode_tiles",
+                        lambda kv, head_dim: asked.append((kv, head_dim)) or "AMX")
     settings = ServeSettings(model=str(tiny_llama_dir), device="cpu",
                              engine_overrides={"kv_cache_dtype": "bfloat16"})
     parts = build_parts(settings)
@@ -105,22 +105,22 @@ def test_the_ready_line_says_when_decodes_run_on_amx(tiny_llama_dir, one_torch_t
 
 
 @pytest.mark.parametrize("prefill,decodes,note", [
-    ("AMX", True, " (attention on AMX: long prefill chunks, decodes over more than 16 keys)"),
-    ("AVX512-BF16", False, " (attention on AVX512-BF16: long prefill chunks)"),
-    ("AVX512-BF16", True, " (attention on AVX512-BF16: long prefill chunks; on AMX: decodes"
-                          " over more than 16 keys)"),
-    (None, False, "")])
+    ("AMX", "AMX", " (attention on AMX: long prefill chunks, decodes over more than 16 keys)"),
+    ("AVX512-BF16", None, " (attention on AVX512-BF16: long prefill chunks)"),
+    ("AMX", "AVX512-BF16", " (attention on AMX: long prefill chunks; on AVX512-BF16: decodes"
+                           " over more than 16 keys)"),
+    (None, None, "")])
 def test_the_ready_line_names_the_tiles_each_part_runs_on(monkeypatch, prefill, decodes, note):
     monkeypatch.setattr(cpu_prefill_amx, "serving_tiles", lambda kv, head_dim: prefill)
-    monkeypatch.setattr(native_library, "amx_decode_serves", lambda kv, head_dim: decodes)
+    monkeypatch.setattr(native_library, "bf16_decode_tiles", lambda kv, head_dim: decodes)
     assert bootstrap.bf16_attention_note(torch.bfloat16, 64) == note
 
 
-def test_amx_decodes_need_a_bf16_cache_and_head_dim_64_or_128():
-    assert not native_library.amx_decode_serves(torch.float32, 64)
-    assert not native_library.amx_decode_serves(torch.bfloat16, 80)
+def test_bf16_decodes_need_a_bf16_cache_and_a_head_dim_they_take():
+    assert native_library.bf16_decode_tiles(torch.float32, 64) is None
+    assert native_library.bf16_decode_tiles(torch.bfloat16, 80) is None
     with mock.patch.object(native_library, "AMX_DECODE", False):
-        assert not native_library.amx_decode_serves(torch.bfloat16, 64)
+        assert native_library.bf16_decode_tiles(torch.bfloat16, 64) is None
 
 
 def test_a_bad_kv_cache_dtype_is_refused_naming_the_choices():
