@@ -154,7 +154,8 @@ class FleetControl:
         for i, answer in zip(ids, answers, strict=True):
             if not answer.get("ok"):
                 raise ChangeError(answer.get("status", 502), answer.get("code", "replica"),
-                                  f"replica {i}: {answer.get('message')}")
+                                  f"replica {i}: {answer.get('message')}",
+                                  **answer.get("extra", {}))
 
     async def push_all(self, replica_ids: Any, actor: str) -> dict[str, Any]:
         """Push each replica its target, concurrently; -> per replica and the time the

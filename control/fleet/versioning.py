@@ -113,7 +113,8 @@ async def install_on(store: Any, config: dict[str, Any], fleet_version: int,
                 "message": "the control API is off on this replica"}
     try:
         result = await store.install_fleet(config, fleet_version, **kwargs)
-    except ChangeError as exc:
-        return {"ok": False, "status": exc.status, "code": exc.code, "message": exc.message}
+    except ChangeError as exc:  # its extra (a `param`, the current version) goes along too
+        return {"ok": False, "status": exc.status, "code": exc.code, "message": exc.message,
+                "extra": exc.extra}
     return {"ok": True, "applied": result.applied, "config_version": result.version,
             "fleet_version": fleet_version, "diff": result.diff}

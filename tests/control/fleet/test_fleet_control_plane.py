@@ -10,9 +10,11 @@ import httpx
 from fixtures.fleet_fakes import FakeReplica, good_window, until
 
 from control.admin.auth import Token
+from control.admin.config_store import ChangeError
 from control.fleet.ingress import FleetIngress, build_app
 from control.fleet.local import LocalHandle, wait_healthy
 from control.fleet.router import RoutingPolicy
+from control.fleet.versioning import install_on
 from engine.config import LiveConfig, StaticConfig
 from engine.config.patch import apply_patch, live_to_dict
 
@@ -276,3 +278,31 @@ def test_a_replica_back_on_the_yaml_takes_no_request_until_it_runs_the_fleets_co
             fake.release.set()
 
     run_fleet(scenario, replica=SlowInstall)
+
+
+class RefusingReplica(FakeReplica):
+    """Answers a push as EngineReplica does (control/fleet/versioning.install_on) for a store
+    whose engine refuses the value, naming the setting (ChangeError.invalid)."""
+
+    class Store:
+        async def install_fleet(self, config, fleet_version, **kw):
+            raise ChangeError.invalid(ValueError("config.max_num_seqs=5 is above what this"
+                                                 " replica's KV cache holds"))
+
+    async def install(self, config: dict, version: int, **kw) -> dict:
+        return await install_on(self.Store(), config, version, kw)
+
+
+def test_a_replicas_refusal_reaches_the_caller_with_its_param():
+    """A replica's refusal in the fleet's answer is one server's error: status, code,
+    message naming the replica, and the `param` a client reads instead of the message."""
+    async def scenario(c, fakes, fleet):
+        refused = await c.patch("/control/config", headers={"If-Match": "0"},
+                                json={"changes": {"max_num_seqs": 5}})
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "invalid_value" and error["param"] == "max_num_seqs"
+        assert error["message"].startswith("replica 0: config.max_num_seqs=5 is above")
+        assert (await c.get("/control/config")).json()["fleet_version"] == 0  # nothing taken
+
+    run_fleet(scenario, replica=RefusingReplica)
