@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -96,12 +97,15 @@ def device_label(device: str | None) -> str:
     return f"{device} ({os.cpu_count()} cores)"
 
 
-def exemplar_rule(settings: ServeSettings) -> dict:
+def exemplar_rule(settings: ServeSettings, feed: Any) -> dict:
     """With an OTLP export, a latency exemplar names a trace only when its spans are
-    exported (the feed's own sampling rule); without, ServingMetrics' default."""
-    if settings.otlp is None:
+    exported (the feed's own sampling rule), and /metrics shows it once the collector took
+    them (`feed`'s delivered traces: never while the collector is down); without,
+    ServingMetrics' default."""
+    if settings.otlp is None or feed is None:
         return {}
-    return {"exemplar_filter": functools.partial(keep, settings=settings.otlp)}
+    return {"exemplar_filter": functools.partial(keep, settings=settings.otlp),
+            "exemplar_shown": feed.delivered}
 
 
 def span_feed(settings: ServeSettings):
@@ -115,10 +119,11 @@ def span_feed(settings: ServeSettings):
 
 def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> FastAPI:
     settings.validate()
+    feed = span_feed(settings)
     metrics = ServingMetrics(settings.model_name, settings.metrics_tenants,
-                             **exemplar_rule(settings))
+                             **exemplar_rule(settings, feed))
     writer = open_trace(settings, new_run_id())
-    observer = Observer(metrics, writer, settings.kv_snapshot_every, spans=span_feed(settings))
+    observer = Observer(metrics, writer, settings.kv_snapshot_every, spans=feed)
     if engine is None:
         engine = AsyncEngine(functools.partial(build_parts, settings),
                              stall_after_s=settings.stall_after_s, observer=observer)

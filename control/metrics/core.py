@@ -94,12 +94,17 @@ class Histogram(_Family):
                  buckets: tuple[float, ...]):
         super().__init__(name, doc, labelnames, lambda: HistogramChild(buckets))
         self.buckets = buckets
+        # which exemplars the exposition writes, by trace id (None: all): with an OTLP
+        # export, those of traces the collector took (control/otel/export.py)
+        self.shows: Callable[[str], bool] | None = None
 
     def family(self) -> HistogramMetricFamily:
         fam = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
         for labels, child in list(self.children.items()):
             counts, total = list(child.counts), child.sum
             marks = list(child.exemplars or ())
+            if marks and self.shows is not None:
+                marks = [m if m is not None and self.shows(m[0]) else None for m in marks]
             cumulative, acc = [], 0
             for i, (bound, n) in enumerate(zip(self.buckets, counts, strict=False)):
                 acc += n

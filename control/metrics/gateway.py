@@ -65,7 +65,7 @@ def install_gateway_metrics(metrics: ServingMetrics, static: StaticSource,
     if compat == "vllm":
         metrics.add_source(lambda: vllm_families(metrics, static()))
     elif compat == "otel":
-        genai = GenAIServerMetrics(metrics.model)
+        genai = GenAIServerMetrics(metrics.model, metrics.exemplar_shown)
         metrics.request_observers.append(genai.observe)
         metrics.add_source(genai.families)
 

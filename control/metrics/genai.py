@@ -14,7 +14,7 @@ a board summing over both names would count every request twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from control.metrics.core import Histogram
 from control.otel.context import PROVIDER
@@ -34,7 +34,8 @@ DEFAULT_OPERATION = "text_completion"  # a request that came in through no OpenA
 class GenAIServerMetrics:
     """Observed on the metrics thread, one RequestRecord at a time (ServingMetrics)."""
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, exemplar_shown: Callable[[str], bool] | None = None):
+        """`exemplar_shown`: as ServingMetrics'."""
         self.model = model
         p = "gen_ai_server_"
         self.ttft = Histogram(p + "time_to_first_token_seconds", "Time to generate the first"
@@ -45,6 +46,8 @@ class GenAIServerMetrics:
         self.duration = Histogram(p + "request_duration_seconds", "Generative AI server"
                                   " request duration: arrival to the last output token.",
                                   LABELS, DURATION_BUCKETS)
+        for hist in (self.ttft, self.tpot, self.duration):
+            hist.shows = exemplar_shown
 
     def observe(self, rec: RequestRecord, trace_id: str | None) -> None:
         if rec.outcome == "rejected" or rec.e2e_s is None:

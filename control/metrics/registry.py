@@ -89,17 +89,23 @@ def caller_traced(rec: RequestRecord) -> bool:
 
 class ServingMetrics:
     def __init__(self, model: str, tenants: Iterable[str] = (),
-                 exemplar_filter: Callable[[RequestRecord], bool] = caller_traced):
+                 exemplar_filter: Callable[[RequestRecord], bool] = caller_traced,
+                 exemplar_shown: Callable[[str], bool] | None = None):
         """`exemplar_filter(record)`: whether the request's trace id goes on the latency
-        histograms as an exemplar (a trace that exists: control/otel/feed.py's `keep`)."""
+        histograms as an exemplar (a trace that exists: control/otel/feed.py's `keep`);
+        `exemplar_shown(trace_id)`, where given: whether /metrics writes it yet (the
+        collector took its spans: OtelFeed.delivered; None: at once)."""
         self.model = model
         self.exemplar_filter = exemplar_filter
+        self.exemplar_shown = exemplar_shown
         self.tenants = frozenset(tenants) | {DEFAULT_TENANT}
         self.registry = CollectorRegistry(auto_describe=False)
         lt = ("model", "lane", "tenant")
         p = "batchpilot_"
         self.latency = {attr: Histogram(p + name, doc, lt, buckets)
                         for name, doc, attr, buckets in REQUEST_LATENCIES}
+        for hist in self.latency.values():
+            hist.shows = exemplar_shown
         self.itl = Histogram(p + "inter_token_latency_seconds",
                              "Time between consecutive output tokens of a request.", lt,
                              TOKEN_LATENCY_BUCKETS)

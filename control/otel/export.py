@@ -4,7 +4,9 @@ ingress (its routing spans).
 
     put(span) -> bounded queue (full: dropped, counted) -> "otel-export" thread: batches of
     up to BATCH_SPANS, at least every FLUSH_EVERY_S -> OTLP (HTTP or gRPC); a failed batch
-    is dropped and counted, and warned about at most once a minute
+    is dropped and counted, and warned about at most once a minute; the trace ids of the
+    batches the collector took are kept (`delivered`) so that a latency exemplar names only
+    a trace the operator's backend has (control/metrics/core.py Histogram.shows)
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
@@ -29,6 +32,9 @@ BATCH_SPANS = 512  # spans per export call at most
 FLUSH_EVERY_S = 1.0  # a partial batch waits at most this long
 WARN_EVERY_S = 60.0  # a failing collector is logged at most this often
 EXPORT_TIMEOUT_S = 5.0  # one export call, retries included (the SDK exporter retries)
+# Trace ids remembered as delivered. An exemplar whose trace fell out (this many delivered
+# traces later) is no longer shown; Prometheus keeps the exemplars it has scraped.
+DELIVERED_TRACES = 65_536
 
 
 def make_exporter(settings: OtelSettings) -> SpanExporter:
@@ -56,11 +62,32 @@ def resource_of(settings: OtelSettings) -> Resource:
                                if settings.replica else {})})
 
 
+class DeliveredTraces:
+    """The last `limit` trace ids whose spans the collector took (32 hex digits): added by
+    one thread, asked by any (`in`; each dict operation is atomic under the GIL)."""
+
+    def __init__(self, limit: int = DELIVERED_TRACES):
+        self.limit = limit
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, trace_ids: Iterable[str]) -> None:
+        for trace_id in trace_ids:
+            self._ids[trace_id] = None
+        while len(self._ids) > self.limit:
+            self._ids.popitem(last=False)
+
+    def __contains__(self, trace_id: object) -> bool:
+        return trace_id in self._ids
+
+
 class SpanExport:
     def __init__(self, settings: OtelSettings, exporter: SpanExporter | None = None):
         self.settings = settings.validate()
         self.exporter = exporter or make_exporter(settings)
         self.counts = {"exported": 0, "queue_full": 0, "export_failed": 0}
+        self.delivered = DeliveredTraces()
+        self._new_delivered: list[str] = []  # since take_delivered (the span process's report)
+        self._delivered_lock = threading.Lock()
         self._spans: queue.Queue = queue.Queue(MAX_SPAN_BACKLOG)
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -88,6 +115,12 @@ class SpanExport:
     def families(self, model: str) -> Iterator[object]:
         yield from span_families(model, self.counts)
 
+    def take_delivered(self) -> list[str]:
+        """The trace ids delivered since the last call (the span process reports them)."""
+        with self._delivered_lock:
+            ids, self._new_delivered = self._new_delivered, []
+        return ids
+
     def _loop(self) -> None:
         batch: list[ReadableSpan] = []
         due = time.monotonic() + FLUSH_EVERY_S
@@ -106,6 +139,11 @@ class SpanExport:
             ok = self.exporter.export(batch) == SpanExportResult.SUCCESS
         except Exception:
             ok = False
+        if ok:  # before the count moves: the span process reports both when it does
+            ids = list(dict.fromkeys(f"{span.context.trace_id:032x}" for span in batch))
+            self.delivered.add(ids)
+            with self._delivered_lock:
+                self._new_delivered += ids
         self.counts["exported" if ok else "export_failed"] += len(batch)
         now = time.monotonic()
         if not ok and now >= self._next_warning:  # once a minute, not once a batch

@@ -54,6 +54,11 @@ class OtelFeed:
     def counts(self) -> dict[str, int]:
         return {**self.sink.counts, **self.requests, "steps_dropped": self.steps_dropped}
 
+    def delivered(self, trace_id: str) -> bool:
+        """Whether the collector took this trace's spans (as last reported): a latency
+        exemplar naming it links to a trace the operator's backend has."""
+        return trace_id in self.sink.delivered
+
     def start(self, wait_s: float = 0.0) -> OtelFeed:
         """Start the span thread and the span process now (else at the first step); with
         `wait_s`, until the process is ready (a benchmark's clock must not see it start)."""

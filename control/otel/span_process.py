@@ -30,7 +30,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from control.otel.export import SpanExport, resource_of
+from control.otel.export import DeliveredTraces, SpanExport, resource_of
 from control.otel.settings import OtelSettings
 from control.otel.spans import SpanBuilder
 
@@ -63,6 +63,10 @@ class InProcessSpans:
     def counts(self) -> dict[str, int]:
         return self.export.counts
 
+    @property
+    def delivered(self) -> DeliveredTraces:
+        return self.export.delivered
+
     def send(self, kept: Kept) -> None:
         for rec, phases in kept:
             for span in self.builder.build(rec, phases):
@@ -81,6 +85,7 @@ class SpanProcess:
     def __init__(self, settings: OtelSettings):
         self.settings = settings
         self._counts = zero_counts()
+        self.delivered = DeliveredTraces()  # as the child reports them
         self._lost = 0  # requests whose batch never reached the child
         self._lock = threading.Lock()  # the span thread sends, a scrape reads counters
         self._proc: subprocess.Popen | None = None
@@ -102,7 +107,7 @@ class SpanProcess:
                 self._start()
             with contextlib.suppress(OSError, EOFError, ValueError):
                 if wait_s and self._in.poll(wait_s):
-                    self._counts = self._in.recv()
+                    self._take(self._in.recv())
 
     def send(self, kept: Kept) -> None:
         """From the span thread; never raises, never waits on a child that is gone."""
@@ -132,7 +137,7 @@ class SpanProcess:
                 # its last counts come once its export ended (or gave up at timeout_s)
                 deadline = time.monotonic() + timeout_s + STOP_SLACK_S
                 while self._in.poll(max(0.0, deadline - time.monotonic())):
-                    self._counts = self._in.recv()
+                    self._take(self._in.recv())
             try:
                 self._proc.wait(1.0)
             except subprocess.TimeoutExpired:
@@ -162,7 +167,13 @@ class SpanProcess:
             return
         with contextlib.suppress(OSError, EOFError, ValueError):
             while self._in.poll():
-                self._counts = self._in.recv()
+                self._take(self._in.recv())
+
+    def _take(self, report: dict) -> None:
+        """A report of the child: its counters, and the trace ids it delivered since the
+        one before"""
+        self.delivered.add(report.pop("delivered", ()))
+        self._counts = report
 
 
 def child_main(inbox: Connection, outbox: Connection) -> None:
@@ -174,7 +185,7 @@ def child_main(inbox: Connection, outbox: Connection) -> None:
     spans = InProcessSpans(inbox.recv())
     last = dict(spans.counts)
     with contextlib.suppress(OSError):
-        outbox.send(last)  # ready: the server's start(wait_s) returns
+        outbox.send(dict(last))  # ready: the server's start(wait_s) returns
     stop_s = 5.0
     while True:
         try:
@@ -185,15 +196,15 @@ def child_main(inbox: Connection, outbox: Connection) -> None:
             stop_s = batch
             break
         spans.send(batch)
-        if spans.counts != last:
+        if spans.counts != last:  # (a delivery moves "exported")
             last = dict(spans.counts)
             try:
-                outbox.send(last)
+                outbox.send({**last, "delivered": spans.export.take_delivered()})
             except OSError:
                 break
     spans.stop(stop_s)
     with contextlib.suppress(OSError):
-        outbox.send(dict(spans.counts))
+        outbox.send({**spans.counts, "delivered": spans.export.take_delivered()})
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """Exemplars: the latency histograms name a trace per bucket under OpenMetrics negotiation,
-only traces that exist (exported, or the caller's sampled one), and a real Prometheus
-stores them, so a Grafana panel's point links to the trace."""
+only traces that exist (exported and taken by the collector, or the caller's sampled one),
+and a real Prometheus stores them, so a Grafana panel's point links to the trace."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 
 import httpx
 from fixtures.grafana import Prometheus
@@ -32,6 +34,17 @@ def complete(client, traceparent: str | None = None, max_tokens: int = 3):
         "model": "tiny", "prompt": "hello", "max_tokens": max_tokens, "ignore_eos": True})
 
 
+async def scrape_until(client, done, timeout_s: float = 30.0) -> httpx.Response:
+    """OpenMetrics scrapes until done(text) (spans reach the collector a second or so after
+    their request ends); the last scrape."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        om = await client.get("/metrics", headers={"Accept": OPENMETRICS})
+        if done(om.text) or time.monotonic() > deadline:
+            return om
+        await asyncio.sleep(0.2)
+
+
 def test_openmetrics_scrapes_carry_the_trace_ids_of_exported_requests(tiny_loaded):
     with OtlpReceiver() as rx:
         settings = ServeSettings(model="tiny", otlp_traces_endpoint=rx.endpoint,
@@ -43,7 +56,8 @@ def test_openmetrics_scrapes_carry_the_trace_ids_of_exported_requests(tiny_loade
                 sampled = await complete(client, f"00-{TRACE}-00f067aa0ba902b7-01")
                 unsampled = await complete(client)  # ratio 0: not exported
                 await wait_until_idle(engine)
-                om = await client.get("/metrics", headers={"Accept": OPENMETRICS})
+                om = await scrape_until(client, lambda text: all(
+                    TRACE in exemplar_traces(text, f) for f in LATENCIES))
                 plain = await client.get("/metrics")
                 client.app.state.serving.observer.stop()
                 return sampled, unsampled, om, plain
@@ -56,6 +70,35 @@ def test_openmetrics_scrapes_carry_the_trace_ids_of_exported_requests(tiny_loade
     for family in LATENCIES:
         traces = exemplar_traces(om.text, family)
         assert TRACE in traces and hidden not in traces, (family, traces)
+
+
+def test_a_trace_the_collector_never_took_is_no_exemplar(tiny_loaded):
+    """The collector is down: the request's spans are dropped (counted), and no latency
+    bucket links to the trace they would have made (a panel's point would lead nowhere)."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = ServeSettings(model="tiny", otlp_traces_endpoint=f"http://127.0.0.1:{port}"
+                             "/v1/traces", otlp_sample_ratio=1.0)
+    engine, _, settings = make_engine(tiny_loaded, settings=settings)
+
+    def dropped(text: str) -> bool:
+        return any(s.name == "batchpilot_otel_spans_dropped_total" and s.value > 0
+                   and s.labels.get("reason") == "export_failed"
+                   for f in text_string_to_metric_families(text) for s in f.samples)
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            answer = await complete(client, f"00-{TRACE}-00f067aa0ba902b7-01")
+            await wait_until_idle(engine)
+            om = await scrape_until(client, dropped)
+            client.app.state.serving.observer.stop()
+            return answer, om
+
+    answer, om = asyncio.run(scenario())
+    assert answer.status_code == 200 and dropped(om.text), om.text[-2000:]
+    for family in LATENCIES:
+        assert exemplar_traces(om.text, family) == set(), family
 
 
 def test_without_an_export_only_the_callers_sampled_traces_are_exemplars(tiny_loaded):
