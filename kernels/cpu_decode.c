@@ -263,12 +263,6 @@ void bp_attention_item(int64_t it, int64_t per_seq, const float *q, int64_t q_st
                                        h0, table, ctx[s], scale, oi);
 }
 
-/* Whether decodes over more than DP_MIN_KEYS keys of this cache mode and head_dim take the
-   VDPBF16PS item (where AMX does not take them: bp_amx_decode_takes) */
-int bp_dp_decode_takes(int64_t cache_mode, int64_t d) {
-    return DP_TAKES(cache_mode, d, DP_MIN_KEYS + 1);
-}
-
 /* Item `it`'s first tile of keys towards the shared cache (T2: L3, which the thread that
    takes the item reads from, whichever it is), for the item two ahead of the one starting:
    within an item each tile fetches the next, so without this the first tile of every item

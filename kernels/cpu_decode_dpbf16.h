@@ -34,6 +34,12 @@
 #define DP_TAKES(mode, d, ctx) \
     ((mode) >= 2 && (d) % 32 == 0 && (d) <= DP_MAX_D && (ctx) > DP_MIN_KEYS)
 
+/* Whether decodes over more than DP_MIN_KEYS keys of this cache mode and head_dim take the
+   item below (where AMX does not take them: bp_amx_decode_takes) */
+int bp_dp_decode_takes(int64_t cache_mode, int64_t d) {
+    return DP_TAKES(cache_mode, d, DP_MIN_KEYS + 1);
+}
+
 /* vp[m * d ...] = V rows 2m, 2m + 1 (+ off) interleaved, m < 16; rows past n_keys zero.
    Per 32 columns x: vp + m * d + x holds columns 8k + i of each 128-bit lane k (i < 4) as
    (row 2m, row 2m + 1) pairs, vp + m * d + x + 16 columns 8k + 4 + i (unpacklo/hi). */
@@ -174,6 +180,10 @@ static void dp_item_bf16(const float *q, const void *kc, const void *vc, int64_t
         dp_item_d(q, kc, vc, kvh, g, nq, d, bs, h0, table, ctx, scale, out);
 }
 #else
+int bp_dp_decode_takes(int64_t cache_mode, int64_t d) {
+    (void)cache_mode, (void)d;
+    return 0;
+}
 #define DP_TAKES(mode, d, ctx) 0
 #define dp_item_bf16 item_bf16
 #endif
