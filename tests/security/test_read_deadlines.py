@@ -1,11 +1,13 @@
 """Slowloris: a client that trickles its headers, stops half-way, sends nothing, or declares a
 body it never sends loses its connection after the read deadlines (control/serve/
 read_deadlines.py; short ones here), a body that never comes gets a 408, and a client that
-sent its request on time keeps its connection however long the answer takes."""
+sent its request on time keeps its connection however long the answer takes. Bytes that are
+not HTTP get a JSON 400 in the API's error shape, not uvicorn's plain text."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -91,6 +93,44 @@ def test_a_body_that_never_arrives_gets_a_408(port):
     got = talk(port, [b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx"])
     assert got.startswith(b"HTTP/1.1 408 "), got
     assert b"request_timeout" in got
+
+
+def json_error(got: bytes, status: bytes) -> dict:
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 " + status + b" "), got[:300]
+    assert b"content-type: application/json" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["type"] == "invalid_request_error"
+    return error
+
+
+@pytest.mark.parametrize("garbage", [
+    b"GARBAGE\r\n\r\n",  # no request line
+    b"GET / HTTP/1.1\r\nHost x\r\n\r\n",  # a header without its colon
+])
+def test_bytes_that_are_not_http_get_a_json_400(port, garbage):
+    assert json_error(talk(port, [garbage]), b"400")["code"] == "invalid_http"
+
+
+@pytest.mark.parametrize("head", [
+    b"X-Big: " + b"a" * 200_000 + b"\r\n",  # one huge header, sent at once
+    b"".join(b"X-%d: y\r\n" % i for i in range(20_000)),  # very many small ones
+])
+def test_headers_past_the_size_limit_get_a_431(port, head):
+    pieces = [b"GET / HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n"]
+    assert json_error(talk(port, pieces), b"431")["code"] == "headers_too_large"
+
+
+def test_headers_under_the_limit_with_a_big_body_in_the_same_reads_pass(port):
+    """Header bytes count, not the body's: 40 KiB of headers, then 1 MiB of body sent with
+    them, and a request in 100-byte pieces (many reads, each counted) still answers."""
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 40_000 + b"\r\n"
+    body = b"b" * (1 << 20)
+    got = talk(port, [head + b"Content-Length: %d\r\n\r\n" % len(body) + body])
+    assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(str(len(body)).encode()), got[:200]
+    small = b"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 3_000 + b"\r\n\r\n"
+    got = talk(port, [small[i:i + 100] for i in range(0, len(small), 100)])
+    assert got.startswith(b"HTTP/1.1 200 "), got[:200]
 
 
 def test_a_request_on_time_keeps_its_connection_while_its_answer_takes_long(port):
