@@ -110,7 +110,8 @@ class FleetIngress:
             for i, h in enumerate(self.handles)]
         if self.prefix is not None:  # each replica's KV events, into the KV index
             self._polls += [asyncio.ensure_future(follow_forever(
-                self.kv_index, i, lambda epoch, seq, h=h: _await(h.kv_events.remote(epoch, seq)),
+                self.kv_index, i,
+                lambda epoch, seq, wait_s, h=h: _await(h.kv_events.remote(epoch, seq, wait_s)),
                 active=lambda i=i: callable_(i)))
                 for i, h in enumerate(self.handles)]
         if self.scaling.enabled:  # the signals out to Serve's autoscaler, the phases back

@@ -1,7 +1,9 @@
 """The ingress's map of which prefix-cache blocks each replica holds, kept from the
 replicas' KV events (engine/kv/events.py, served by EngineReplica.kv_events).
 
-    follow_forever(index, i, fetch)   one loop per replica: fetch(epoch, seq) every poll_s
+    follow_forever(index, i, fetch)   one loop per replica: fetch(epoch, seq, WAIT_S), at
+                                      most every poll_s; the replica answers at once when
+                                      it has news, else when a batch comes or WAIT_S passed
     index.apply(i, reply)             a snapshot replaces replica i's set; batches update it
     index.matched(i, keys)            leading keys of a request replica i holds
 
@@ -22,8 +24,11 @@ from typing import Any
 
 log = logging.getLogger("batchpilot.fleet")
 
-POLL_S = 0.1  # between two reads of one replica's events
-POLL_TIMEOUT_S = 2.0  # a snapshot of a large pool may take a step or two
+POLL_S = 0.1  # at least between two reads of one replica's events (10 a second at most)
+# a read with nothing new waits at the replica up to this long for the next batch (a long
+# poll): an idle fleet reads each replica ~once per WAIT_S instead of 1 / POLL_S times
+WAIT_S = 2.0
+POLL_TIMEOUT_S = WAIT_S + 2.0  # the wait, then a snapshot of a large pool: a step or two
 
 
 @dataclass
@@ -91,9 +96,10 @@ class KVIndex:
 
 
 async def follow_forever(index: KVIndex, replica_id: int,
-                         fetch: Callable[[str | None, int], Awaitable[dict[str, Any]]],
+                         fetch: Callable[[str | None, int, float], Awaitable[dict[str, Any]]],
                          poll_s: float = POLL_S, timeout_s: float = POLL_TIMEOUT_S,
-                         active: Callable[[], bool] | None = None) -> None:
+                         active: Callable[[], bool] | None = None,
+                         wait_s: float = WAIT_S) -> None:
     """Keep replica `replica_id`'s entry current until cancelled. A replica that does not
     answer, or whose slot autoscaling has off (`active()` false: not called), keeps its
     last keys: nothing is routed to it, and when it comes back its new epoch brings a
@@ -103,7 +109,8 @@ async def follow_forever(index: KVIndex, replica_id: int,
             await asyncio.sleep(poll_s)
             continue
         try:
-            reply = await asyncio.wait_for(fetch(*index.cursor(replica_id)), timeout_s)
+            reply = await asyncio.wait_for(fetch(*index.cursor(replica_id), wait_s),
+                                           timeout_s)
         except asyncio.CancelledError:
             raise
         except Exception:  # down or restarting: the load poll says so

@@ -13,6 +13,7 @@ import, so tests and the routing bench drive it directly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import uuid
@@ -29,6 +30,7 @@ from engine.config.patch import live_to_dict, static_to_dict
 DRAIN_POLL_S = 0.05
 RETIRED = "retired by a rolling restart: Ray Serve is replacing this process"
 ABORT_FLUSH_S = 5.0  # after aborting the rest, time for their final chunks to go out
+MAX_KV_WAIT_S = 10.0  # a kv_events long poll's longest wait
 
 
 class EngineReplica:
@@ -82,17 +84,22 @@ class EngineReplica:
                 "inflight": self.state.inflight, "steps": stats.steps,
                 "started_at": self.started_at, "fleet_version": self.tee.fleet_version}
 
-    async def kv_events(self, epoch: str | None, seq: int) -> dict[str, Any]:
+    async def kv_events(self, epoch: str | None, seq: int,
+                        wait_s: float = 0.0) -> dict[str, Any]:
         """What the ingress's KV index polls (control/fleet/kv_index.py): the prefix-cache
         blocks stored and evicted since batch `seq` of this process's log (`epoch`: the
         `incarnation` the reader's seq belongs to), or every findable block when the reader
         is new, from another incarnation, or fell behind the log. {"enabled": False}: this
-        replica publishes none (the fleet does not route `precise`)."""
+        replica publishes none (the fleet does not route `precise`). With `wait_s` (at most
+        MAX_KV_WAIT_S), a reader with nothing new waits up to that long for the next batch
+        (a long poll: an idle fleet does not call ten times a second)."""
         parts = self.state.engine.parts
         manager = parts.engine.block_manager if parts is not None else None
         log = manager.events if manager is not None else None
         if log is None:
             return {"enabled": False}
+        if epoch == self.incarnation and wait_s > 0:
+            await wait_for_batch(log, seq, min(wait_s, MAX_KV_WAIT_S))
         head = {"enabled": True, "epoch": self.incarnation, "block_size": manager.block_size,
                 "sharing": manager.hasher.sharing,
                 "prefix_caching": manager.enable_prefix_caching, **log.counters()}
@@ -175,3 +182,22 @@ class EngineReplica:
         lifespan, self._lifespan = getattr(self, "_lifespan", None), None
         if lifespan is not None:
             await lifespan.__aexit__(None, None, None)
+
+
+async def wait_for_batch(log: Any, seq: int, wait_s: float) -> None:
+    """Until `log` (engine/kv/events.py) has a batch after `seq`, or wait_s passed. The
+    engine thread's seal wakes this loop through call_soon_threadsafe, only while someone
+    waits; a loop already closed is not woken (and nothing raises into the engine)."""
+    loop, ready = asyncio.get_running_loop(), asyncio.Event()
+
+    def sealed() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed: its waiter is gone
+            loop.call_soon_threadsafe(ready.set)
+
+    log.listen(sealed)
+    try:
+        if log.seq == seq:  # (a batch sealed before we listened needs no wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), wait_s)
+    finally:
+        log.unlisten(sealed)

@@ -13,13 +13,15 @@ The engine thread writes (`stored`, `removed`, and `seal` once per step); reader
 threads call `since`. Bounded: the last `capacity` sealed batches are kept, and a reader
 that falls further behind gets None (a gap) and must take a full snapshot instead; each
 batch that left the ring before any reader saw it counts in `dropped`. Nothing here blocks
-or slows a step beyond appending ints to two lists.
+or slows a step beyond appending ints to two lists, and, while a reader waits for the next
+batch (a long poll: control/fleet/replica.py), calling its listener once per sealed batch.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 DEFAULT_CAPACITY = 512  # sealed batches kept for readers (~0.5-5 s of steps)
@@ -51,6 +53,8 @@ class KVEventLog:
         self.read_seq = 0  # the highest seq any reader has been given
         self.dropped = 0  # batches that left the ring unread
         self.gaps = 0  # reads answered None: the reader must take a snapshot
+        # called on the engine thread after each sealed batch; they must not block or raise
+        self._listeners: tuple[Callable[[], None], ...] = ()
 
     # ---- the engine thread -----------------------------------------------------------
     def stored(self, key: int) -> None:
@@ -72,8 +76,19 @@ class KVEventLog:
                                      tuple(self._removed)))
         self._stored.clear()
         self._removed.clear()
+        for listener in self._listeners:
+            listener()
 
     # ---- readers ---------------------------------------------------------------------
+    def listen(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` after each batch is sealed, until `unlisten` (any thread)."""
+        with self._lock:
+            self._listeners = (*self._listeners, listener)
+
+    def unlisten(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners = tuple(cb for cb in self._listeners if cb is not listener)
+
     def since(self, seq: int) -> list[KVEventBatch] | None:
         """Sealed batches after `seq` in order, or None when some of them already left
         the ring (the reader missed events: it needs a snapshot)."""

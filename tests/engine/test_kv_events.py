@@ -39,3 +39,18 @@ def test_a_reader_that_falls_behind_gets_a_gap_and_the_lost_batches_count():
     assert log.counters() == {"seq": 5, "dropped": 3, "gaps": 3}
     with pytest.raises(ValueError):
         KVEventLog(capacity=0)
+
+
+def test_listeners_hear_each_sealed_batch_until_they_stop():
+    log, heard = KVEventLog(), []
+    listener = lambda: heard.append(log.seq)  # noqa: E731
+    log.listen(listener)
+    log.seal(1)  # no events: no batch, nothing to hear
+    log.stored(7)
+    log.seal(2)
+    log.removed(7)
+    log.seal(3)
+    log.unlisten(listener)
+    log.stored(8)
+    log.seal(4)
+    assert heard == [1, 2] and log.seq == 3

@@ -91,6 +91,35 @@ def test_requests_sharing_a_prefix_follow_its_blocks(fleet):
     assert len(picks) == 2, "the test's prompts should split under affinity"
 
 
+def test_an_idle_fleet_long_polls_the_events_and_hears_a_new_block_at_once(fleet):
+    """Idle, the ingress reads each replica's KV events about once per kv_index.WAIT_S (a
+    read every POLL_S before: ~25 in this window); a request's blocks still reach the
+    index within a fraction of a second, the seal waking the read that waits."""
+    reads = [0] * len(fleet.replicas)
+
+    def counting(i, method):
+        async def kv_events(*args, **kwargs):
+            reads[i] += 1
+            return await method(*args, **kwargs)
+        return kv_events
+
+    for i, replica in enumerate(fleet.replicas):
+        replica.kv_events = counting(i, replica.kv_events)
+    try:
+        time.sleep(2.5)
+        assert max(reads) <= 3, reads
+        body = {"prompt": SHARED + "Q: is the R900 stackable?"}
+        with httpx.Client(timeout=60) as client:
+            reply = post(client, fleet, "/v1/completions", body)
+            done = time.monotonic()
+            home = int(reply.headers["x-batchpilot-replica"])
+            wait_indexed(client, fleet, home, prompt_keys(fleet, "/v1/completions", body))
+        assert time.monotonic() - done < 1.0
+    finally:
+        for replica in fleet.replicas:
+            del replica.kv_events
+
+
 def test_the_ingress_hashes_a_chat_request_exactly_as_its_replica(fleet):
     body = {"messages": [{"role": "system", "content": SHARED},
                          {"role": "user", "content": "Which router fits a small office?"}]}
