@@ -102,7 +102,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
             loc = []
         where = ".".join(loc)
         parts.append(f"{where}: {msg}" if loc and not msg.startswith(f"{where}=") else msg)
-        param = param or (loc[0] if loc else None)
+        # a whole-body rule (`best_of=3 is not supported ...`) names its field in the message
+        param = param or (loc[0] if loc else param_named(msg))
     return "; ".join(parts) or "invalid request", param
 
 

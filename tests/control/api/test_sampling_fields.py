@@ -164,7 +164,8 @@ def test_a_field_outside_the_shapes_is_ignored_with_a_warning(api, path, base, c
 ])
 def test_an_unimplemented_field_is_400_naming_it(api, path, base, field):
     (name, _), = field.items()
-    assert name in error_of(post(api, path, {**base, **field}))["message"]
+    error = error_of(post(api, path, {**base, **field}))
+    assert name in error["message"] and error["param"] == name, error
 
 
 @pytest.mark.parametrize(("path", "base", "field"), [
