@@ -119,12 +119,27 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        unparsed = _body_not_parsed(exc)
+        if unparsed is not None:
+            return unparsed.response()
         code = HTTP_ERROR_CODES.get(exc.status_code)
         return APIError(exc.status_code, str(exc.detail), code=code,
                         param="max_body_bytes" if exc.status_code == 413 else None,
                         headers=dict(exc.headers or {})).response()
 
     app.add_middleware(CatchAllMiddleware)
+
+
+def _body_not_parsed(exc: StarletteHTTPException) -> APIError | None:
+    """FastAPI's 400 for a body its JSON parse raised on other than a syntax error ("There
+    was an error parsing the body", the cause chained), said as the routes that parse by
+    hand say it (body_parse.json_body): what was wrong, code invalid_value."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or not isinstance(cause, (RecursionError, ValueError)):
+        return None
+    why = ("it nests deeper than the parser takes, ~1,000 levels"
+           if isinstance(cause, RecursionError) else str(cause))
+    return APIError(400, f"the body is not valid JSON ({why})", code="invalid_value")
 
 
 class CatchAllMiddleware:

@@ -157,6 +157,10 @@ def test_detokenize_inverts_tokenize(api):
     ("/detokenize", {"tokens": [1, 99999]}, "tokens", "99999"),
     ("/detokenize", {"tokens": [-1, 2]}, "tokens", "-1"),
     ("/detokenize", b"", None, "not valid JSON"),
+    # the routes FastAPI parses answer as those parsed by hand, saying what was wrong
+    ("/v1/completions", b'{"prompt": ' + b"[" * 2000 + b"]" * 2000 + b"}", None,
+     "nests deeper"),
+    ("/v1/chat/completions", b'{"messages": "\xff\xfe"}', None, "not valid JSON ('utf-8'"),
 ])
 def test_bad_input_is_400_naming_the_field(api, path, body, param, needle):
     resp, = call(api, ("POST", path, body))
