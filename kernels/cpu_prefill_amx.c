@@ -67,25 +67,7 @@ void bp_q4_amx_end(void);
 #define AMX_BUILD 0
 #endif
 
-/* Returns 0, or -1 (nothing written) outside the limits above, when AMX is not granted,
-   or when the packed contexts cannot be allocated. */
-int bp_prefill_attention_amx(const float *q, int64_t q_stride, const uint16_t *k_cache,
-                             const uint16_t *v_cache, int64_t num_chunks,
-                             const int32_t *chunk_seq, const int32_t *chunk_row,
-                             const int32_t *chunk_len, const int32_t *chunk_ctx, int64_t nh,
-                             int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
-                             int64_t table_stride, float scale, void *out,
-                             int64_t out_bf16, int64_t num_threads) {
-#if AMX_BUILD
-    if (!bp_q4_amx_ready()) return -1;
-    return prefill_tiled(q, q_stride, k_cache, v_cache, num_chunks, chunk_seq, chunk_row,
-                         chunk_len, chunk_ctx, nh, kvh, d, bs, tables, table_stride, scale,
-                         out, out_bf16, num_threads);
-#else /* no AMX in this build: callers keep torch's SDPA */
-    (void)q; (void)q_stride; (void)k_cache; (void)v_cache; (void)num_chunks; (void)chunk_seq;
-    (void)chunk_row; (void)chunk_len; (void)chunk_ctx; (void)nh; (void)kvh; (void)d;
-    (void)bs; (void)tables; (void)table_stride; (void)scale; (void)out; (void)out_bf16;
-    (void)num_threads;
-    return -1;
-#endif
-}
+#define PREFILL_ENTRY bp_prefill_attention_amx
+#define PREFILL_BUILT AMX_BUILD
+#define PREFILL_READY() bp_q4_amx_ready()
+#include "cpu_prefill_entry.h"

@@ -33,23 +33,7 @@
 /* 1 where this library was built with AVX-512-BF16 (the kernel below runs), else 0 */
 int bp_prefill_bf16_built(void) { return BF16_BUILD; }
 
-/* Arguments and result as bp_prefill_attention_amx's (cpu_prefill_amx.c). */
-int bp_prefill_attention_bf16(const float *q, int64_t q_stride, const uint16_t *k_cache,
-                              const uint16_t *v_cache, int64_t num_chunks,
-                              const int32_t *chunk_seq, const int32_t *chunk_row,
-                              const int32_t *chunk_len, const int32_t *chunk_ctx, int64_t nh,
-                              int64_t kvh, int64_t d, int64_t bs, const int32_t *tables,
-                              int64_t table_stride, float scale, void *out,
-                              int64_t out_bf16, int64_t num_threads) {
-#if BF16_BUILD
-    return prefill_tiled(q, q_stride, k_cache, v_cache, num_chunks, chunk_seq, chunk_row,
-                         chunk_len, chunk_ctx, nh, kvh, d, bs, tables, table_stride, scale,
-                         out, out_bf16, num_threads);
-#else
-    (void)q; (void)q_stride; (void)k_cache; (void)v_cache; (void)num_chunks; (void)chunk_seq;
-    (void)chunk_row; (void)chunk_len; (void)chunk_ctx; (void)nh; (void)kvh; (void)d;
-    (void)bs; (void)tables; (void)table_stride; (void)scale; (void)out; (void)out_bf16;
-    (void)num_threads;
-    return -1;
-#endif
-}
+#define PREFILL_ENTRY bp_prefill_attention_bf16
+#define PREFILL_BUILT BF16_BUILD
+#define PREFILL_READY() 1
+#include "cpu_prefill_entry.h"

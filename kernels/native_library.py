@@ -62,7 +62,7 @@ SOURCES = tuple(Path(__file__).with_name(name) for name in
 HEADERS = tuple(Path(__file__).with_name(name) for name in  # included by the sources
                 ("cpu_vector_math.h", "cpu_decode_tiled.h", "cpu_decode_amx.h",
                  "cpu_prefill_amx_pack.h", "cpu_prefill_amx_d64.h", "cpu_prefill_tiles.h",
-                 "cpu_tiles_avx512.h", "cpu_decode_dpbf16.h"))
+                 "cpu_tiles_avx512.h", "cpu_decode_dpbf16.h", "cpu_prefill_entry.h"))
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fPIC", "-shared")
 NATIVE_ENV_VAR = "BATCHPILOT_CPU_NATIVE"  # "0": never build or use the native kernel
 CACHE_ENV_VAR = "BATCHPILOT_KERNEL_CACHE"
