@@ -23,7 +23,7 @@ from control.api.generation import (
     merged_events,
 )
 from control.api.openai_format import ChoiceResult, ResponseFormat
-from control.serve.engine_loop import ABORT_REASONS
+from control.serve.loop_records import ABORT_REASONS
 from control.serve.streams import StreamEvent
 from engine.output.processor import Logprob
 

@@ -26,11 +26,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from control.metrics.observer import Observer
 from control.serve.bootstrap import EngineParts
+from control.serve.loop_records import ABORT_REASONS, LoopStats
 from control.serve.step_health import StepHealth
 from control.serve.streams import Delivery, RequestStream, StreamEvent, Submission, deliver, resolve
 from engine.config import LiveConfig
@@ -42,34 +42,6 @@ log = logging.getLogger("batchpilot.engine_loop")
 
 HEARTBEAT_S = 1.0  # an idle loop wakes this often, so /readyz can tell it is alive
 DRAINING_RETRY_AFTER_S = 1.0  # another replica can take the request at once
-
-# Why a request is aborted from outside the engine -> (engine status, finish detail).
-ABORT_REASONS: dict[str, tuple[RequestStatus, str]] = {
-    "client_disconnect": (RequestStatus.CANCELLED, "client disconnected"),
-    "request_timeout": (RequestStatus.TIMEOUT, "request timeout"),
-    "stream_idle_timeout": (RequestStatus.TIMEOUT, "stream idle timeout"),
-    "shutdown": (RequestStatus.CANCELLED, "server shutting down"),
-    "engine_error": (RequestStatus.ERROR, "engine error"),
-    # n > 1: admission refused a later choice, so the choices admitted before it end
-    "choice_rejected": (RequestStatus.CANCELLED, "choice rejected"),
-}
-
-
-@dataclass(frozen=True)
-class LoopStats:
-    """Published by the engine thread after each step; read by anyone (one attribute)."""
-
-    steps: int = 0
-    last_step_at: float | None = None  # wall time (time.time(), s) the last step ended
-    last_step_s: float = 0.0  # duration of the last step
-    running: int = 0
-    waiting: int = 0
-    streams: int = 0  # requests with a client attached
-    kv_blocks_used: int = 0  # held by requests (cached free blocks excluded)
-    kv_usage: float = 0.0
-    # the longest queue wait as a share of its lane's TTFT target (engine/lanes/queues.py)
-    queue_slo_share: float = 0.0
-
 
 class AsyncEngine:
     """Thread-safe front of an Engine. Build it with a factory (which loads the model in the
