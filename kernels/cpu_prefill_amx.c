@@ -58,6 +58,7 @@ void bp_q4_amx_end(void);
 #define TILES_FENCE() AMX_MEMORY_FENCE()
 #define TILES_BEGIN() bp_q4_amx_begin()
 #define TILES_END() bp_q4_amx_end()
+#define TILES_COSTLIEST_FIRST 0
 #define TILES_TWO_PASS_D64 1
 
 #include "cpu_prefill_tiles.h" /* prefill_tiled */

@@ -21,6 +21,7 @@
 #define TILES_FENCE() ((void)0) /* plain loads and stores: the compiler orders them */
 #define TILES_BEGIN() ((void)0)
 #define TILES_END() ((void)0)
+#define TILES_COSTLIEST_FIRST 1
 #define TILES_TWO_PASS_D64 0
 
 #include "cpu_prefill_tiles.h" /* prefill_tiled */
