@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from control.admin.config_store import ChangeError, ChangeResult, ConfigStore
 from control.api.errors import APIError
+from control.api.query_check import check_known_query
 from control.serve.state import get_state
 from engine.config.patch import live_to_dict, static_to_dict
 
@@ -51,7 +52,9 @@ def _store(request: Request, scope: str) -> tuple[ConfigStore, str]:
         raise APIError(404, "the control API is off on this server", code="control_off")
     from control.admin.auth import authorize
 
-    return state.config_store, authorize(request, state.control_tokens, scope)
+    actor = authorize(request, state.control_tokens, scope)
+    check_known_query(request)  # (control/api/query_check.py) after the token check
+    return state.config_store, actor
 
 
 def _result(result: ChangeResult) -> JSONResponse:

@@ -42,6 +42,7 @@ from fastapi.responses import Response
 
 from control.admin.auth import Caller, caller, require_unbound
 from control.api.errors import APIError, value_error
+from control.api.query_check import check_known_query
 from control.serve.state import get_state
 from control.trace import facts, queries, report_queries, series
 from control.trace.tenant_scope import UNBOUND_ONLY, scope
@@ -64,14 +65,19 @@ def metrics(request: Request) -> Response:
 
 def trace_reader(request: Request) -> Caller:
     """Who reads the trace: a read token whenever the server has tokens (401/403 here, as a
-    dependency, before any parameter is validated or any table looked at)."""
-    return caller(request, get_state(request).control_tokens, "read")
+    dependency, before any parameter is validated or any table looked at); then a query
+    parameter the route does not take is a 400 (control/api/query_check.py)."""
+    who = caller(request, get_state(request).control_tokens, "read")
+    check_known_query(request)
+    return who
 
 
 def trace_admin(request: Request) -> Caller:
     """Who writes to the trace (load-test results): an admin token whenever the server has
     tokens, with or without --no-control-api (401/403 before the body is validated)."""
-    return caller(request, get_state(request).control_tokens, "admin")
+    who = caller(request, get_state(request).control_tokens, "admin")
+    check_known_query(request)
+    return who
 
 
 Reader = Annotated[Caller, Depends(trace_reader)]

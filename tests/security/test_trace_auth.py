@@ -4,6 +4,7 @@ whatever flags turned other routes off: the routes are enumerated from the app i
 
     no token                          401, before any parameter is looked at
     a read token                      200, or the route's own 4xx (a missing request: 404)
+    a query parameter it does not take  400 naming it (after the token check)
     a read token on the one write     403 (POST /v1/loadtest/results needs admin)
     a token bound to tenants          403 where the answer is the server's, not theirs
 /metrics stays open (Prometheus scrapes it; its tenant labels are bounded)."""
@@ -70,14 +71,16 @@ def guarded_routes(app) -> list[tuple[str, str]]:
     return found
 
 
-def _call(client, method: str, path: str, auth: str | None):
+def _call(client, method: str, path: str, auth: str | None, extra: dict | None = None):
     headers = {"Authorization": auth} if auth else {}
     template = next((p for p in BODIES if path == p), None)
     body = (BODIES[template] or _results_body()) if template else None
-    return client.request(method, path, params={"at": "0"}, json=body, headers=headers)
+    params = {"at": "0"} if path == "/v1/trace/steps/around" else {}  # its one required
+    return client.request(method, path, params={**params, **(extra or {})}, json=body,
+                          headers=headers)
 
 
-def _every_route(served, auth_by_case):
+def _every_route(served, auth_by_case, extra: dict | None = None):
     engine, settings = served
 
     async def scenario():
@@ -86,7 +89,7 @@ def _every_route(served, auth_by_case):
             routes = guarded_routes(client.app)
             out = {}
             for case, auth in auth_by_case.items():
-                out[case] = {r: await _call(client, *r, auth) for r in routes}
+                out[case] = {r: await _call(client, *r, auth, extra) for r in routes}
             out["metrics"] = await client.get("/metrics")
             client.app.state.serving.trace.stop()
             return routes, out
@@ -112,6 +115,38 @@ def test_every_trace_route_needs_a_token(served):
             assert read.status_code == 200 or read.json()["error"]["code"] in (
                 "not_found", "invalid_value"), (route, read.text)
     assert out["metrics"].status_code == 200  # scraped without a token
+
+
+def test_a_query_parameter_the_route_does_not_take_is_a_400_after_the_token(served):
+    """`?sinse=-15m` answered for all time before: every trace, load-test and what-if route
+    now names the unknown parameter and the ones it takes, once the token passed."""
+    routes, out = _every_route(served, {"none": None, "admin": ADMIN}, {"sinse": "-15m"})
+    for route in routes:
+        assert out["none"][route].status_code == 401, (route, out["none"][route].text)
+        reply = out["admin"][route]
+        assert reply.status_code == 400, (route, reply.text)
+        error = reply.json()["error"]
+        assert error["param"] == "sinse" and "unknown query parameter sinse" in error[
+            "message"], (route, error)
+
+
+def test_the_control_api_refuses_an_unknown_query_parameter_and_openai_routes_ignore_it(
+        served):
+    engine, settings = served
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            history = await client.get("/control/history", params={"limit": "5"},
+                                       headers={"Authorization": ADMIN})
+            models = await client.get("/v1/models", params={"api-version": "2024-02-01"},
+                                      headers={"Authorization": ADMIN})
+            return history, models
+
+    history, models = asyncio.run(scenario())
+    if settings.control_api:
+        assert history.status_code == 400 and history.json()["error"]["param"] == "limit"
+        assert "takes no query parameters" in history.json()["error"]["message"]
+    assert models.status_code == 200, models.text  # Azure-style clients send api-version
 
 
 def test_a_tenant_bound_token_may_not_read_what_is_the_servers(served):
