@@ -16,8 +16,6 @@ from fastapi import Request
 
 from control.api.errors import APIError
 
-_TAKEN: dict[int, frozenset[str]] = {}  # id(route) -> its query parameters' names
-
 
 def check_known_query(request: Request) -> None:
     """APIError 400 when the request has a query parameter its route does not declare."""
@@ -27,9 +25,7 @@ def check_known_query(request: Request) -> None:
     dependant = getattr(route, "dependant", None)
     if dependant is None:
         return
-    taken = _TAKEN.get(id(route))
-    if taken is None:
-        taken = _TAKEN[id(route)] = frozenset(_query_names(dependant))
+    taken = _query_names(dependant)  # (a few fields: walked again, not cached by route)
     unknown = sorted(set(request.query_params) - taken)
     if unknown:
         takes = ", ".join(sorted(taken)) or "no query parameters"

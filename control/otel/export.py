@@ -4,9 +4,10 @@ ingress (its routing spans).
 
     put(span) -> bounded queue (full: dropped, counted) -> "otel-export" thread: batches of
     up to BATCH_SPANS, at least every FLUSH_EVERY_S -> OTLP (HTTP or gRPC); a failed batch
-    is dropped and counted, and warned about at most once a minute; the trace ids of the
-    batches the collector took are kept (`delivered`) so that a latency exemplar names only
-    a trace the operator's backend has (control/metrics/core.py Histogram.shows)
+    is dropped and counted, and warned about at most once a minute; the trace ids of each
+    batch the collector took go to `on_delivered` where the caller gives one (a server's
+    span feed keeps them, DeliveredTraces, so that a latency exemplar names only a trace the
+    operator's backend has: control/metrics/core.py Histogram.shows)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
@@ -81,13 +82,14 @@ class DeliveredTraces:
 
 
 class SpanExport:
-    def __init__(self, settings: OtelSettings, exporter: SpanExporter | None = None):
+    def __init__(self, settings: OtelSettings, exporter: SpanExporter | None = None,
+                 on_delivered: Callable[[list[str]], None] | None = None):
+        """`on_delivered(trace_ids)`: called on the export thread with each batch the
+        collector took, before the exported count moves."""
         self.settings = settings.validate()
         self.exporter = exporter or make_exporter(settings)
+        self.on_delivered = on_delivered
         self.counts = {"exported": 0, "queue_full": 0, "export_failed": 0}
-        self.delivered = DeliveredTraces()
-        self._new_delivered: list[str] = []  # since take_delivered (the span process's report)
-        self._delivered_lock = threading.Lock()
         self._spans: queue.Queue = queue.Queue(MAX_SPAN_BACKLOG)
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -115,12 +117,6 @@ class SpanExport:
     def families(self, model: str) -> Iterator[object]:
         yield from span_families(model, self.counts)
 
-    def take_delivered(self) -> list[str]:
-        """The trace ids delivered since the last call (the span process reports them)."""
-        with self._delivered_lock:
-            ids, self._new_delivered = self._new_delivered, []
-        return ids
-
     def _loop(self) -> None:
         batch: list[ReadableSpan] = []
         due = time.monotonic() + FLUSH_EVERY_S
@@ -139,11 +135,10 @@ class SpanExport:
             ok = self.exporter.export(batch) == SpanExportResult.SUCCESS
         except Exception:
             ok = False
-        if ok:  # before the count moves: the span process reports both when it does
-            ids = list(dict.fromkeys(f"{span.context.trace_id:032x}" for span in batch))
-            self.delivered.add(ids)
-            with self._delivered_lock:
-                self._new_delivered += ids
+        if ok and self.on_delivered is not None:  # before the count moves: the span
+            # process reports both when the count does
+            self.on_delivered(list(dict.fromkeys(f"{span.context.trace_id:032x}"
+                                                 for span in batch)))
         self.counts["exported" if ok else "export_failed"] += len(batch)
         now = time.monotonic()
         if not ok and now >= self._next_warning:  # once a minute, not once a batch

@@ -21,10 +21,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -55,17 +57,17 @@ class InProcessSpans:
     """Build and export in this process: the child's half, or the server's own when the
     caller gives an exporter object (None: the settings' OTLP exporter)."""
 
-    def __init__(self, settings: OtelSettings, exporter: SpanExporter | None = None):
+    def __init__(self, settings: OtelSettings, exporter: SpanExporter | None = None,
+                 on_delivered: Callable[[list[str]], None] | None = None):
+        """`on_delivered`: where the delivered trace ids go (the child: to its report);
+        without one they are kept here, in `delivered`."""
         self.builder = SpanBuilder(resource_of(settings), settings.replica)
-        self.export = SpanExport(settings, exporter)
+        self.delivered = DeliveredTraces()
+        self.export = SpanExport(settings, exporter, on_delivered or self.delivered.add)
 
     @property
     def counts(self) -> dict[str, int]:
         return self.export.counts
-
-    @property
-    def delivered(self) -> DeliveredTraces:
-        return self.export.delivered
 
     def send(self, kept: Kept) -> None:
         for rec, phases in kept:
@@ -182,7 +184,8 @@ def child_main(inbox: Connection, outbox: Connection) -> None:
     pipe closes (the server died: nothing more will come)."""
     with contextlib.suppress(OSError):  # a platform that refuses: the default priority
         os.nice(CHILD_NICE)
-    spans = InProcessSpans(inbox.recv())
+    delivered: queue.SimpleQueue[list[str]] = queue.SimpleQueue()  # from the export thread
+    spans = InProcessSpans(inbox.recv(), on_delivered=delivered.put)
     last = dict(spans.counts)
     with contextlib.suppress(OSError):
         outbox.send(dict(last))  # ready: the server's start(wait_s) returns
@@ -199,12 +202,21 @@ def child_main(inbox: Connection, outbox: Connection) -> None:
         if spans.counts != last:  # (a delivery moves "exported")
             last = dict(spans.counts)
             try:
-                outbox.send({**last, "delivered": spans.export.take_delivered()})
+                outbox.send({**last, "delivered": _taken(delivered)})
             except OSError:
                 break
     spans.stop(stop_s)
     with contextlib.suppress(OSError):
-        outbox.send({**spans.counts, "delivered": spans.export.take_delivered()})
+        outbox.send({**spans.counts, "delivered": _taken(delivered)})
+
+
+def _taken(delivered: queue.SimpleQueue) -> list[str]:
+    """Every trace id put on `delivered` so far, in order."""
+    ids: list[str] = []
+    with contextlib.suppress(queue.Empty):
+        while True:
+            ids += delivered.get_nowait()
+    return ids
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@ import os
 import time
 from pathlib import Path
 
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from control.otel.export import SpanExport
 from control.otel.settings import OtelSettings
 from control.otel.span_process import CHILD_NICE, SpanProcess
 
@@ -55,3 +59,45 @@ def test_the_span_process_runs_below_the_server_priority():
         assert nice_of(spans._proc.pid) == min(19, os.nice(0) + CHILD_NICE)
     finally:
         spans.stop(1.0)
+
+
+class Collector(SpanExporter):
+    """Takes batches while `up`, refuses them otherwise."""
+
+    def __init__(self):
+        self.up = True
+
+    def export(self, spans):
+        return SpanExportResult.SUCCESS if self.up else SpanExportResult.FAILURE
+
+    def shutdown(self):
+        pass
+
+
+def test_only_batches_the_collector_took_are_reported_delivered():
+    """What exemplars rest on (control/metrics/core.py Histogram.shows): the trace ids of an
+    accepted batch reach on_delivered, those of a refused one never do; an export without
+    the callback (the fleet ingress's) hands them to nobody and keeps none."""
+    collector, delivered = Collector(), []
+    export = SpanExport(NOBODY, collector, on_delivered=delivered.extend)
+    tracer = TracerProvider().get_tracer("t")
+
+    def send(n: int) -> list[str]:
+        spans = [tracer.start_span(f"s{i}") for i in range(n)]
+        for span in spans:
+            span.end()
+            export.put(span)
+        return [f"{s.get_span_context().trace_id:032x}" for s in spans]
+
+    taken = send(3)
+    deadline = time.monotonic() + 10
+    while export.counts["exported"] < 3:
+        assert time.monotonic() < deadline, export.counts
+        time.sleep(0.05)
+    collector.up = False
+    send(2)
+    while export.counts["export_failed"] < 2:
+        assert time.monotonic() < deadline, export.counts
+        time.sleep(0.05)
+    export.stop(1.0)
+    assert delivered == taken
