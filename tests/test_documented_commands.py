@@ -8,7 +8,10 @@ So, from the Markdown itself:
   sample values below), as it would when pasted;
 - a command quoted inline (`batchpilot fleet --limit`) is often a fragment, so only what
   it names must exist: its subcommands, its `--flags`, its bench module;
-- `make X` names a target of the Makefile.
+- a fenced `batchpilot ctl set` applies to the default config (lanes it removes aside:
+  they are the reader's own);
+- `make X` names a target of the Makefile;
+- a serving config shown in YAML (a block with `serving:` or `lanes:` at its top) loads.
 
 Parsing only: nothing runs, no server starts. The bench modules' parsers are caught at
 their `parse_args` call (runpy, with the call patched to hand the parser over).
@@ -27,8 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
+from control.cli.ctl import build_patch
 from control.cli.main import build_parser, relative_times
+from engine.config import LiveConfig, StaticConfig
+from engine.config.patch import apply_patch
+from engine.config.yaml_loader import load_config_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_ENV = {"INCIDENT_TIME": "14:02"}  # the runbooks' shell variables
@@ -112,10 +120,30 @@ def problems(quoted: Quoted, make_targets: set[str]) -> str | None:
         parser, args = bench_parser(module), words[3:]
     else:
         parser, args = build_parser(), relative_times(words[1:])
-    return parse_whole(parser, args) if quoted.block else names_exist(parser, args)
+    if not quoted.block:
+        return names_exist(parser, args)
+    parsed = parse_whole(parser, args)
+    if isinstance(parsed, str):
+        return parsed
+    return config_change_refused(parsed)
 
 
-def parse_whole(parser: argparse.ArgumentParser, args: list[str]) -> str | None:
+def config_change_refused(args: argparse.Namespace) -> str | None:
+    """Why the default config refuses a parsed `ctl set`'s changes (None: it takes them)."""
+    if getattr(args, "ctl_command", None) != "set":
+        return None
+    patch = build_patch(args.assignments)
+    lanes = patch.get("lanes", {})
+    for name in [lane for lane, value in lanes.items() if value is None]:
+        del lanes[name]
+    try:
+        apply_patch(LiveConfig(), StaticConfig(), patch)
+    except ValueError as err:
+        return f"the config refuses it: {err}"
+    return None
+
+
+def parse_whole(parser: argparse.ArgumentParser, args: list[str]) -> argparse.Namespace | str:
     """`args` parse, each flag by its whole name (the CLI takes an unambiguous prefix, but a
     doc that shows one breaks when a longer flag comes along)."""
     for each in parsers_under(parser):
@@ -123,11 +151,9 @@ def parse_whole(parser: argparse.ArgumentParser, args: list[str]) -> str | None:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            parser.parse_args(args)
-    except SystemExit as stop:
-        if stop.code not in (0, None):
-            return err.getvalue().strip().splitlines()[-1]
-    return None
+            return parser.parse_args(args)
+    except SystemExit as stop:  # --help exits 0
+        return err.getvalue().strip().splitlines()[-1] if stop.code not in (0, None) else ""
 
 
 def names_exist(parser: argparse.ArgumentParser, args: list[str]) -> str | None:
@@ -172,6 +198,22 @@ def test_every_documented_command_runs_against_the_code() -> None:
     assert not broken, "commands in the docs that today's code refuses:\n" + "\n".join(broken)
 
 
+def serving_configs(text: str) -> list[str]:
+    """The YAML blocks of `text` that are serving configs (`serving:` or `lanes:` on top)."""
+    blocks = re.findall(r"^```ya?ml\n(.*?)^```", text, re.M | re.S)
+    return [b for b in blocks if re.search(r"^(serving|lanes):", b, re.M)]
+
+
+def test_every_serving_config_the_docs_show_loads() -> None:
+    shown = [(doc, block) for doc in documents() for block in serving_configs(doc.read_text())]
+    assert shown, "README.md shows a serving config"
+    for doc, block in shown:
+        try:
+            load_config_dict(yaml.safe_load(block))
+        except ValueError as err:
+            pytest.fail(f"{doc.relative_to(ROOT)} shows a config the loader refuses: {err}")
+
+
 def test_the_check_finds_a_stale_flag_a_missing_module_and_target(tmp_path: Path) -> None:
     doc = tmp_path / "stale.md"
     doc.write_text("Run `batchpilot fleet --replicas 2 --old-flag` or:\n\n```bash\n"
@@ -179,15 +221,17 @@ def test_the_check_finds_a_stale_flag_a_missing_module_and_target(tmp_path: Path
                    "    --lmit 3  # a comment\n"
                    "python -m bench.goodput_policy --smoke --rounds 2\n"
                    "make test && python -m bench.no_such_bench\n"
-                   "make no-such-target\n```\n")
+                   "make no-such-target\n"
+                   "batchpilot ctl set max_num_seqs=8 lanes.interactive.slo.ttft=1\n```\n")
     found = quoted_commands(doc, doc.read_text())
     verdicts = [problems(q, makefile_targets()) for q in found]
     assert [q.text.split()[:2] for q in found] == [
         ["batchpilot", "fleet"], ["batchpilot", "trace"], ["python", "-m"], ["make", "test"],
-        ["python", "-m"], ["make", "no-such-target"]]
+        ["python", "-m"], ["make", "no-such-target"], ["batchpilot", "ctl"]]
     assert verdicts[0] == "unknown flags ['--old-flag']"
     assert "--lmit" in verdicts[1] and "unrecognized" in verdicts[1]
     assert "--rounds" in verdicts[2]
     assert verdicts[3] is None
     assert verdicts[4] == "no module bench.no_such_bench"
     assert verdicts[5] == "no Makefile target ['no-such-target']"
+    assert verdicts[6].startswith("the config refuses it: unknown key(s) ['ttft']")
