@@ -66,15 +66,15 @@ GPU (CUDA; all in order by `bash bench/gpu_check.sh`, whose `--dry-run` is the C
     gpu_engine           engine vs transformers generate, tokens/s, random-weight models
     kernel_compile       compiles the kernels for sm_90 on any machine: registers, spills
 Helpers (no main): step_cost (scheduler_overhead's driver), paged_inputs, random_models,
-roofline_steps (cpu_roofline's step and its profile), hf_baselines (offline_throughput's
-transformers sides and its --against driver), quantized_models (a model rounded to GGUF
-blocks and written as a GGUF, for the block path's smoke runs and tests), poison_requests
-(hostile_traffic's malformed requests, by kind), poison_phase (its A B poison phase),
-raw_http (one request over a raw socket, bytes as given), openvino_peer (cpu_peers' peer:
-its venv, the export and its driver process), otlp_sink (trace_overhead's OTLP receiver,
-in a process of its own), fleet_routing_bed (fleet_routing's replicas, ingress and
-workloads) and stream_client (serving_path's client: many streams at once, parsed after
-the last one ends).
+roofline_steps (cpu_roofline's step), roofline_profile (its profiled split), hf_baselines
+(offline_throughput's transformers sides and its --against driver), quantized_models (a
+model rounded to GGUF blocks and written as a GGUF, for the block path's smoke runs and
+tests), poison_requests (hostile_traffic's malformed requests, by kind), poison_phase (its
+A B poison phase), raw_http (one request over a raw socket, bytes as given), openvino_peer
+(cpu_peers' peer: its venv, the export and its driver process), otlp_sink (trace_overhead's
+OTLP receiver, in a process of its own), fleet_routing_bed (fleet_routing's replicas,
+ingress and workloads) and stream_client (serving_path's client: many streams at once,
+parsed after the last one ends).
 
 Nothing here is imported by the engine; the GPU modules import only torch, triton,
 transformers (and what they bring) and this repository.

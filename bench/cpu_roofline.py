@@ -8,7 +8,7 @@
 2. The step. Real `ModelRunner.execute` on a `SchedulerOutput` of fake requests (decodes at
    a fixed context, batch 1, 16, 64, 128, and one prefill chunk): median wall time without
    the profiler, then torch.profiler's op self-times split into projections, attention,
-   sampling and other (see `categorise`).
+   sampling and other (bench/roofline_profile.py: `categorise`).
 3. The roofline: each step's FLOPs (2 x weights touched per row, plus attention) over its
    time, against the ideal time at the measured ceilings, per dtype: max(GEMM time at the
    measured rate of each shape, streaming time of the weights).

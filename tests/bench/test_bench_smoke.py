@@ -57,9 +57,9 @@ SMOKE_TIMEOUT_S = {"fleet_scaling": 480, "fleet_control": 480, "fleet_autoscale"
 WRITES_JSON = {"kernel_compile"}  # takes --json FILE (the others print their JSON only)
 GPU_CHECK_STEPS = {"kernel_check", "kernel_speed", "gpu_parity", "gpu_engine"}
 # imported by benchmarks, no main()
-HELPERS = {"step_cost", "paged_inputs", "random_models", "roofline_steps", "hf_baselines",
-           "quantized_models", "poison_requests", "poison_phase", "raw_http", "openvino_peer",
-           "otlp_sink", "fleet_routing_bed", "stream_client"}
+HELPERS = {"step_cost", "paged_inputs", "random_models", "roofline_steps", "roofline_profile",
+           "hf_baselines", "quantized_models", "poison_requests", "poison_phase", "raw_http",
+           "openvino_peer", "otlp_sink", "fleet_routing_bed", "stream_client"}
 
 
 def run_module(name: str, *args: str, timeout: float = 240) -> dict:
