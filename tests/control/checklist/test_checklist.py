@@ -1,6 +1,6 @@
 """The go-live checklist: each item passes on a deployment that did everything, fails for
 each reason it names (with the offending value in the evidence), and needs evidence where
-none was given; the spec's errors name the item and field; the reports. The CLI:
+none was given; the reports. The spec's errors: test_checklist_spec.py; the CLI:
 test_checklist_cli.py."""
 
 from __future__ import annotations
@@ -14,96 +14,23 @@ import pytest
 import yaml
 
 from control.checklist import (
-    DEFAULT_SPEC,
-    ChecklistError,
-    Evidence,
     evaluate,
     exit_code,
-    load_spec,
     to_markdown,
     to_text,
 )
-from control.checklist.checks_ops import grafana_series
 from control.checklist.spec import parse_spec
-from control.cli.main import main
-from engine.config import LaneConfig, LaneSLO, LiveConfig
 from engine.config.patch import live_to_dict
 from engine.config.yaml_loader import load_config_file
-
-ROOT = Path(__file__).resolve().parents[3]
-SPEC = load_spec(DEFAULT_SPEC)
-GRAFANA_PARAMS = {"dashboards_dir": "grafana/dashboards", "alerts_file": "grafana/alerts.yml"}
-
-
-def metrics_text(drop: str = "", **gauges: float) -> str:
-    """An exposition with every series the Grafana files query, and idle gauges."""
-    values = {"batchpilot_running_requests": 0, "batchpilot_waiting_requests": 0,
-              "batchpilot_kv_blocks_used": 0, "batchpilot_kv_blocks_cached": 5, **gauges}
-    lines = []
-    for name in sorted(set(grafana_series(ROOT, GRAFANA_PARAMS)) | set(values)):
-        if name != drop:
-            lines += [f"# TYPE {name} gauge", f'{name}{{model="m"}} {values.get(name, 1)}']
-    return "\n".join(lines) + "\n"
-
-
-def good() -> Evidence:
-    """A deployment that did everything the checklist asks."""
-    lanes = (LaneConfig("interactive", weight=4.0, policy="priority",
-                        slo=LaneSLO(ttft_s=1.0, tpot_s=0.1)),
-             LaneConfig("long_context", weight=2.0),
-             LaneConfig("batch", weight=1.0, max_running=16, preempt_first=True))
-    live = LiveConfig(max_num_seqs=64, max_num_batched_tokens=4096, prefill_chunk_size=1024,
-                      lanes=lanes)
-    summary = {"ttft": {"p95": 0.8, "p99": 1.5}, "tpot": {"p95": 0.05, "p99": 0.08},
-               "itl": {"p99": 0.12}, "e2e": {"p95": 9.0, "p99": 12.0},
-               "ttft_gap": {"count": 70, "p50": 0.004, "p99": 0.03},
-               "e2e_gap": {"count": 84, "p50": 0.002, "p99": 0.02}}
-    # each lane the server ran requests in, with the SLO it reported for it (targets: lanes)
-    summary["by_server_lane"] = {
-        "interactive": {"ttft": {"p95": 0.8, "p99": 1.5}, "tpot": {"p95": 0.05, "p99": 0.08},
-                        "slo": {"by_lane": {"interactive": {"ttft_s": 2.0, "tpot_s": 0.2,
-                                                            "e2e_s": None}}}},
-        "batch": {"ttft": {"p95": 30.0, "p99": 41.0}, "tpot": {"p95": 0.9, "p99": 1.2},
-                  "slo": {"by_lane": {}}}}
-    return Evidence(
-        config=live_to_dict(live), config_from="GET /control/config, version 3",
-        static={"block_size": 16, "num_kv_blocks": 2048, "max_model_len": 8192},
-        history=[{"version": 1, "time": 1000.0, "actor": "server", "source": "startup"},
-                 {"version": 2, "time": 1100.0, "actor": "ops", "source": "api"},
-                 {"version": 3, "time": 1200.0, "actor": "ops", "source": "rollback:1",
-                  "reason": "drill"}],
-        config_changes=[  # version 2 was predicted (POST /v1/whatif) before it was made
-            {"time": 1050.0, "version": 1, "source": "whatif", "actor": "ops",
-             "change": '{"max_num_seqs": [32, 64]}', "note": "what-if 'proposed'"},
-            {"time": 1100.0, "version": 2, "source": "api", "actor": "ops",
-             "change": '{"max_num_seqs": [32, 64]}', "note": "tuning"}],
-        metrics_text=metrics_text(), trace_available=True,
-        trace_from="the trace of http://x",
-        trace_facts={"run": {"run_id": "r1"}, "last_step": {"step_id": 500}, "cancelled": 4,
-                     "idle_after_cancel": {"step_id": 480, "kv_blocks_used": 0,
-                                           "kv_blocks_cached": 12}},
-        loadtest_runs=[{"run_id": "lt1", "label": "", "scenario": "mixed", "started": 1.0,
-                        "requests": 90, "ok": 84, "summary": summary}],
-        loadtest_stats=[{"run_id": "lt1", "label": "", "requests": 90, "streamed": 72,
-                         "cancelled": 4, "prompt_mean": 300.0, "prompt_std": 210.0,
-                         "prompt_min": 8, "prompt_max": 1000, "output_mean": 28.0,
-                         "output_std": 11.0, "output_min": 8, "output_max": 48,
-                         "long_prompts": 12, "first_sent": 1.0}],
-        loadtest_from="the trace of http://x", repo_root=ROOT)
-
-
-def spec_with(item_id: str, **params):
-    """The default spec with these params of one item changed, loaded as a file would be."""
-    data = yaml.safe_load(Path(DEFAULT_SPEC).read_text())
-    for section in data["sections"]:
-        for item in section["items"]:
-            if item["id"] == item_id:
-                item["params"] = {**item.get("params", {}), **params}
-    return parse_spec(data)
-
-
-def result(ev: Evidence, item_id: str, spec=SPEC):
-    return next(r for r in evaluate(spec, ev) if r.id == item_id)
+from tests.control.checklist.evidence import (
+    ROOT,
+    SPEC,
+    good,
+    metrics_text,
+    result,
+    set_evidence,
+    spec_with,
+)
 
 
 def test_a_deployment_that_did_everything_passes_every_item():
@@ -122,14 +49,6 @@ def test_a_deployment_that_did_everything_passes_every_item():
         " <= 2, interactive tpot p95 0.05 s <= 0.2, interactive tpot p99 0.08 s <= 0.2"
         " (no SLO, not judged: lane batch)")
     assert {r.section for r in results} == {s.title for s in SPEC.sections}
-
-
-def _set(ev: Evidence, path: str, value) -> None:
-    keys = path.split(".")
-    node = getattr(ev, keys[0])
-    for key in keys[1:-1]:
-        node = node[int(key)] if isinstance(node, list) else node[key]
-    node[keys[-1]] = value
 
 
 # (item, [(evidence path, value)], text the evidence must show)
@@ -206,7 +125,7 @@ def test_each_reason_fails_its_item_and_shows_the_value(case):
         if path.startswith("items."):  # a parameter of the spec's item
             params[path.removeprefix(f"items.{item_id}.")] = value
         elif "." in path:
-            _set(ev, path, value)
+            set_evidence(ev, path, value)
         else:
             setattr(ev, path, value)
     results = evaluate(spec_with(item_id, **params) if params else SPEC, ev)
@@ -366,36 +285,6 @@ def test_a_rollback_found_only_in_the_trace_counts():
 ITEM = {"id": "x", "title": "X", "why": "because", "check": "watermarks_ordered"}
 
 
-@pytest.mark.parametrize("item, message", [
-    ({**ITEM, "check": "nope"}, "item 'x': check 'nope' is not a check; checks: alert_rules"),
-    ({**ITEM, "params": {"gap": 0.1}}, "item 'x': params.gap is not a parameter of check"
-     " 'watermarks_ordered' (it takes: min_gap)"),
-    ({**ITEM, "params": {"min_gap": "big"}}, "item 'x': params.min_gap='big' must be a number"),
-    ({**ITEM, "params": {"min_gap": True}}, "params.min_gap=True must be a number"),
-    ({k: v for k, v in ITEM.items() if k != "why"}, "item 'x': why must be a non-empty string"),
-    ({**ITEM, "thresholds": {}}, "item 'x': unknown key(s) ['thresholds']"),
-    ({**ITEM, "check": "latency_under_slo", "params": {"ttft_s": "2s"}},
-     "params.ttft_s='2s' must be a number"),
-    ({**ITEM, "check": "latency_under_slo", "params": {"targets": "lane"}},
-     "item 'x': params.targets='lane' must be one of lanes, fixed"),
-])
-def test_spec_errors_name_the_item_and_field(item, message):
-    with pytest.raises(ValueError) as err:
-        parse_spec({"sections": [{"id": "s", "title": "S", "items": [item]}]})
-    assert message in str(err.value)
-
-
-def test_spec_rejects_duplicate_ids_and_accepts_a_null_threshold():
-    with pytest.raises(ValueError, match="item 'x': the id is used twice"):
-        parse_spec({"sections": [{"id": "s", "title": "S", "items": [ITEM, ITEM]}]})
-    spec = parse_spec({"sections": [{"id": "s", "title": "S", "items": [
-        {**ITEM, "check": "latency_under_slo",
-         "params": {"targets": "fixed", "ttft_s": 2.0, "tpot_s": None}}]}]})
-    params = spec.sections[0].items[0].params
-    assert params["tpot_s"] is None and params["ttft_s"] == 2.0
-    assert params["percentiles"] == [95, 99]  # the check's default
-
-
 def test_gap_thresholds_come_from_the_spec():
     ev = good()
     ev.loadtest_runs[0]["summary"]["ttft_gap"]["p99"] = 0.4
@@ -412,20 +301,6 @@ def test_gap_thresholds_come_from_the_spec():
     ev.loadtest_runs[0]["summary"]["ttft_gap"] = {"count": 0}  # nothing streamed
     got = decide()
     assert got.status == "pass" and got.evidence.endswith("(not measured: TTFT gap)")
-
-
-@pytest.mark.parametrize("text, message", [
-    ("sections: [", "is not valid YAML"), ("sections: []", "non-empty 'sections' list"),
-    (None, "cannot be read")])
-def test_bad_spec_files_are_usage_errors(tmp_path, capsys, text, message):
-    path = tmp_path / "spec.yaml"
-    if text is not None:
-        path.write_text(text)
-    with pytest.raises(ChecklistError, match=message):
-        load_spec(path)
-    code = main(["checklist", "--trace-db", str(tmp_path / "t.duckdb"), "--spec", str(path)])
-    err = capsys.readouterr().err
-    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
 
 
 def test_markdown_and_text_reports():
