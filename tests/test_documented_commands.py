@@ -11,9 +11,10 @@ So, from the Markdown itself:
 - a fenced `batchpilot ctl set` applies to the default config (lanes it removes aside:
   they are the reader's own);
 - `make X` names a target of the Makefile;
-- a serving config shown in YAML (a block with `serving:` or `lanes:` at its top) loads.
+- a serving config shown in YAML (a block with `serving:` or `lanes:` at its top) loads;
+- the README's Python example runs as shown, on the bundled model.
 
-Parsing only: nothing runs, no server starts. The bench modules' parsers are caught at
+Commands are parsed only: nothing runs, no server starts. The bench modules' parsers are caught at
 their `parse_args` call (runpy, with the call patched to hand the parser over).
 """
 
@@ -212,6 +213,15 @@ def test_every_serving_config_the_docs_show_loads() -> None:
             load_config_dict(yaml.safe_load(block))
         except ValueError as err:
             pytest.fail(f"{doc.relative_to(ROOT)} shows a config the loader refuses: {err}")
+
+
+def test_the_readmes_python_example_runs_as_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), re.M | re.S)
+    assert blocks, "the README shows the offline API in Python"
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out  # the text, its finish reason and TTFT (s)
+    assert re.search(r" (stop|length) \d+\.\d+(e-\d+)?\n", printed), printed
 
 
 def test_the_check_finds_a_stale_flag_a_missing_module_and_target(tmp_path: Path) -> None:
