@@ -36,6 +36,11 @@ def clock(t: float | None, date: bool = False) -> str:
         "%Y-%m-%d %H:%M:%S.%f" if date else "%H:%M:%S.%f")[:-3]
 
 
+def clock_span(since: float, until: float) -> str:
+    """'2026-12-07 03:49:33.611 .. 03:49:45.414 (11.8 s)': local clock times, dated once."""
+    return f"{clock(since, date=True)} .. {clock(until)} ({until - since:.1f} s)"
+
+
 def pct(fraction: float | None) -> str:
     return "-" if fraction is None else f"{fraction * 100:.1f}%"
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from control.trace.format import clock_span
 from control.whatif.configs import propose
 from engine.config import EngineConfig
 from engine.config.patch import diff
@@ -36,7 +37,7 @@ def prediction_note(name: str, result: dict[str, Any]) -> str:
     shown = ", ".join(f"{metric} {'-' if r is None else f'{r:.2f}x'}"
                       for metric, r in ratios.items())
     return (f"what-if {name!r} over {window['requests']} requests"
-            f" ({window['since']:.0f}..{window['until']:.0f}), vs predicted: {shown};"
+            f" ({clock_span(window['since'], window['until'])}), vs predicted: {shown};"
             f" {len(result['warnings'])} warning(s)")
 
 

@@ -154,7 +154,8 @@ def compare(window: Window, model: StepTimeModel, recorded: EngineConfig,
     return {
         "window": {"since": window.since, "until": window.until, "model": window.model,
                    "device": window.device or None, "run_id": window.facts.run_id,
-                   "requests": len(window.requests)},
+                   "requests": len(window.requests),
+                   "config_version": window.facts.config_version},
         "calibration": model.to_dict(),
         "slo": _slo_dict(slo),
         "configs": {name: {"patch": proposals[name], "diff": diff(recorded.live, c.live)}

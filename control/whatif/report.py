@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from control.loadtest.report import fmt_ratio, fmt_value
+from control.trace.format import clock_span
 from control.whatif.compare import PREDICTED, RECORDED, ratio_rows
 
 GROUP_METRICS = ("requests", "finished", "rejected", "timeout", "goodput_rps", "ttft_p50_s",
@@ -61,8 +62,8 @@ def _groups(result: dict, attr: str) -> list[str]:
 def text_report(result: dict) -> str:
     w, cal = result["window"], result["calibration"]
     fit, held = cal["in_sample"], cal["held_out"]
-    lines = [f"what-if over {w['requests']} requests, {w['since']:.3f} .. {w['until']:.3f}"
-             f" ({w['until'] - w['since']:.1f} s), run {w['run_id']}",
+    lines = [f"what-if over {w['requests']} requests,"
+             f" {clock_span(w['since'], w['until'])}, run {w['run_id']}",
              f"step-time law ({cal['group']}): "
              + ", ".join(f"{k} {v * 1e3:.4g} ms" for k, v in cal["coef_s"].items())
              + f"; gap {cal['gap_s'] * 1e3:.3g} ms",
@@ -70,9 +71,11 @@ def text_report(result: dict) -> str:
              f" {fmt_value(fit['median_abs_pct'])}%, p90 {fmt_value(fit['p90_abs_pct'])}%; held out"
              f" ({held['steps']} steps): median {fmt_value(held['median_abs_pct'])}%, p90"
              f" {fmt_value(held['p90_abs_pct'])}%"]
+    against = ("the window's config" if w.get("config_version") is None
+               else f"the window's config, version {w['config_version']}")
     for name, c in result["configs"].items():
         changes = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in c["diff"].items())
-        lines.append(f"{name}: {changes or 'no change'}")
+        lines.append(f"{name}: {changes or 'no change'} (against {against})")
     columns, baseline = result["columns"], result.get("baseline", PREDICTED)
     if baseline != PREDICTED:
         replicas = result.get("replicas", 1)

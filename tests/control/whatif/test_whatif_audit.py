@@ -12,6 +12,7 @@ from test_whatif_api import LIVE, _app, _post
 from whatif_sim_trace import START, record
 
 from control.checklist import Evidence, evaluate, load_spec
+from control.trace.format import clock_span
 from control.trace.writer import TraceSettings, TraceWriter
 
 
@@ -49,6 +50,8 @@ def test_each_proposal_that_changes_something_is_recorded(served):
     assert entry["version"] == LIVE.version
     assert json.loads(entry["change"]) == {"max_num_seqs": [8, 2]}
     assert "what-if 'proposed' over 40 requests" in entry["note"]
+    assert f"({clock_span(*(resp.json()['window'][k] for k in ('since', 'until')))})" \
+        in entry["note"]  # its window in clock times, as the trace prints them
     ratio = next(r for r in resp.json()["rows"] if r["metric"] == "ttft_p99_s")
     assert f"ttft_p99_s {ratio['ratios']['proposed']:.2f}x" in entry["note"]
 

@@ -4,6 +4,7 @@ input refused with exit 2 and the control API's wording."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from whatif_sim_trace import START, record
@@ -27,7 +28,12 @@ def test_a_set_prints_the_table_side_by_side(db, capsys):
     header = next(line for line in out.splitlines() if line.startswith("metric"))
     assert header.split() == ["metric", "recorded", "predicted", "proposed",
                               "predicted/recorded", "proposed/predicted"]
-    assert "proposed: max_num_seqs 8 -> 2" in out
+    # the diff is against the window's config (a live change since does not show in it),
+    # and the window reads in local clock times, as the trace commands print them
+    assert "proposed: max_num_seqs 8 -> 2 (against the window's config, version 1)" in out
+    window = out.splitlines()[0]
+    assert re.fullmatch(r"what-if over \d+ requests, \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}"
+                        r" \.\. \d\d:\d\d:\d\d\.\d{3} \([\d.]+ s\), run \S+", window), window
     assert "goodput_rps" in out and "\nlane interactive" in out and "\ntenant rag" in out
     assert "note: no serving YAML" in out  # the defaults it assumed are said
 
