@@ -12,9 +12,9 @@ So, from the Markdown itself:
   they are the reader's own);
 - `make X` names a target of the Makefile;
 - a serving config shown in YAML (a block with `serving:` or `lanes:` at its top) loads;
-- the README's Python example runs as shown, on the bundled model;
-- every `batchpilot_*` metric the docs name is one the code defines (a string literal in
-  control/, with or without the prefix; a name the docs grep for may be a prefix of one).
+- the README's Python example runs as shown, on the bundled model.
+
+The metrics and HTTP routes the docs name: test_doc_names.py.
 
 Commands are parsed only: nothing runs, no server starts. The bench modules' parsers are caught at
 their `parse_args` call (runpy, with the call patched to hand the parser over).
@@ -40,8 +40,8 @@ from control.cli.main import build_parser, relative_times
 from engine.config import LiveConfig, StaticConfig
 from engine.config.patch import apply_patch
 from engine.config.yaml_loader import load_config_dict
+from tests.docs.doc_files import ROOT, documents
 
-ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_ENV = {"INCIDENT_TIME": "14:02"}  # the runbooks' shell variables
 FENCE = re.compile(r"^\s*```")
 INLINE = re.compile(r"`((?:batchpilot|python -m bench\.|make )[^`]*)`")
@@ -187,11 +187,6 @@ def makefile_targets() -> set[str]:
     return set(re.findall(r"^([a-z][a-z0-9-]*):", text, re.M))
 
 
-def documents() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-            *sorted((ROOT / "playbooks").rglob("*.md"))]
-
-
 def test_every_documented_command_runs_against_the_code() -> None:
     targets = makefile_targets()
     quoted = [q for doc in documents() for q in quoted_commands(doc, doc.read_text())]
@@ -224,42 +219,6 @@ def test_the_readmes_python_example_runs_as_shown(capsys: pytest.CaptureFixture[
         exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
     printed = capsys.readouterr().out  # the text, its finish reason and TTFT (s)
     assert re.search(r" (stop|length) \d+\.\d+(e-\d+)?\n", printed), printed
-
-
-METRIC = re.compile(r"\bbatchpilot_[a-z0-9_]*[a-z0-9]\b")
-SUFFIXES = re.compile(r"_(bucket|count|sum|total|created)$")
-
-
-def undefined_metrics(docs: list[Path], source: str) -> list[str]:
-    """file:line: name, for each metric name in `docs` that no literal in `source` spells."""
-    literals = set(re.findall(r"""["']([a-z0-9_:]+)["']""", source))
-    defined = {name.removeprefix("batchpilot_") for name in literals}
-    missing = []
-    for doc in docs:
-        for number, line in enumerate(doc.read_text().splitlines(), 1):
-            for name in METRIC.findall(line):
-                short = name.removeprefix("batchpilot_")
-                if not ({short, SUFFIXES.sub("", short)} & defined
-                        or any(d.startswith(short) for d in defined)):
-                    missing.append(f"{doc.name}:{number}: {name}")
-    return missing
-
-
-def test_every_metric_the_docs_name_is_defined() -> None:
-    source = "\n".join(p.read_text() for p in (ROOT / "control").rglob("*.py"))
-    docs = documents()
-    assert sum(len(METRIC.findall(d.read_text())) for d in docs) > 30
-    missing = undefined_metrics(docs, source)
-    assert not missing, "metrics the docs name that the code does not define:\n" + "\n".join(
-        missing)
-
-
-def test_the_metric_check_finds_a_renamed_metric(tmp_path: Path) -> None:
-    doc = tmp_path / "metrics.md"
-    doc.write_text("`batchpilot_kv_usage_ratio`, `batchpilot_queue_delay_seconds_bucket`\n"
-                   "`batchpilot_time_to_first`, `batchpilot_kv_usage_percent`\n")
-    source = '("kv_usage_ratio", "x")\n"batchpilot_queue_delay_seconds" "time_to_first_token_s"'
-    assert undefined_metrics([doc], source) == ["metrics.md:2: batchpilot_kv_usage_percent"]
 
 
 def test_the_check_finds_a_stale_flag_a_missing_module_and_target(tmp_path: Path) -> None:
