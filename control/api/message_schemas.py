@@ -11,6 +11,7 @@ from pydantic import (
     ConfigDict,
     ModelWrapValidatorHandler,
     PrivateAttr,
+    field_validator,
     model_validator,
 )
 
@@ -54,6 +55,19 @@ class ChatMessage(WarnsUndeclared):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts_only(cls, content: Any) -> Any:
+        # an image or audio part would otherwise be a 400 listing why it is neither a
+        # string nor a text part; say what it is instead
+        for i, part in enumerate(content if isinstance(content, list) else ()):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if isinstance(kind, str) and kind != "text":
+                raise ValueError(f"part {i} is of type {kind[:40]!r}: this server serves a"
+                                 " text-only model, so content is a string or text parts"
+                                 " ({'type': 'text', 'text': ...})")
+        return content
 
     @model_validator(mode="after")
     def _content_unless_assistant(self) -> ChatMessage:

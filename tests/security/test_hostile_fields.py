@@ -94,6 +94,12 @@ def test_a_value_of_the_wrong_type_is_a_400_not_a_guess(api, path, base):
         empty, = send(api, [(path, {**base, "messages": [{"role": "user", "content": None}]},
                              {})])
         assert error(empty)["param"] == "messages" and "needs content" in empty.text
+        image, = send(api, [(path, {**base, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "http://example.com/a.png"}}]}]}, {})])
+        assert error(image)["param"] == "messages", image.text
+        assert ("part 1 is of type 'image_url': this server serves a text-only model"
+                in error(image)["message"]), image.text
     twice, = send(api, [(path, {**base, "logit_bias": {"5": 1, "005": -1}}, {})])
     assert error(twice)["param"] == "logit_bias" and "both name token 5" in twice.text
     completion_only = send(api, [("/v1/completions", {**PROMPT, "logprobs": True}, {})])[0]
