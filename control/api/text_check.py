@@ -1,41 +1,54 @@
-"""JSON bodies whose text is not valid Unicode refused with a 400, before any route sees
-them.
+"""JSON bodies whose text is not valid Unicode, or that spell a number JSON has not,
+refused with a 400, before any route sees them.
 
 JSON may spell a lone UTF-16 surrogate (`"\\ud800"`), and Python's parser turns it into a
 str that cannot be encoded: the tokenizer, the prefix hash of a `cache_salt` (in the engine
-thread, inside a step), a header that names an ignored field, all raise on it. One check at
-the door, for every route of every app (server, edge, fleet ingress), instead of one per
-field. Cost on ordinary bodies: one regex scan for a surrogate escape; only a body with one
-is parsed and walked.
+thread, inside a step), a header that names an ignored field, all raise on it. Python's
+parser also takes `NaN`, `Infinity` and `-Infinity`, which JSON (RFC 8259) has not: a
+field's range check then said `temperature: Input should be less than or equal to 2` for a
+NaN, and an ignored field kept one silently. One check at the door, for every route of
+every app (server, edge, fleet ingress), instead of one per field. Cost on ordinary bodies:
+one regex scan; only a body with a surrogate escape or one of those words is parsed and
+walked.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control.api.errors import APIError
 
-# a surrogate's escape (\ud800-\udfff), or an escaped backslash before "ud8..": the parse
-# below tells them apart
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+# a surrogate's escape (\ud800-\udfff), or an escaped backslash before "ud8..", and the
+# words Python's parser reads as numbers, or the same in a string: the parse tells them apart
+_SUSPECT = re.compile(rb"\\u[dD][89a-fA-F]|NaN|Infinity")
 
 
 def lone_surrogate_at(value: object) -> str | None:
     """The path (`body.messages.0.content`) of the first str in `value` (keys included)
     that is not valid Unicode; None when all are."""
+    found = _first_bad(value, numbers=False)
+    return None if found is None else found[0]
+
+
+def _first_bad(value: object, numbers: bool = True) -> tuple[str, str] | None:
+    """(path, "text" | "number") of the first str that is not valid Unicode, or (with
+    `numbers`) float that is not finite, in `value`, keys included; None: there is none."""
     stack: list[tuple[object, str]] = [(value, "body")]
     while stack:  # not recursive: a body may nest thousands deep
         item, path = stack.pop()
+        if numbers and isinstance(item, float) and not math.isfinite(item):
+            return path, "number"
         if isinstance(item, str):
             if not _encodes(item):
-                return path
+                return path, "text"
         elif isinstance(item, dict):
             for key, inner in item.items():
                 if not _encodes(key):
-                    return f"{path} (a key)"
+                    return f"{path} (a key)", "text"
                 stack.append((inner, f"{path}.{key}"))
         elif isinstance(item, list):
             stack.extend((inner, f"{path}.{i}") for i, inner in enumerate(item))
@@ -73,24 +86,30 @@ class UnicodeBody:
             if not message.get("more_body"):
                 break
         body = b"".join(chunks)
-        path = _bad_text(body)
-        if path is not None:
-            error = APIError(400, f"{path} is not valid Unicode text: it holds a lone UTF-16"
-                             " surrogate (a \\ud800-\\udfff escape without its pair)",
-                             code="invalid_text", param=path)
+        error = _refusal(body)
+        if error is not None:
             await error.response()(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 
 
-def _bad_text(body: bytes) -> str | None:
-    if _SURROGATE_ESCAPE.search(body) is None:
+def _refusal(body: bytes) -> APIError | None:
+    if _SUSPECT.search(body) is None:
         return None
     try:
         parsed = json.loads(body)
     except (ValueError, RecursionError):
         return None  # not JSON: the route answers that in its own words
-    return lone_surrogate_at(parsed)
+    found = _first_bad(parsed)
+    if found is None:
+        return None
+    path, kind = found
+    if kind == "text":
+        return APIError(400, f"{path} is not valid Unicode text: it holds a lone UTF-16"
+                        " surrogate (a \\ud800-\\udfff escape without its pair)",
+                        code="invalid_text", param=path)
+    return APIError(400, f"{path} is not a JSON number: JSON has no NaN or Infinity; send a"
+                    " finite number", code="invalid_value", param=path)
 
 
 def _replay(body: bytes, receive: Receive, last: Message | None = None) -> Receive:

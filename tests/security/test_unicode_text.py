@@ -93,6 +93,37 @@ def test_valid_text_with_escapes_passes_untouched(served):
     assert reply.json()["count"] > 0
 
 
+NOT_JSON_NUMBERS = [  # (path, raw body, the param the 400 names): Python's parser took them
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "temperature": NaN}',
+     "body.temperature"),
+    ("/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "timeout": Infinity}',
+     "body.timeout"),  # a field the route ignores kept it silently
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}],'
+     b' "max_tokens": 2, "logit_bias": {"5": -Infinity}}', "body.logit_bias.5"),
+]
+
+
+def test_nan_and_infinity_are_not_json_numbers(served):
+    engine, settings = served
+    words = {**COMPLETION, "prompt": "NaN, Infinity and -Infinity are words here"}
+
+    async def scenario():
+        async with asgi_client(engine, settings, stop=False) as client:
+            sent = [(p, raw) for p, raw, _ in NOT_JSON_NUMBERS]
+            sent.append(("/v1/completions", json.dumps(words).encode()))
+            return [await client.post(p, content=raw,
+                                      headers={"Content-Type": "application/json"})
+                    for p, raw in sent]
+
+    *refused, words_reply = asyncio.run(scenario())
+    for (_, _, param), reply in zip(NOT_JSON_NUMBERS, refused, strict=True):
+        assert reply.status_code == 400, reply.text
+        error = reply.json()["error"]
+        assert error["param"] == param and error["code"] == "invalid_value", error
+        assert "is not a JSON number: JSON has no NaN or Infinity" in error["message"]
+    assert words_reply.status_code == 200, words_reply.text
+
+
 def test_the_walk_names_the_first_bad_string_without_recursing():
     deep: object = LONE
     for _ in range(50_000):  # deeper than Python's recursion limit
