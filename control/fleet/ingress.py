@@ -14,7 +14,7 @@
                                                  fleet's here (trace_fanout.guard_forwarded)
 
 Every answer from a replica carries `X-Batchpilot-Replica`. The class needs no Ray import:
-`handles` are anything with `.options(stream=True).http.remote(...)` and `.stats.remote()`
+`handles` are anything with `.options(stream=True).http.remote(...)`, `.stats.remote(since, wait_s)`
 and `.drain.remote(grace_s)`, and for /control `.install`, `.window`, `.audit_event`,
 `.control_state`, `.retire` (Serve's DeploymentHandles, or local stand-ins in the bench and
 tests).
@@ -105,7 +105,8 @@ class FleetIngress:
         """On the event loop that serves the app: one poll loop per replica."""
         callable_ = self.scaling.callable
         self._polls = [asyncio.ensure_future(poll_forever(
-            self.table, i, lambda h=h: _await(h.stats.remote()), self.poll_s,
+            self.table, i, lambda since, wait_s, h=h: _await(h.stats.remote(since, wait_s)),
+            self.poll_s,
             active=lambda i=i: callable_(i)))
             for i, h in enumerate(self.handles)]
         if self.prefix is not None:  # each replica's KV events, into the KV index

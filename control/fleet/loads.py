@@ -26,8 +26,21 @@ from control.fleet.router import ReplicaLoad
 log = logging.getLogger("batchpilot.fleet")
 
 POLL_S = 0.2  # between two polls of one replica
-POLL_TIMEOUT_S = 1.0  # a poll slower than this is late
-MAX_LATE_POLLS = 3  # late polls in a row that mark the replica down (~4 s unanswered)
+POLL_TIMEOUT_S = 1.0  # a poll slower than this (after its wait) is late
+MAX_LATE_POLLS = 3  # late polls in a row that mark the replica down (~6 s unanswered)
+# a poll whose answer routing would read as the last one waits at the replica up to this
+# long for a change (EngineReplica.stats): an idle replica is asked once a second, not 5x
+STATS_WAIT_S = 1.0
+MAX_STATS_WAIT_S = 5.0
+# what routing, autoscaling, the control plane and restarts read of a replica's stats: a
+# change in any of them ends a stats long poll (`steps` and the like do not)
+ROUTING_FIELDS = ("ready", "reason", "incarnation", "waiting", "running", "kv_usage",
+                  "queue_slo_share", "inflight", "fleet_version")
+
+
+def routing_key(stats: dict[str, Any]) -> tuple:
+    """What of `stats` a long poll compares (ROUTING_FIELDS' values, in order)."""
+    return tuple(stats.get(name) for name in ROUTING_FIELDS)
 
 
 @dataclass
@@ -113,20 +126,25 @@ class LoadTable:
 
 
 async def poll_forever(table: LoadTable, replica_id: int,
-                       fetch: Callable[[], Awaitable[dict[str, Any]]],
+                       fetch: Callable[[tuple | None, float], Awaitable[dict[str, Any]]],
                        poll_s: float = POLL_S, timeout_s: float = POLL_TIMEOUT_S,
-                       active: Callable[[], bool] | None = None) -> None:
-    """One replica's poll loop, until cancelled; `fetch()` returns its stats dict. While
-    `active()` is false (autoscaling has no replica in its slot) it is not called: it reads
-    as down, without counting a failure."""
+                       active: Callable[[], bool] | None = None,
+                       wait_s: float = STATS_WAIT_S) -> None:
+    """One replica's poll loop, until cancelled; `fetch(since, wait_s)` returns its stats
+    dict, waiting up to wait_s while they are `since` (the routing_key of the last answer
+    while healthy: a replica that is down answers at once). While `active()` is false
+    (autoscaling has no replica in its slot) it is not called: it reads as down, without
+    counting a failure."""
     while True:
         if active is not None and not active():
             table.polled(replica_id, None)
             await asyncio.sleep(poll_s)
             continue
         late, asked_at = False, time.monotonic()
+        view = table.views[replica_id]
+        since = routing_key(view.polled) if view.healthy and view.polled else None
         try:
-            stats = await asyncio.wait_for(fetch(), timeout_s)
+            stats = await asyncio.wait_for(fetch(since, wait_s), wait_s + timeout_s)
         except asyncio.CancelledError:
             raise
         except asyncio.TimeoutError:  # busy or gone: down only after several in a row

@@ -39,7 +39,7 @@ class _Method:
 
 class LocalHandle:
     """What FleetIngress uses of a DeploymentHandle: `.options(stream=True).http.remote`,
-    `.stats.remote()`, `.drain.remote(grace_s)`."""
+    `.stats.remote(since, wait_s)`, `.drain.remote(grace_s)`."""
 
     def __init__(self, replica: EngineReplica):
         self.replica = replica
@@ -53,7 +53,7 @@ class LocalHandle:
 
     @property
     def stats(self) -> _Method:
-        return _Method(lambda: _now(self.replica.stats()))
+        return _Method(lambda *args: _result(self.replica.stats(*args)))
 
     @property
     def drain(self) -> _Method:
@@ -64,10 +64,6 @@ class LocalHandle:
         as Serve's `handle.<method>.remote(...)` is."""
         method = getattr(self.replica, name)
         return _Method(lambda *args, **kwargs: _result(method(*args, **kwargs)))
-
-
-async def _now(value: Any) -> Any:
-    return value
 
 
 async def _result(value: Any) -> Any:

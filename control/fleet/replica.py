@@ -22,6 +22,7 @@ from typing import Any
 
 from control.api.app import create_app
 from control.fleet.asgi_call import call_asgi
+from control.fleet.loads import MAX_STATS_WAIT_S, routing_key
 from control.fleet.replica_window import FleetTee
 from control.fleet.versioning import install_on
 from control.serve.settings import ServeSettings
@@ -31,6 +32,7 @@ DRAIN_POLL_S = 0.05
 RETIRED = "retired by a rolling restart: Ray Serve is replacing this process"
 ABORT_FLUSH_S = 5.0  # after aborting the rest, time for their final chunks to go out
 MAX_KV_WAIT_S = 10.0  # a kv_events long poll's longest wait
+STATS_CHECK_S = 0.05  # a stats long poll looks for a change this often (in-process: cheap)
 
 
 class EngineReplica:
@@ -71,8 +73,20 @@ class EngineReplica:
         async for message in call_asgi(self.app, method, path, query, headers, body):
             yield message
 
-    def stats(self) -> dict[str, Any]:
-        """What the router polls (~every 200 ms): cheap, read from the loop's last step."""
+    async def stats(self, since: tuple | None = None, wait_s: float = 0.0) -> dict[str, Any]:
+        """What the router polls (~every 200 ms): cheap, read from the loop's last step.
+        With `since` (loads.routing_key of the caller's last answer), an answer that routing
+        would read the same waits up to `wait_s` (at most MAX_STATS_WAIT_S) for a change,
+        looked for every STATS_CHECK_S here: an idle fleet's ingress calls about once a
+        second instead of five times, and a change (a request queued) goes back at once."""
+        now = self._stats()
+        deadline = time.monotonic() + min(wait_s, MAX_STATS_WAIT_S)
+        while since is not None and routing_key(now) == since and time.monotonic() < deadline:
+            await asyncio.sleep(STATS_CHECK_S)
+            now = self._stats()
+        return now
+
+    def _stats(self) -> dict[str, Any]:
         engine = self.state.engine
         stats = engine.stats
         problem = RETIRED if self.retired else engine.health()

@@ -191,7 +191,7 @@ class TraceReplica:
         async for message in call_asgi(self.app, method, path, query, headers, body):
             yield message
 
-    def stats(self) -> dict:
+    def stats(self, *_: object) -> dict:
         return {"replica_id": self.replica_id, "ready": True, "waiting": 0, "running": 0,
                 "kv_usage": 0.0}
 

@@ -33,7 +33,7 @@ class RestartableReplica(FakeReplica):
         self.table = None  # the ingress's LoadTable, to see routing as retire happens
         self.routable_at_retire: list[list[bool]] = []
 
-    def stats(self) -> dict:
+    def stats(self, *_: object) -> dict:
         if self.down:
             raise RuntimeError("restarting")
         return {**super().stats(), "incarnation": f"{self.replica_id}.{self.generation}",

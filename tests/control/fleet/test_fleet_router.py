@@ -164,7 +164,7 @@ def test_poll_forever_counts_a_slow_answer_as_late_not_as_down():
     table.polled(0, {"ready": True})
     calls = 0
 
-    async def slow_then_fast() -> dict:
+    async def slow_then_fast(since: tuple | None, wait_s: float) -> dict:
         nonlocal calls
         calls += 1
         if calls == 1:
@@ -174,7 +174,7 @@ def test_poll_forever_counts_a_slow_answer_as_late_not_as_down():
     async def run() -> list[bool]:
         seen = []
         task = asyncio.ensure_future(poll_forever(table, 0, slow_then_fast, poll_s=0.01,
-                                                  timeout_s=0.05))
+                                                  timeout_s=0.05, wait_s=0.0))
         while calls < 3:
             seen.append(table.snapshot()[0].healthy)
             await asyncio.sleep(0.005)

@@ -38,7 +38,7 @@ class ScalableReplica(FakeReplica):
         super().__init__(replica_id)
         self.running, self.target, self.waiting, self.stray_calls = running, int(running), 0, 0
 
-    def stats(self) -> dict:
+    def stats(self, *_: object) -> dict:
         if not self.running:
             self.stray_calls += self.target == 0
             raise RuntimeError("no replica in this slot yet")

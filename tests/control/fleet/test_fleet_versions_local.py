@@ -41,7 +41,7 @@ def test_a_fleet_change_reaches_every_engine_and_stamps_its_steps(tiny_llama_dir
                 for r in replicas:  # installed on each engine, with the version it names
                     assert r.state.engine.live_config.max_num_seqs == 4
                     assert r.state.config_store.fleet_version == 1
-                    assert r.stats()["fleet_version"] == 1
+                    assert (await r.stats())["fleet_version"] == 1
                 served = {}
                 for tenant in ("t0", "t1", "t2", "t3", "t4", "t5"):
                     resp = await c.post("/v1/completions", headers={"X-Tenant": tenant},
