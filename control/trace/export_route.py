@@ -25,7 +25,7 @@ from control.admin.auth import require_unbound
 from control.api.errors import APIError
 from control.serve.state import get_state
 from control.trace.queries import time_window
-from control.trace.routes import Reader, query_time
+from control.trace.routes import Reader, query_window
 from control.trace.tenant_scope import UNBOUND_TABLES, scope
 
 router = APIRouter()
@@ -68,7 +68,7 @@ def export_table(request: Request, who: Reader, table: str, since: str | None = 
     if writer is None:
         raise APIError(404, "tracing is off: start the server with --trace-db PATH",
                        code="trace_off")
-    where, params = _window(table, query_time(since, "since"), query_time(until, "until"))
+    where, params = _window(table, *query_window(since, until))
     writer.sync(SYNC_TIMEOUT_S)
     con = writer.cursor()
     try:

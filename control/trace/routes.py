@@ -45,6 +45,7 @@ from control.api.errors import APIError, value_error
 from control.api.query_check import check_known_query
 from control.serve.state import get_state
 from control.trace import facts, queries, report_queries, series
+from control.trace.format import clock
 from control.trace.tenant_scope import UNBOUND_ONLY, scope
 from control.trace.timeparse import parse_time
 
@@ -111,26 +112,36 @@ def query_time(value: str | None, name: str) -> float | None:
         raise APIError(400, f"{name}: {exc}", code="invalid_value", param=name) from None
 
 
-_t = query_time  # short, for the routes below
+def query_window(since: str | None, until: str | None) -> tuple[float | None, float | None]:
+    """`since` and `until` as epoch seconds; a 400 naming the one unreadable, or both when
+    the window they make is empty (since after until: every answer would be too)."""
+    start, end = query_time(since, "since"), query_time(until, "until")
+    if start is not None and end is not None and start > end:
+        raise APIError(400, f"since={since!r} ({clock(start, date=True)}) is after until="
+                       f"{until!r} ({clock(end, date=True)}): the window is empty",
+                       code="invalid_value", param="since")
+    return start, end
+
+
 
 
 @router.get("/v1/trace/summary")
 def summary(request: Request, who: Reader, since: str | None = None,
             until: str | None = None) -> Any:
-    return _read(request, who, queries.summary, _t(since, "since"), _t(until, "until"))
+    return _read(request, who, queries.summary, *query_window(since, until))
 
 
 @router.get("/v1/trace/steps")
 def steps(request: Request, who: Reader, since: str | None = None, until: str | None = None,
           limit: int = 1000, batch: bool = False) -> Any:
-    return _read(request, who, queries.steps, _t(since, "since"), _t(until, "until"), limit,
+    return _read(request, who, queries.steps, *query_window(since, until), limit,
                  batch)
 
 
 @router.get("/v1/trace/steps/around")
 def steps_around(request: Request, who: Reader, at: str, before: int = 5,
                  after: int = 5) -> Any:
-    return _read(request, who, queries.steps_around, _t(at, "at"), before, after)
+    return _read(request, who, queries.steps_around, query_time(at, "at"), before, after)
 
 
 @router.get("/v1/trace/requests/{request_id}")
@@ -147,20 +158,20 @@ def request_timeline(request: Request, who: Reader, request_id: str) -> Any:
 @router.get("/v1/trace/slow")
 def slow(request: Request, who: Reader, since: str | None = None, until: str | None = None,
          limit: int = 10, by: str = "e2e_s") -> Any:
-    return _read(request, who, queries.slow, _t(since, "since"), _t(until, "until"), limit,
+    return _read(request, who, queries.slow, *query_window(since, until), limit,
                  by)
 
 
 @router.get("/v1/trace/latency")
 def latency(request: Request, who: Reader, since: str | None = None,
             until: str | None = None, by: str = "lane") -> Any:
-    return _read(request, who, queries.latency, _t(since, "since"), _t(until, "until"), by)
+    return _read(request, who, queries.latency, *query_window(since, until), by)
 
 
 @router.get("/v1/trace/kv")
 def kv(request: Request, who: Reader, since: str | None = None, until: str | None = None,
        bucket_s: float = 10.0) -> Any:
-    return _read(request, who, queries.kv_usage, _t(since, "since"), _t(until, "until"),
+    return _read(request, who, queries.kv_usage, *query_window(since, until),
                  bucket_s)
 
 
@@ -178,7 +189,7 @@ def time_series(request: Request, who: Reader, kind: str, since: str | None = No
         raise APIError(400, "by= applies to the latency series only", code="invalid_value",
                        param="by")
     extra = {"by": by} if by is not None else {}
-    return _read(request, who, SERIES[kind], _t(since, "since"), _t(until, "until"),
+    return _read(request, who, SERIES[kind], *query_window(since, until),
                  buckets, **extra)
 
 
@@ -186,8 +197,7 @@ def time_series(request: Request, who: Reader, kind: str, since: str | None = No
 def config_changes(request: Request, who: Reader, since: str | None = None,
                    until: str | None = None) -> Any:
     require_unbound(who, UNBOUND_ONLY["config_changes"])
-    return _read(request, who, series.config_changes, _t(since, "since"),
-                 _t(until, "until"))
+    return _read(request, who, series.config_changes, *query_window(since, until))
 
 
 @router.get("/v1/loadtest/runs")
@@ -212,15 +222,13 @@ def loadtest_stats(request: Request, who: Reader, long_prompt_tokens: int = 512,
 @router.get("/v1/trace/report/latency")
 def cohort_latency(request: Request, who: Reader, since: str | None = None,
                    until: str | None = None) -> Any:
-    return _read(request, who, report_queries.cohort_latency, _t(since, "since"),
-                 _t(until, "until"))
+    return _read(request, who, report_queries.cohort_latency, *query_window(since, until))
 
 
 @router.get("/v1/trace/report/kv_crossings")
 def kv_crossings(request: Request, who: Reader, since: str | None = None,
                  until: str | None = None) -> Any:
-    return _read(request, who, report_queries.kv_crossings, _t(since, "since"),
-                 _t(until, "until"))
+    return _read(request, who, report_queries.kv_crossings, *query_window(since, until))
 
 
 @router.post("/v1/loadtest/results")
