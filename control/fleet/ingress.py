@@ -106,8 +106,7 @@ class FleetIngress:
         callable_ = self.scaling.callable
         self._polls = [asyncio.ensure_future(poll_forever(
             self.table, i, lambda since, wait_s, h=h: _await(h.stats.remote(since, wait_s)),
-            self.poll_s,
-            active=lambda i=i: callable_(i)))
+            self.poll_s, active=lambda i=i: callable_(i)))
             for i, h in enumerate(self.handles)]
         if self.prefix is not None:  # each replica's KV events, into the KV index
             self._polls += [asyncio.ensure_future(follow_forever(

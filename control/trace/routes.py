@@ -123,8 +123,6 @@ def query_window(since: str | None, until: str | None) -> tuple[float | None, fl
     return start, end
 
 
-
-
 @router.get("/v1/trace/summary")
 def summary(request: Request, who: Reader, since: str | None = None,
             until: str | None = None) -> Any:
