@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from control.trace.audit_sources import LAW_REFIT_SOURCE, is_config_version
+from control.trace.format import clock
 from control.whatif.calibrate import FEATURES, StepSamples
 from engine.calibration.step_law import StepLaw
 
@@ -226,11 +227,15 @@ def read_samples(con, run_ids: list[str], until: float, group: str) -> StepSampl
 
 def read_window(con, since: float | None, until: float | None) -> Window:
     """Raises ValueError (an empty window, a trace without steps) with what to do."""
+    if since is not None and until is not None and since > until:
+        raise ValueError(f"since ({clock(since, date=True)}) is after until"
+                         f" ({clock(until, date=True)}): the window is empty")
     requests = read_requests(con, since, until)
     if not requests:
-        raise ValueError(f"no request arrived in the window ({since=}, {until=}) that has"
-                         " ended: widen --since/--until (batchpilot trace summary shows the"
-                         " span recorded)")
+        shown = " .. ".join("open" if t is None else clock(t, date=True) for t in (since, until))
+        raise ValueError(f"no request arrived in the window ({shown}) that has ended: widen"
+                         " --since/--until (batchpilot trace summary shows the span"
+                         " recorded)")
     counts: dict[str, int] = {}
     for r in requests:
         counts[r.run_id] = counts.get(r.run_id, 0) + 1

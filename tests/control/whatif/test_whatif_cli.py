@@ -61,6 +61,8 @@ def test_compare_gives_json_and_a_plot(db, tmp_path, capsys):
     (["--compare", "nocolon"], "is not NAME:KEY=VALUE"),
     (["--set", "max_num_seqs=4", "--since", "2100-01-01T00:00:00"], "no request arrived"),
     (["--set", "max_num_seqs=4", "--since", "yesterday-ish"], "is not understood"),
+    (["--set", "max_num_seqs=4", "--since", "-1m", "--until", "-2m"],
+     "is after until"),
     (["--set", "max_num_seqs=4", "--slo-ttft", "0"], "--slo-ttft=0.0 must be > 0"),
     ([], "nothing to predict"),
 ])
