@@ -183,12 +183,6 @@ def _time(text: str) -> float | None:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _check_window(since: float | None, until: float | None) -> None:
-    if since is not None and until is not None and since > until:
-        raise TraceError(f"--since ({fmt.clock(since, date=True)}) is after --until"
-                         f" ({fmt.clock(until, date=True)}): the window is empty", 2)
-
-
 def _source(args: argparse.Namespace) -> FileSource | UrlSource:
     if args.db is not None and args.url is not None:
         raise TraceError("give one of --db FILE or --url URL, not both", 2)
@@ -211,7 +205,6 @@ def run(args: argparse.Namespace) -> int:
         args.trace_parser.print_help(sys.stderr)
         return 2
     try:
-        _check_window(getattr(args, "since", None), getattr(args, "until", None))
         data, text = COMMANDS[command](args, _source(args))
     except TraceError as exc:
         print(f"batchpilot trace {command}: error: {exc}", file=sys.stderr)

@@ -22,9 +22,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from control.admin.auth import require_unbound
-from control.api.errors import APIError
+from control.api.errors import APIError, value_error
 from control.serve.state import get_state
-from control.trace.queries import time_window
+from control.trace.queries import checked_window, time_window
 from control.trace.routes import Reader, query_window
 from control.trace.tenant_scope import UNBOUND_TABLES, scope
 
@@ -40,6 +40,7 @@ WINDOWS: dict[str, str | None] = {
 
 
 def _window(table: str, since: float | None, until: float | None) -> tuple[str, list[Any]]:
+    checked_window(since, until)
     clauses, params = [], []
     if table == "requests":  # arrived by `until` and not finished before `since`
         if until is not None:
@@ -68,7 +69,10 @@ def export_table(request: Request, who: Reader, table: str, since: str | None = 
     if writer is None:
         raise APIError(404, "tracing is off: start the server with --trace-db PATH",
                        code="trace_off")
-    where, params = _window(table, *query_window(since, until))
+    try:
+        where, params = _window(table, *query_window(since, until))
+    except ValueError as exc:
+        raise value_error(exc) from None
     writer.sync(SYNC_TIMEOUT_S)
     con = writer.cursor()
     try:

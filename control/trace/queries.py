@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from control.trace.format import clock
+
 MAX_ROWS = 5000
 TRACE_ID = re.compile(r"[0-9a-f]{32}")  # a W3C trace id (control/otel/context.py)
 TRACE_REQUESTS = 20  # requests of one trace a lookup names
@@ -34,8 +36,17 @@ def _rows(con, sql: str, params: list[Any]) -> list[dict[str, Any]]:
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
+def checked_window(since: float | None, until: float | None) -> None:
+    """A ValueError naming both when `since` is after `until`: the window is empty, so every
+    answer would be too (a 400 at the routes, exit 2 in the CLI, as for a bad limit)."""
+    if since is not None and until is not None and since > until:
+        raise ValueError(f"since={clock(since, date=True)} is after until="
+                         f"{clock(until, date=True)}: the window is empty")
+
+
 def time_window(column: str, since: float | None, until: float | None) -> tuple[str, list]:
     """A WHERE clause (and its parameters) keeping `column` within [since, until]."""
+    checked_window(since, until)
     clauses, params = [], []
     if since is not None:
         clauses.append(f"{column} >= ?")

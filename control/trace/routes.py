@@ -45,7 +45,6 @@ from control.api.errors import APIError, value_error
 from control.api.query_check import check_known_query
 from control.serve.state import get_state
 from control.trace import facts, queries, report_queries, series
-from control.trace.format import clock
 from control.trace.tenant_scope import UNBOUND_ONLY, scope
 from control.trace.timeparse import parse_time
 
@@ -113,14 +112,9 @@ def query_time(value: str | None, name: str) -> float | None:
 
 
 def query_window(since: str | None, until: str | None) -> tuple[float | None, float | None]:
-    """`since` and `until` as epoch seconds; a 400 naming the one unreadable, or both when
-    the window they make is empty (since after until: every answer would be too)."""
-    start, end = query_time(since, "since"), query_time(until, "until")
-    if start is not None and end is not None and start > end:
-        raise APIError(400, f"since={since!r} ({clock(start, date=True)}) is after until="
-                       f"{until!r} ({clock(end, date=True)}): the window is empty",
-                       code="invalid_value", param="since")
-    return start, end
+    """`since` and `until` as epoch seconds; a 400 naming the one unreadable (an empty
+    window is the queries' ValueError: queries.checked_window)."""
+    return query_time(since, "since"), query_time(until, "until")
 
 
 @router.get("/v1/trace/summary")

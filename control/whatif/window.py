@@ -22,6 +22,7 @@ import numpy as np
 
 from control.trace.audit_sources import LAW_REFIT_SOURCE, is_config_version
 from control.trace.format import clock
+from control.trace.queries import checked_window
 from control.whatif.calibrate import FEATURES, StepSamples
 from engine.calibration.step_law import StepLaw
 
@@ -227,9 +228,7 @@ def read_samples(con, run_ids: list[str], until: float, group: str) -> StepSampl
 
 def read_window(con, since: float | None, until: float | None) -> Window:
     """Raises ValueError (an empty window, a trace without steps) with what to do."""
-    if since is not None and until is not None and since > until:
-        raise ValueError(f"since ({clock(since, date=True)}) is after until"
-                         f" ({clock(until, date=True)}): the window is empty")
+    checked_window(since, until)
     requests = read_requests(con, since, until)
     if not requests:
         shown = " .. ".join("open" if t is None else clock(t, date=True) for t in (since, until))

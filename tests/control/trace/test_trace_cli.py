@@ -238,7 +238,8 @@ def test_bad_values_are_usage_errors_naming_what_is_wrong(db, url, capsys):
     assert code == 2 and "--at" in err
     for source in (["--db", db], ["--url", url]):
         code, _, err = cli(capsys, *source, "slow", "--since", "-1m", "--until", "-2m")
-        assert code == 2 and "--since" in err and "is after --until" in err, err
+        assert code == 2 and "since=" in err and "is after until=" in err, err
+        assert "the window is empty" in err
 
 
 def test_no_time_and_no_limit_out_of_range_reaches_a_query(url):
@@ -249,11 +250,13 @@ def test_no_time_and_no_limit_out_of_range_reaches_a_query(url):
             ("/v1/loadtest/runs", {"limit": "-1"}, "limit=-1 must be in 1..1000"),
             ("/v1/loadtest/stats", {"limit": "0"}, "limit=0 must be in 1..1000"),
             # a window that ends before it starts: empty, so refused, not answered []
-            ("/v1/trace/kv", {"since": "now", "until": "-1d"}, "is after until='-1d'"),
+            ("/v1/trace/kv", {"since": "now", "until": "-1d"}, "is after until="),
             ("/v1/trace/summary", {"since": "-1m", "until": "-2m"}, "the window is empty")):
         reply = httpx.get(url + path, params=params, timeout=30)
         assert reply.status_code == 400, (path, reply.text)
         assert named in reply.json()["error"]["message"], (path, reply.text)
+        if "until" in params and "since" in params:
+            assert reply.json()["error"]["param"] == "since", reply.text
     assert httpx.get(url + "/v1/loadtest/runs", params={"limit": 5}).status_code == 200
 
 
