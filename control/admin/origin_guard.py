@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from control.admin.auth import Token, require_unbound, token_caller
-from control.api.errors import APIError
+from control.api.errors import APIError, shown
 
 CONTROL_PREFIXES = ("/control/", "/v1/whatif", "/v1/loadtest/results")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
@@ -62,12 +62,12 @@ class OriginGuard:
                             code="invalid_value", param=repeated)
         host = headers.get("host")
         if host is not None and not _one_name(host):
-            return APIError(400, f"Host {host!r} must be one host name (and port)",
+            return APIError(400, f"Host {shown(host)} must be one host name (and port)",
                             code="invalid_value", param="Host")
         # NOTE: no Host at all is an in-process call (a fleet replica reached by handle,
         # control/fleet/asgi_call.py): a browser always sends one
         if self.check_host and host is not None and _hostname(host) not in LOOPBACK_NAMES:
-            return APIError(421, f"Host {host!r} is not a loopback name: this server listens"
+            return APIError(421, f"Host {shown(host)} is not a loopback name: this server listens"
                             " on loopback without tokens, and answers only requests addressed"
                             " to 127.0.0.1, localhost or [::1] (a page on another name that"
                             " resolves here must not steer or read it)",
@@ -86,12 +86,12 @@ class OriginGuard:
             return None
         origin = headers.get("origin")
         if origin is not None and _authority(origin) != (host or "").lower():
-            return APIError(403, f"Origin {origin!r} is not this server ({host}): the control"
+            return APIError(403, f"Origin {shown(origin)} is not this server ({host}): the control"
                             " plane refuses cross-origin changes", code="cross_origin",
                             param="Origin")
         media_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if media_type != "application/json":
-            return APIError(415, f"Content-Type {media_type or 'none'!r}: changes to the"
+            return APIError(415, f"Content-Type {shown(media_type or 'none')}: changes to the"
                             " control plane must be sent as application/json",
                             code="unsupported_media_type", param="Content-Type")
         return None

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from control.admin.config_store import ChangeError, ChangeResult, ConfigStore
-from control.api.errors import APIError
+from control.api.errors import APIError, shown
 from control.api.query_check import check_known_query
 from control.serve.state import get_state
 from engine.config.patch import live_to_dict, static_to_dict
@@ -80,7 +80,7 @@ def _version(header: str | None, required: bool) -> int | None:
     try:
         return int(header.strip().removeprefix("W/").strip('"'))
     except ValueError:
-        raise APIError(400, f"If-Match {header!r} must be a config version number",
+        raise APIError(400, f"If-Match {shown(header)} must be a config version number",
                        code="invalid_value", param="If-Match") from None
 
 

@@ -38,6 +38,20 @@ REJECTION_STATUS = {
 REJECTION_PARAM = {"too_long": "max_tokens", "empty_prompt": "prompt", "unknown_lane": "X-Lane"}
 
 
+# A client's value quoted in an error message keeps at most this many characters: a 1 MB
+# model name or a URL-long id comes back clipped, with its length, never echoed whole.
+ECHO_CHARS = 80
+MAX_MESSAGE_CHARS = 2_000  # any error message, whatever it quotes
+
+
+def shown(value: Any, limit: int = ECHO_CHARS) -> str:
+    """`value` quoted for an error message (its repr), clipped past `limit` characters."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return repr(value)
+    return f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
 class APIError(Exception):
     def __init__(self, status: int, message: str, *, code: str | None = None,
                  param: str | None = None, headers: dict[str, str] | None = None,
@@ -59,6 +73,8 @@ def error_detail(status: int, message: str, *, code: str | None = None,
                  param: str | None = None) -> dict[str, Any]:
     # any other 4xx (401, 409, 428) is the client's: as OpenAI types a bad API key's 401
     default = "invalid_request_error" if status < 500 else "server_error"
+    if len(message) > MAX_MESSAGE_CHARS:  # a client's value quoted whole (see `shown`)
+        message = f"{message[:MAX_MESSAGE_CHARS]}... (clipped from {len(message):,} characters)"
     return {"message": message, "type": ERROR_TYPES.get(status, default),
             "param": param, "code": code}
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from control.api.errors import APIError
+from control.api.errors import APIError, shown
 
 MAX_NAME_LEN = 128  # tenant and lane names
 PRIORITY_LIMIT = 2**31  # |priority| below this
@@ -116,7 +116,7 @@ def _int(value: str | None, where: str, low: int, high: int) -> int | None:
     try:
         number = int(value.strip())
     except ValueError:
-        raise APIError(400, f"{where}={value!r} must be an integer", code="invalid_value",
+        raise APIError(400, f"{where}={shown(value)} must be an integer", code="invalid_value",
                        param=where) from None
     if not low <= number <= high:
         raise APIError(400, f"{where}={number} must be in {low}..{high}",

@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, Response
 
 from control.api.arrival import arrival_time
 from control.api.choices import admit_choices, choice_generations
-from control.api.errors import APIError, rejection_error, retry_after
+from control.api.errors import APIError, rejection_error, retry_after, shown
 from control.api.generation import ClientDisconnected, EngineUnresponsive
 from control.api.logprobs_fields import with_logprobs
 from control.api.openai_format import ResponseFormat, from_decision
@@ -107,7 +107,7 @@ def serving_state(request: Request, model: str | None) -> ServerState:
     it here (vllm_routes.py too), so a wrong model reads the same everywhere."""
     state = get_state(request)
     if model is not None and model not in state.model_names:
-        raise APIError(404, f"the model {model!r} does not exist; this server serves"
+        raise APIError(404, f"the model {shown(model)} does not exist; this server serves"
                        f" {state.settings.model_name!r}", code="model_not_found",
                        param="model")
     if state.parts is None:

@@ -29,7 +29,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
-from control.api.errors import APIError, retry_after
+from control.api.errors import APIError, retry_after, shown
 from control.api.schemas import ChatCompletionRequest, CompletionRequest
 from control.serve.state import ServerState
 from engine.request import SamplingParams
@@ -97,7 +97,7 @@ def check_schema_patterns(spec: StructuredOutput, field: str) -> None:
     for pattern in _patterns(schema):
         counts = [int(n) for match in _REPEAT.finditer(pattern) for n in match.groups() if n]
         if counts and max(counts) > MAX_PATTERN_REPEAT:
-            raise APIError(400, f"{field}: the pattern {pattern[:80]!r} repeats a piece"
+            raise APIError(400, f"{field}: the pattern {shown(pattern)} repeats a piece"
                            f" {max(counts)} times; at most {MAX_PATTERN_REPEAT} (a repeat"
                            " count costs the grammar compile its square)",
                            code="invalid_value", param=field)

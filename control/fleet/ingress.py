@@ -33,7 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from control.admin.auth import Token
-from control.api.errors import APIError
+from control.api.errors import APIError, shown
 from control.api.limits import RequestLimits
 from control.api.routed import ROUTED_HEADER, routed_value
 from control.fleet.autoscale import AutoscaleConfig
@@ -229,7 +229,7 @@ class FleetIngress:
         # them (int() refuses over 4,300 digits: a 500)
         if len(sent) > 1 or not (named.isascii() and named.isdecimal() and len(named) <= 6) \
                 or int(named) >= len(self.handles):
-            raise APIError(400, f"X-Batchpilot-Replica={named[:20]!r} must be one replica id"
+            raise APIError(400, f"X-Batchpilot-Replica={shown(named, 20)} must be one replica id"
                            f" in 0..{len(self.handles) - 1}", code="invalid_value",
                            param="X-Batchpilot-Replica")
         if not self.scaling.callable(int(named)):  # a call would make Serve start it

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from control.admin.origin_guard import OriginGuard
 from control.api.body_limit import BodyLimit
-from control.api.errors import APIError, install_error_handlers
+from control.api.errors import APIError, install_error_handlers, shown
 from control.api.routed import routed_value
 from control.api.text_check import UnicodeBody
 from control.fleet.control_routes import fleet_control_router
@@ -26,8 +26,10 @@ def refuse_unrelayed(path: str) -> None:
     (the fleet owns its control plane; a replica's is reached through the routes above),
     and a path ending in "/" (a replica would redirect it to its own internal address)."""
     if path.startswith("control/") or path.endswith("/"):
-        hint = f"; did you mean /{path.rstrip('/')}?" if path.endswith("/") else ""
-        raise APIError(404, f"the fleet has no route /{path[:200]}{hint}", code="not_found")
+        hint = f"; did you mean {shown('/' + path.rstrip('/'), 200)}?" \
+            if path.endswith("/") else ""
+        raise APIError(404, f"the fleet has no route {shown('/' + path, 200)}{hint}",
+                       code="not_found")
 
 
 def build_app(fleet: Any) -> FastAPI:

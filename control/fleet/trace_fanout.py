@@ -39,7 +39,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import TypeAdapter, ValidationError
 
 from control.admin.auth import Caller, caller, require_unbound
-from control.api.errors import APIError, value_error
+from control.api.errors import APIError, shown, value_error
 from control.trace import fleet_merge
 from control.trace.export_route import WINDOWS
 from control.trace.sources import QUESTIONS
@@ -133,7 +133,7 @@ def typed_params(fn: Callable[..., Any], request: Request) -> dict[str, Any]:
             else:
                 params[name] = text
         except ValueError as exc:
-            raise APIError(400, f"{name}={text[:40]!r}: {exc}", code="invalid_value",
+            raise APIError(400, f"{name}={shown(text)}: {exc}", code="invalid_value",
                            param=name) from None
     missing = [name for name, p in signature.items() if name != "con"
                and p.default is inspect.Parameter.empty and name not in params]
@@ -198,7 +198,7 @@ async def _rows(fleet: Any, question: str, params: dict[str, Any],
                for i, status, body in answers]
     merged = fleet_merge.merge(question, params, replies)
     if merged is None:
-        raise APIError(404, f"request {params.get('request_id')!r} is not in any replica's"
+        raise APIError(404, f"request {shown(params.get('request_id'))} is not in any replica's"
                        " trace (it may still be queued, or retention removed it)",
                        code="not_found")
     return JSONResponse(merged)
@@ -232,7 +232,7 @@ async def _aggregate(fleet: Any, fn: Callable[..., Any], params: dict[str, Any],
     tenants = who.tenants if bound and who is not None else None
     data = await asyncio.to_thread(_run_over, parts, fn, params, tenants)
     if data is None:  # a request's timeline: not in (their scope of) any replica's trace
-        raise APIError(404, f"request {params.get('request_id')!r} is not in any replica's"
+        raise APIError(404, f"request {shown(params.get('request_id'))} is not in any replica's"
                        " trace (it may still be queued, or retention removed it)",
                        code="not_found")
     return JSONResponse(data)

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from control.admin.auth import require_unbound
-from control.api.errors import APIError, value_error
+from control.api.errors import APIError, shown, value_error
 from control.serve.state import get_state
 from control.trace.queries import checked_window, time_window
 from control.trace.routes import Reader, query_window
@@ -61,7 +61,7 @@ def _window(table: str, since: float | None, until: float | None) -> tuple[str, 
 def export_table(request: Request, who: Reader, table: str, since: str | None = None,
                  until: str | None = None) -> Response:
     if table not in WINDOWS:
-        raise APIError(404, f"table={table!r} must be one of {', '.join(WINDOWS)}",
+        raise APIError(404, f"table={shown(table)} must be one of {', '.join(WINDOWS)}",
                        code="not_found", param="table")
     if table in UNBOUND_TABLES:
         require_unbound(who, UNBOUND_TABLES[table])
@@ -79,7 +79,7 @@ def export_table(request: Request, who: Reader, table: str, since: str | None = 
         exists = con.execute("SELECT count(*) FROM information_schema.tables WHERE"
                              " table_name = ?", [table]).fetchone()[0]
         if not exists:  # the load-test tables appear with the first stored load test
-            raise APIError(404, f"no table {table!r} in this trace", code="not_found")
+            raise APIError(404, f"no table {shown(table)} in this trace", code="not_found")
         if who.bound:  # TEMP views shadow the tables on this cursor only
             scope(con, who.tenants or ())
         with tempfile.TemporaryDirectory(prefix="bp-export-") as tmp:

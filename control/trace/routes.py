@@ -41,7 +41,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from control.admin.auth import Caller, caller, require_unbound
-from control.api.errors import APIError, value_error
+from control.api.errors import APIError, shown, value_error
 from control.api.query_check import check_known_query
 from control.serve.state import get_state
 from control.trace import facts, queries, report_queries, series
@@ -142,7 +142,7 @@ def request_timeline(request: Request, who: Reader, request_id: str) -> Any:
     # gets this same 404: the answer tells it nothing about which ids exist
     timeline = _read(request, who, queries.request_timeline, request_id)
     if timeline is None:
-        raise APIError(404, f"request {request_id!r} is not in the trace (it may still be"
+        raise APIError(404, f"request {shown(request_id)} is not in the trace (it may still be"
                        " queued, or retention removed it)", code="not_found")
     return timeline
 
@@ -175,7 +175,7 @@ SERIES = {"latency": series.latency_series, "steps": series.step_series,
 def time_series(request: Request, who: Reader, kind: str, since: str | None = None,
                 until: str | None = None, buckets: int = 300, by: str | None = None) -> Any:
     if kind not in SERIES:
-        raise APIError(404, f"no series {kind!r}: one of {', '.join(SERIES)}",
+        raise APIError(404, f"no series {shown(kind)}: one of {', '.join(SERIES)}",
                        code="not_found")
     if by is not None and kind != "latency":
         raise APIError(400, "by= applies to the latency series only", code="invalid_value",
