@@ -228,6 +228,7 @@ def _report(args, client: Client, scenario, configs, runs) -> int:
 
 def _store(args, client: Client, scenario, saved) -> None:
     from control.loadtest import store
+    from control.loadtest.results_body import bodies_for_api
 
     run_id = time.strftime("%Y%m%dT%H%M%S-") + uuid.uuid4().hex[:6]
     if args.db:
@@ -238,8 +239,10 @@ def _store(args, client: Client, scenario, saved) -> None:
         return
     rows = [store.rows_for_api(run_id, scenario.name, label, args.url, summary, results)
             for label, summary, results in saved]
+    bodies = bodies_for_api(rows)
     try:
-        client.call("POST", "/v1/loadtest/results", {"runs": rows})
+        for body in bodies:
+            client.call("POST", "/v1/loadtest/results", body)
         print(f"results saved in the server's trace DB (run {run_id})", file=sys.stderr)
     except CtlError as exc:
         print(f"results not saved ({exc}); pass --db FILE to keep them", file=sys.stderr)

@@ -54,6 +54,8 @@ REQUEST_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 _TABLES = {RUNS_TABLE: RUN_COLUMNS, REQUESTS_TABLE: REQUEST_COLUMNS}
+TABLE_COLUMNS = {table: frozenset(name for name, _ in columns)
+                 for table, columns in _TABLES.items()}
 
 
 def create_tables(con: duckdb.DuckDBPyConnection) -> None:
@@ -107,12 +109,19 @@ def rows_for_api(run_id: str, scenario: str, label: str, url: str, summary: Summ
 
 def insert_rows(con: duckdb.DuckDBPyConnection, rows: dict[str, list[dict]]) -> None:
     """Insert rows_for_api's output (tables created if missing), all or nothing."""
+    insert_runs(con, [rows])
+
+
+def insert_runs(con: duckdb.DuckDBPyConnection, runs: list[dict[str, list[dict]]]) -> None:
+    """Insert several rows_for_api outputs in one transaction: all or nothing, one insert
+    per table whatever the number of runs."""
     create_tables(con)
     con.begin()
     try:
-        for table, table_rows in rows.items():
+        for table, columns in _TABLES.items():
+            table_rows = [row for run in runs for row in run.get(table, ())]
             if table_rows:
-                _insert(con, table, _TABLES[table], table_rows)
+                _insert(con, table, columns, table_rows)
         con.commit()
     except BaseException:
         con.rollback()

@@ -68,7 +68,7 @@ def checklist_facts(con) -> dict[str, Any]:
 
 def loadtest_stats(con, long_prompt_tokens: int = 512, limit: int = 100
                    ) -> list[dict[str, Any]]:
-    """Per (run, config label), newest first: requests, streamed, cancelled; prompt token
+    """Per listed (run, config label), newest first: requests, streamed, cancelled; prompt token
     mean / population stddev / min / max over requests the server counted (usage came
     back); the same for output tokens of ok requests; prompts of >= long_prompt_tokens."""
     if long_prompt_tokens < 1:
@@ -76,6 +76,9 @@ def loadtest_stats(con, long_prompt_tokens: int = 512, limit: int = 100
     limit = checked_limit(limit, 1000)
     if not _has_table(con, "loadtest_requests"):
         return []
+    # only runs whose loadtest_runs row is stored: a save sends it last (results_body.py)
+    listed = ("WHERE (run_id, label) IN (SELECT run_id, label FROM loadtest_runs)"
+              if _has_table(con, "loadtest_runs") else "WHERE false")
     counted = "FILTER (WHERE prompt_tokens > 0)"
     outputs = "FILTER (WHERE outcome = 'ok' AND output_tokens > 0)"
     return _rows(con, f"""
@@ -93,6 +96,6 @@ def loadtest_stats(con, long_prompt_tokens: int = 512, limit: int = 100
                min(output_tokens) {outputs} AS output_min,
                max(output_tokens) {outputs} AS output_max,
                count(*) FILTER (WHERE prompt_tokens >= ?) AS long_prompts
-        FROM loadtest_requests GROUP BY run_id, label
+        FROM loadtest_requests {listed} GROUP BY run_id, label
         ORDER BY first_sent DESC NULLS LAST, label
         LIMIT {limit}""", [long_prompt_tokens])

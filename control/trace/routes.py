@@ -228,22 +228,25 @@ def loadtest_results(request: Request, who: Admin, body: dict[str, Any]) -> dict
     """Store `batchpilot loadtest` results in the trace DB (tables loadtest_runs and
     loadtest_requests), so the dashboard and the checklist find them. Admin scope whenever
     the server has tokens, with or without --no-control-api."""
-    from control.loadtest.store import insert_rows
+    from control.loadtest.results_body import ResultsBodyError, checked_runs
+    from control.loadtest.store import TABLE_COLUMNS, insert_runs
 
     state = get_state(request)
     if state.trace is None:
         raise APIError(404, "tracing is off: start the server with --trace-db PATH, or save"
                        " the results with `batchpilot loadtest --db FILE`", code="trace_off")
-    runs = body.get("runs")
-    if not isinstance(runs, list) or not runs:
-        raise APIError(400, "body must be {\"runs\": [rows of one run per config, ...]}",
-                       code="invalid_value", param="runs")
+    try:
+        runs = checked_runs(body)
+    except ResultsBodyError as exc:
+        raise APIError(400, str(exc), code="invalid_value", param="runs") from None
     con = state.trace.cursor()
     try:
-        for rows in runs:
-            insert_rows(con, rows)
-    except (KeyError, TypeError, ValueError, AttributeError, duckdb.Error) as exc:
-        raise APIError(400, f"malformed results: {exc}", code="invalid_value") from None
+        insert_runs(con, runs)
+    except (TypeError, ValueError, duckdb.Error) as exc:  # a value of the wrong type
+        raise APIError(400, f"malformed results: {exc}", code="invalid_value",
+                       param="runs") from None
     finally:
         con.close()
-    return {"stored_runs": len(runs)}
+    return {"stored_runs": len(runs),
+            "stored_rows": {table: sum(len(run.get(table, ())) for run in runs)
+                            for table in TABLE_COLUMNS}}

@@ -173,10 +173,58 @@ def test_results_can_be_stored_in_the_servers_trace_db(server, capsys):
     rows = rows_for_api("run-x", "tiny", "cfg", url, summarize(results, 3.0, None, "cfg"),
                         results)
     reply = httpx.post(url + "/v1/loadtest/results", json={"runs": [rows]})
-    assert reply.status_code == 200 and reply.json() == {"stored_runs": 1}
+    assert reply.status_code == 200 and reply.json() == {
+        "stored_runs": 1, "stored_rows": {"loadtest_runs": 1, "loadtest_requests": 3}}
     bad = httpx.post(url + "/v1/loadtest/results", json={"runs": [{"nope": [{"a": 1}]}]})
-    assert bad.status_code == 400
+    assert bad.status_code == 400 and "unknown table 'nope'" in bad.json()["error"]["message"]
     con = app.state.serving.trace.cursor()
     assert con.execute("SELECT count(*) FROM loadtest_requests WHERE run_id = 'run-x'"
                        ).fetchone()[0] == 3
     con.close()
+
+
+def test_a_long_run_is_saved_to_the_server_in_bodies_it_takes(server, capsys):
+    """9,000 requests are ~4.4 MB of rows, past the server's 4 MiB body limit: one body was
+    a 413 and nothing saved. The load tester sends them in bodies, its run row last."""
+    from argparse import Namespace
+
+    from control.cli.ctl import Client
+    from control.loadtest.cli import _store
+    from control.loadtest.metrics import summarize
+    from control.loadtest.records import RequestResult
+
+    url, _, app = server
+    results = [RequestResult(p, "ok", 200, sent_at=1000.0 + p.index, ttft_s=0.1, e2e_s=0.5,
+                             chunk_times_s=[0.1, 0.3, 0.5], prompt_tokens=8, output_tokens=3)
+               for p in planned(9000)]
+    saved = [("long", summarize(results, 90.0, None, "long"), results)]
+    _store(Namespace(db=None, url=url), Client(url, "NO_SUCH_TOKEN_ENV"),
+           Namespace(name="long-run"), saved)
+    assert "results saved in the server's trace DB" in capsys.readouterr().err
+    con = app.state.serving.trace.cursor()
+    try:
+        assert con.execute("SELECT count(*) FROM loadtest_requests WHERE label = 'long'"
+                           ).fetchone()[0] == 9000
+        assert con.execute("SELECT requests FROM loadtest_runs WHERE label = 'long'"
+                           ).fetchall() == [(9000,)]
+    finally:
+        con.close()
+
+
+def test_a_hostile_results_body_is_refused_at_once_and_a_neighbour_is_served(server):
+    """100,000 empty entries held a core for minutes (a transaction each): now a 400 by
+    their count, and a request sent beside it is served."""
+    import httpx
+
+    url, _, _ = server
+
+    async def both():
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            return await asyncio.gather(
+                client.post("/v1/loadtest/results", json={"runs": [{}] * 100_000}),
+                client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2}))
+
+    bad, good = asyncio.run(both())
+    assert bad.status_code == 400, bad.text[:300]
+    assert "runs holds 100,000 entries" in bad.json()["error"]["message"]
+    assert good.status_code == 200, good.text[:300]
