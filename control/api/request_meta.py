@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from control.api.errors import APIError, shown
+from engine.config.schema import MAX_NAME_CHARS  # tenant and lane names
 
-MAX_NAME_LEN = 128  # tenant and lane names
 PRIORITY_LIMIT = 2**31  # |priority| below this
 MAX_MS = 7 * 24 * 3600 * 1000  # a week: more is certainly a unit mistake
 MAX_RETRY_COUNT = 1000  # X-Stainless-Retry-Count: an SDK resends a few times, never more
@@ -104,8 +104,8 @@ def _name(value: str | None, where: str) -> str | None:
     value = value.strip()
     if not value:
         return None
-    if len(value) > MAX_NAME_LEN or not value.isprintable():
-        raise APIError(400, f"{where} must be printable and at most {MAX_NAME_LEN} characters",
+    if len(value) > MAX_NAME_CHARS or not value.isprintable():
+        raise APIError(400, f"{where} must be printable and at most {MAX_NAME_CHARS} characters",
                        code="invalid_value", param=where)
     return value
 

@@ -20,6 +20,12 @@ SCHEDULE_POLICIES = ("decode_first", "mixed")
 STEP_POLICIES = ("goodput", "fixed")  # engine/scheduling/goodput.py
 SLO_UNREACHABLE = ("defer", "shed", "serve")  # engine/lanes/admission.py, check_slo
 MAX_NUM_SEQS_LIMIT = 8192
+# Lane and tenant names, as a request may send them (X-Lane, X-Tenant) and as metric
+# labels carry them; a lane is scanned every step, so their number is bounded too.
+MAX_NAME_CHARS = 128
+MAX_LANES = 64
+MAX_LANE_WEIGHT = 1e6
+MAX_TENANT_LANES = 4096  # entries of tenant_lanes
 PREFIX_CACHE_SHARING = ("tenant", "global")  # see engine/kv/prefix_hash.py
 
 
@@ -81,9 +87,12 @@ class LaneConfig:
             object.__setattr__(self, "slo", LaneSLO.parse(self.slo, f"lanes.{self.name}.slo"))
 
     def validate(self) -> None:
-        _require(bool(self.name) and self.name.replace("_", "").replace("-", "").isalnum(),
-                 "lane.name", self.name, "a non-empty name of letters, digits, '-' and '_'")
-        _require(self.weight > 0, f"lanes.{self.name}.weight", self.weight, "> 0")
+        _require(bool(self.name) and self.name.replace("_", "").replace("-", "").isalnum()
+                 and len(self.name) <= MAX_NAME_CHARS, "lane.name", self.name,
+                 f"a name of 1-{MAX_NAME_CHARS} letters, digits, '-' and '_'")
+        # (a finite cap: an infinite weight made the lanes' share of the queue inf / inf)
+        _require(0 < self.weight <= MAX_LANE_WEIGHT, f"lanes.{self.name}.weight", self.weight,
+                 f"> 0 and <= {MAX_LANE_WEIGHT:g} (a million to one is already strict priority)")
         for name in ("max_running", "max_waiting", "queue_timeout_ms"):
             value = getattr(self, name)
             _require(value is None or value >= 1, f"lanes.{self.name}.{name}", value,
@@ -232,7 +241,10 @@ class LiveConfig:
                      " never run")
 
     def _validate_lanes(self) -> None:
-        _require(len(self.lanes) >= 1, "lanes", len(self.lanes), "at least one lane")
+        _require(1 <= len(self.lanes) <= MAX_LANES, "lanes", len(self.lanes),
+                 f"1-{MAX_LANES} lanes")
+        _require(len(self.tenant_lanes) <= MAX_TENANT_LANES, "tenant_lanes",
+                 len(self.tenant_lanes), f"at most {MAX_TENANT_LANES} tenants")
         names = self.lane_names
         _require(len(set(names)) == len(names), "lanes", list(names), "unique lane names")
         for lane in self.lanes:
@@ -243,6 +255,9 @@ class LiveConfig:
                  "long_context_lane", self.long_context_lane,
                  f"one of the lanes ({', '.join(names)}) or null")
         for tenant, lane in self.tenant_lanes:
+            _require(0 < len(tenant) <= MAX_NAME_CHARS and tenant.isprintable(),
+                     "tenant_lanes", tenant,
+                     f"keyed by tenant names of 1-{MAX_NAME_CHARS} printable characters")
             _require(lane in names, f"tenant_lanes.{tenant}", lane,
                      f"one of the lanes ({', '.join(names)})")
 

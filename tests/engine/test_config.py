@@ -149,6 +149,9 @@ def test_bad_types_name_the_field(serving, field):
 
 @pytest.mark.parametrize(("lane", "field"), [
     ({"weight": 0}, "lanes.x.weight"),
+    ({"weight": float("inf")}, "lanes.x.weight"),
+    ({"weight": 1.5e6}, "lanes.x.weight"),
+    ({"weight": float("nan")}, "lanes.x.weight"),
     ({"weight": "heavy"}, "lanes.x.weight"),
     ({"policy": "lifo"}, "lanes.x.policy"),
     ({"max_running": 0}, "lanes.x.max_running"),
@@ -157,6 +160,28 @@ def test_bad_types_name_the_field(serving, field):
 def test_bad_lane_settings_name_the_lane_and_field(lane, field):
     with pytest.raises(ValueError, match=field):
         load_config_dict({"lanes": {"x": lane}, "serving": {}})
+
+
+def _lanes(names) -> dict:
+    return {"lanes": {name: {} for name in names},
+            "serving": {"default_lane": names[0], "long_context_lane": None}}
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (_lanes(["x" * 129]), "must be a name of 1-128 letters"),
+    (_lanes([f"l{i}" for i in range(65)]), "lanes=65 must be 1-64 lanes"),
+    ({"serving": {"tenant_lanes": {"a\nb": "batch"}}}, "tenant names of 1-128 printable"),
+    ({"serving": {"tenant_lanes": {"t" * 129: "batch"}}}, "tenant names of 1-128 printable"),
+    ({"serving": {"tenant_lanes": {f"t{i}": "batch" for i in range(4097)}}},
+     "tenant_lanes=4097 must be at most 4096 tenants"),
+], ids=["long-lane", "65-lanes", "tenant-newline", "long-tenant", "4097-tenants"])
+def test_lane_and_tenant_names_and_counts_are_bounded(data, message):
+    """As a request may name them (X-Lane, X-Tenant: 128 printable characters); a lane is
+    scanned every step and labels metrics, so there are at most 64."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_config_dict(data)
+    names = ["y" * 128] + [f"l{i}" for i in range(63)]
+    assert len(load_config_dict(_lanes(names)).config.live.lanes) == 64
 
 
 def test_lane_routing_must_name_existing_lanes():
