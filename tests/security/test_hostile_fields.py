@@ -157,6 +157,18 @@ def test_a_control_character_in_a_tenant_is_a_400(api):
     assert error(reply)["param"] == "X-Tenant"
 
 
+@pytest.mark.parametrize("headers,body,param", [
+    ({"X-Tenant": "t" * 129}, {}, "X-Tenant"), ({"X-Lane": "l" * 129}, {}, "X-Lane"),
+    ({}, {"user": "u" * 129}, "user")], ids=["X-Tenant", "X-Lane", "user"])
+def test_a_name_over_128_characters_is_a_400(api, headers, body, param):
+    """A tenant names metric labels, trace rows and a prefix-cache root: 128 at most, as
+    a config may name one (engine/config/schema.py MAX_NAME_CHARS); 128 is served."""
+    reply, at_limit = send(api, [("/v1/completions", {**PROMPT, **body}, headers),
+                                 ("/v1/completions", PROMPT, {"X-Tenant": "t" * 128})])
+    assert reply.status_code == 400 and error(reply)["param"] == param, reply.text
+    assert at_limit.status_code == 200, at_limit.text
+
+
 def test_each_size_limit_names_itself(api):
     replies = send(api, [
         ("/v1/completions", {**PROMPT, "logit_bias": {str(i): 1 for i in range(5)}}, {}),
