@@ -136,6 +136,22 @@ def test_empty_blocks_are_used_before_cached_ones():
     bm.check_integrity([d])
 
 
+def test_a_freed_block_without_a_hash_is_reused_before_cached_ones():
+    """A partial block freed after cached ones goes back to the front of the free list: a
+    new request takes it, not a cached prefix (the hit rate would drop unseen)."""
+    bm = BlockManager(num_blocks=4, block_size=BS)
+    a = _request("a", [10, 11, 12, 13, 14, 15, 16, 17])
+    _run(bm, a)
+    bm.free(a)
+    e = _request("e", [40, 41, 42])  # one partial block: never hashed
+    _run(bm, e)
+    bm.free(e)
+    d = _request("d", [20, 21, 22, 23, 24, 25, 26, 27])
+    _run(bm, d)  # two blocks: the partial one and the never-used one
+    assert _hit_of(bm, a.prompt_token_ids + [99]) == 8
+    bm.check_integrity([d])
+
+
 def test_cached_blocks_are_evicted_least_recently_freed_first():
     bm = BlockManager(num_blocks=4, block_size=BS)
     a = _request("a", [10, 11, 12, 13, 14, 15, 16, 17])

@@ -149,6 +149,8 @@ def test_validation_if_match_dry_run_profiles_rollback_and_lanes(tiny_loaded, tm
             assert [v["version"] for v in history] == [1, 2, 3, 4, 5, 6]
             assert history[2]["source"] == "profile:degrade"
             assert history[3]["source"] == "rollback:1" and history[3]["reason"] == "all clear"
+            two = await client.post("/control/rollback/2", json={"reason": "the first fix"})
+            assert two.json()["version"] == 7 and two.json()["config"]["max_num_seqs"] == 3
     asyncio.run(scenario())
 
 

@@ -23,3 +23,13 @@ def test_snapshot_then_batches_then_a_restart_snapshot():
                        "dropped": 0}
     index.apply(1, {"enabled": False})  # a replica that publishes nothing changes nothing
     assert index.cursor(1) == (None, 0)
+
+
+def test_an_evicted_block_leaves_the_index():
+    """A replica's `removed` event takes the block out: the router must not send a prefix
+    to a replica that no longer holds it."""
+    index = KVIndex(1)
+    index.apply(0, {**HEAD, "epoch": "a", "seq": 1, "snapshot": [1, 2, 3]})
+    index.apply(0, {**HEAD, "epoch": "a", "seq": 2, "batches": [((), (2,))]})
+    assert index.matched(0, [1, 2, 3]) == 1
+    assert index.families_data()[0]["blocks"] == 2
