@@ -109,6 +109,18 @@ def test_an_idle_slot_drains_before_it_goes_to_zero():
     assert n == 0 and state.phase == "off" and state.reason == "idle"
 
 
+@pytest.mark.parametrize("tail", [dict(inflight=1), dict(running=1), dict(waiting=1)],
+                         ids=["ingress-inflight", "running", "waiting"])
+def test_any_one_sign_of_work_holds_the_drain(tail):
+    """The ingress's own in-flight count, the replica's running or its waiting: each alone
+    keeps a retiring slot up (a request forwarded but not yet admitted is in none other)."""
+    state = SlotState("retiring", "idle", None, 0.0)
+    at = RETIRE_SETTLE_S + 1
+    n, state = run(1, 1, state, signals(on(0), SlotSignal(1, routed=False, ready=True,
+                                                          **tail), at=at), at)
+    assert n == 1 and state.phase == "retiring"
+
+
 def test_a_retiring_slot_is_kept_when_pressure_returns():
     state = SlotState("retiring", "idle", None, 0.0)
     busy = signals(on(0, waiting=5, running=2), SlotSignal(1, False, True), at=1.0)
