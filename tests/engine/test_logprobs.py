@@ -156,6 +156,27 @@ def test_a_step_without_logprobs_scores_nothing(monkeypatch):
     assert len(result) == 2 and result.logprobs is None and result.prompt_logprobs == {}
 
 
+def test_logprobs_of_the_asking_rows_in_a_mixed_batch_are_of_their_sampled_tokens():
+    """Only some rows ask (their own scoring path): each entry is of the token that row
+    sampled, under a temperature that often leaves the argmax."""
+    from engine.request import Request
+
+    logits = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))
+    requests = [Request("a", [1], SamplingParams(temperature=0.0), 0.0),
+                Request("b", [1], SamplingParams(temperature=5.0, seed=3, logprobs=2), 0.0),
+                Request("c", [1], SamplingParams(temperature=5.0, seed=4), 0.0)]
+    ref = torch.log_softmax(logits, dim=-1)
+    left_the_argmax = []
+    for _ in range(20):
+        out = sample(logits.clone(), requests)
+        entry = out.logprobs[1]
+        assert out.logprobs[0] is None and out.logprobs[2] is None
+        assert entry.token_id == out[1]
+        assert entry.logprob == pytest.approx(float(ref[1, out[1]]), abs=1e-5)
+        left_the_argmax.append(out[1] != int(logits[1].argmax()))
+    assert any(left_the_argmax)
+
+
 class LetterTokenizer:
     def decode(self, ids, skip_special_tokens=True):
         return "".join(chr(97 + i % 26) for i in ids)

@@ -31,3 +31,14 @@ def test_the_candidates_cut_equals_the_full_sort(seed):
     assert torch.isfinite(got).sum() < torch.isfinite(logits).sum()  # it did cut
     assert torch.equal(torch.isfinite(got), torch.isfinite(expected))
     assert torch.equal(got[torch.isfinite(got)], expected[torch.isfinite(expected)])
+
+
+@pytest.mark.parametrize(("top_p", "kept"), [
+    (0.4, {0}), (0.49, {0}), (0.51, {0, 1}), (0.79, {0, 1}), (0.81, {0, 1, 2}),
+    (1.0, {0, 1, 2, 3})])
+def test_top_p_keeps_the_smallest_set_whose_mass_reaches_it(top_p, kept):
+    """Probabilities 0.5, 0.3, 0.15, 0.05 by hand: the token that crosses top_p is kept,
+    the first past it is not (as transformers' TopPLogitsWarper)."""
+    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
+    _top_p(logits, torch.tensor([top_p]))
+    assert set(torch.isfinite(logits[0]).nonzero().flatten().tolist()) == kept

@@ -129,3 +129,58 @@ def test_echoed_prompt_logprobs_come_from_the_first_choice_for_all(api, stream):
     assert by_choice[0][:prompt_len] == by_choice[1][:prompt_len]
     full = (prompt_len - 1) // 16 * 16
     assert on_engine(engine, lambda e: e.block_manager.prefix_hit_tokens) - hits == full
+
+
+class RecordingEngine:
+    """AsyncEngine's add/abort as admit_choices uses them: every submission recorded, the
+    `refuse_at`-th (0-based) refused."""
+
+    def __init__(self, refuse_at: int | None = None):
+        self.added, self.aborted, self.refuse_at = [], [], refuse_at
+
+    async def add(self, sub):
+        from engine.records import AdmissionDecision
+
+        self.added.append(sub)
+        if len(self.added) - 1 == self.refuse_at:
+            return AdmissionDecision(False, sub.request_id, "queue_full"), None
+        return AdmissionDecision(True, sub.request_id), type("Stream", (), {
+            "request_id": sub.request_id})()
+
+    def abort(self, request_id, reason):
+        self.aborted.append((request_id, reason))
+
+
+def submission(seed=None):
+    from control.serve.streams import Submission
+    from engine import SamplingParams
+    from engine.request import TraceLink
+
+    return Submission("req", "x", [1, 2, 3], SamplingParams(seed=seed, prompt_logprobs=2),
+                      trace=TraceLink("a" * 32, "b" * 16))
+
+
+def test_later_choices_wait_for_the_first_ones_prompt_with_seeds_of_their_own():
+    """The wiring the engine's sibling wait relies on (engine/request.py waits_for_sibling):
+    without wait_for, choice i would compute the whole prompt again, unseen by any
+    timing-based test whenever the first choice's prefill won the race."""
+    from control.api.choices import SEED_MODULUS, admit_choices
+
+    engine = RecordingEngine()
+    decision, streams = asyncio.run(admit_choices(engine, submission(SEED_MODULUS - 2), 3))
+    assert decision.accepted and [s.request_id for s in streams] == ["req", "req-1", "req-2"]
+    first, *later = engine.added
+    assert first.wait_for is None and [s.wait_for for s in later] == ["req", "req"]
+    assert [s.params.seed for s in engine.added] == [SEED_MODULUS - 2, SEED_MODULUS - 1, 0]
+    assert [s.params.prompt_logprobs for s in engine.added] == [2, None, None]
+    assert len({s.trace.span_id for s in engine.added}) == 3  # one span each, one trace
+    assert {s.trace.trace_id for s in engine.added} == {"a" * 32}
+
+
+def test_a_refused_later_choice_ends_the_admitted_ones():
+    from control.api.choices import admit_choices
+
+    engine = RecordingEngine(refuse_at=2)
+    decision, streams = asyncio.run(admit_choices(engine, submission(), 3))
+    assert not decision.accepted and decision.reason == "queue_full" and streams == []
+    assert engine.aborted == [("req", "choice_rejected"), ("req-1", "choice_rejected")]
