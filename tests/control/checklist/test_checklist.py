@@ -319,3 +319,11 @@ def test_markdown_and_text_reports():
     assert "  x FAIL           chunked_prefill" in text
     assert "  ? needs-evidence metrics " in text
     assert text.splitlines()[-1].startswith("16 pass, 1 fail, 2 need evidence")
+
+
+def test_an_interactive_lane_weighing_exactly_the_ratio_passes():
+    ev = good()  # interactive 4, long_context 2, batch 1
+    set_evidence(ev, "config.lanes.interactive.weight", 2.0)
+    assert result(ev, "lanes").status == "pass"  # 2 == 1 x 2: not below
+    got = result(ev, "lanes", spec_with("lanes", min_weight_ratio=1.5))
+    assert got.status == "fail" and "2 < 1.5 x lanes.long_context.weight 2" in got.evidence

@@ -126,6 +126,15 @@ def test_outcomes_rates_and_throughput(summary):
     assert summary.total_tps == approx(649.25)  # (2570 + 27) / 4.0
 
 
+def test_a_latency_exactly_at_its_slo_meets_it(recorded):
+    results, duration_s, _ = recorded
+    # TTFT 0.4: requests 0 (0.2), 1 (0.1) and 3 (exactly 0.4) meet; 2 (0.45) and 4 (0.9) miss
+    at = summarize(results, duration_s, SLO(ttft_s=0.4))
+    assert (at.slo_met, at.slo_met_share) == (3, approx(0.6))
+    # E2E 0.58: 1 (exactly 0.58), 2 (0.45) and 3 (0.4) meet
+    assert summarize(results, duration_s, SLO(e2e_s=0.58)).slo_met == 3
+
+
 def test_goodput_counts_ok_requests_meeting_every_slo(recorded, summary):
     results, duration_s, _ = recorded
     # Request 4 misses TTFT (0.9 > 0.5); the other 4 ok requests meet all three SLOs.
