@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: install system-deps test lint run screenshots bench bench-smoke gpu-check \
-	gpu-check-dry-run clean
+	gpu-check-dry-run mutants clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -62,6 +62,11 @@ screenshots: $(STAMP) system-deps
 # Scheduler time per step and continuous vs static batching, on the simulated executor.
 bench: $(STAMP)
 	$(PY) -m bench.scheduler_overhead
+
+# Plant each known bug of tests/mutant_list.py in a copy of the tree and check its tests
+# fail on it (minutes; not part of make test, which checks the list is current).
+mutants: $(STAMP)
+	$(PY) tests/mutants.py
 
 # Every benchmark with --smoke and gpu_check.sh's CPU dry run (tests/bench; `make test`
 # runs them too).
