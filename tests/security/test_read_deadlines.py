@@ -177,3 +177,11 @@ def test_the_server_and_the_edge_read_with_deadlines(monkeypatch):
     assert edge_main.main(["--uds", "/tmp/none.sock", "--host", "127.0.0.1", "--port", "1",
                            "--limits", "{}", "--parent", "1"]) == 0
     assert [c.http for c in Captured.configs] == [ReadDeadlines, ReadDeadlines]
+
+
+def test_headers_past_the_limit_in_many_small_reads_get_a_431(port):
+    """The limit counts every read of one request's head, not each read alone."""
+    head = b"GET / HTTP/1.1\r\nHost: x\r\n" + b"".join(
+        b"X-%d: %s\r\n" % (i, b"y" * 1000) for i in range(80))  # ~80 KiB > 64 KiB
+    pieces = [head[i:i + 8192] for i in range(0, len(head), 8192)] + [b"\r\n"]
+    assert json_error(talk(port, pieces, gap_s=0.01), b"431")["code"] == "headers_too_large"

@@ -216,3 +216,15 @@ def test_the_cli_prints_each_phase_and_exits_by_the_outcome(capsys):
         assert main(["fleet", "restart", "--url", url, "--follow"]) == 1  # the last one
         assert "restart-3 FAILED" in capsys.readouterr().out
     assert main(["fleet", "restart", "--url", url, "--replicas", "a"]) == 2
+
+
+def test_no_replica_is_retired_while_no_other_one_is_routable():
+    async def scenario(c, fakes, fleet, log):
+        fleet.table.exclude(1)  # the only other replica is out of routing
+        run = await start_restart(fleet, RestartBody(grace_s=1, ready_timeout_s=0.3,
+                                                     replicas=[0]), "ops")
+        await asyncio.wait_for(run.task, 10)
+        assert run.status == "failed", run.to_dict()
+        assert "another replica to serve while replica 0 restarts" in run.error
+        assert fakes[0].retires == [] and log == []
+    run_fleet(scenario, n=2)

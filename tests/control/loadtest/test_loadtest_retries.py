@@ -78,3 +78,9 @@ def test_refused_requests_are_sent_again_and_timed_from_the_first_send(one_at_a_
         assert gap is not None and 0 <= gap < min(1.0, r.last_send_s)
     summary = summarize(again, duration, None)
     assert (summary.resent, summary.resent_ok, summary.ok) == (len(resent), len(resent), 3)
+
+
+def test_retry_after_of_exactly_the_max_is_waited_for_and_more_is_not():
+    rules, rng = ClientRetries(2), random.Random(0)
+    assert rules.delay_s(429, str(MAX_RETRY_AFTER_S), 1, rng) == MAX_RETRY_AFTER_S
+    assert rules.delay_s(429, str(MAX_RETRY_AFTER_S + 0.5), 1, rng) is None

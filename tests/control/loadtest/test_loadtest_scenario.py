@@ -267,3 +267,13 @@ def test_each_run_of_a_comparison_gets_its_own_texts_of_the_same_lengths(tiny_to
     for p in planned:  # no shared text: a prefix cache cannot carry one run into the next
         assert a[p.index] != b[p.index]
         assert maker.count(a[p.index]) == maker.count(b[p.index]) == p.prompt_tokens
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"cancel": {"ratio": 0.1, "after": 1}}, r"unknown key\(s\) \['after'\] in 'cancel'"),
+    ({"rag": {"ratio": 0.1, "lanes": "x"}}, r"unknown key\(s\) \['lanes'\] in 'rag'"),
+    ({"trace": {"path": "t.csv", "scale": 2}}, r"unknown key\(s\) \['scale'\] in 'trace'"),
+], ids=["cancel", "rag", "trace"])
+def test_an_unknown_key_in_any_block_is_refused(overrides, message):
+    with pytest.raises(ValueError, match=r"^test.yaml: " + message):
+        _scenario(**overrides)

@@ -191,3 +191,11 @@ def test_bad_replicas_in_a_request_are_400(value):
     with pytest.raises(APIError) as err:
         parse_rates({"replicas": value})
     assert err.value.status == 400 and err.value.param == "replicas"
+
+
+@pytest.mark.parametrize("replicas", [0, 65])
+def test_the_fleet_replay_refuses_a_replica_count_out_of_range(replicas):
+    from control.whatif.fleet_replay import MAX_REPLICAS, replay_fleet
+
+    with pytest.raises(ValueError, match=f"must be in 1..{MAX_REPLICAS}"):
+        replay_fleet(None, None, None, replicas=replicas)
