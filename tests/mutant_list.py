@@ -284,4 +284,33 @@ MUTANTS: list[Mutant] = [
     Mutant("span-drops-uncounted", "control/otel/export.py",
            '            self.counts["queue_full"] += 1', "            pass",
            (CTL + "otel/test_export_backlog.py",), "spans dropped for a slow collector go unseen"),
+    Mutant("retry-after-boundary", "control/loadtest/retries.py",
+           "if after > MAX_RETRY_AFTER_S:", "if after >= MAX_RETRY_AFTER_S:",
+           (CTL + "loadtest/test_loadtest_retries.py::test_retry_after_of_exactly_the_max_is"
+            "_waited_for_and_more_is_not",), "a Retry-After of exactly the cap is not honoured"),
+    Mutant("scenario-rag-unknown-keys", "control/loadtest/scenario_parse.py",
+           '    check_known_keys("rag", block, {"ratio", "context", "lane"})\n', "",
+           (CTL + "loadtest/test_loadtest_scenario.py::test_an_unknown_key_in_any_block_is"
+            "_refused",), "a misspelt key in a scenario's rag block is ignored"),
+    Mutant("schema-size-one-over", "control/api/structured.py",
+           "if size > max_schema_bytes:", "if size > max_schema_bytes + 1:",
+           (SEC + "test_structured_limit_bounds.py",), "a schema one byte over the limit compiles"),
+    Mutant("pattern-repeat-one-over", "control/api/structured.py",
+           "if counts and max(counts) > MAX_PATTERN_REPEAT:",
+           "if counts and max(counts) > MAX_PATTERN_REPEAT + 1:",
+           (SEC + "test_structured_limit_bounds.py",),
+           "a repeat count one past the bound reaches the grammar compiler"),
+    Mutant("fleet-replay-replicas", "control/whatif/fleet_replay.py",
+           "if not 1 <= replicas <= MAX_REPLICAS:", "if not 1 <= replicas <= MAX_REPLICAS + 1:",
+           (CTL + "whatif/test_whatif_capacity.py::test_the_fleet_replay_refuses_a_replica_count"
+            "_out_of_range",), "a what-if replays more replicas than it allows"),
+    Mutant("restart-without-a-spare", "control/fleet/restart.py",
+           "await self._until(lambda: any(v.healthy and v.routable for v in table.views",
+           "await self._until(lambda: True or any(v.healthy and v.routable for v in table.views",
+           (CTL + "fleet/test_fleet_restart.py::test_no_replica_is_retired_while_no_other_one_is"
+            "_routable",), "a rolling restart takes the last routable replica down"),
+    Mutant("head-bytes-per-read", "control/serve/read_deadlines.py",
+           "self._head_bytes += len(data)", "self._head_bytes = len(data)",
+           (SEC + "test_read_deadlines.py::test_headers_past_the_limit_in_many_small_reads_get"
+            "_a_431",), "headers of any size pass if sent in small reads"),
 ]

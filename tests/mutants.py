@@ -5,9 +5,10 @@ tests named for each fail, so a test that quietly stops testing its feature is s
 
 Each mutant (tests/mutant_list.py) replaces one exact piece of a source file with a bug a
 person could plausibly write: a comparison flipped, a check skipped, an off-by-one. The
-copy is of the tracked files (git ls-files) in a temporary folder, so the working tree is
-never touched; first the named tests run once on the copy as it is (they must pass), then
-each mutant is planted, its tests run (pytest -x) and it is taken out again.
+copy is of the checkout's files (tracked, or new and not ignored) in a temporary folder,
+so the working tree is never touched; first the named tests run once on the copy as it is
+(they must pass), then each mutant is planted, its tests run (pytest -x) and it is taken
+out again.
 
     killed     a named test failed on the bug: the tests see it
     SURVIVED   they all passed: the feature is not tested where the mutant says
@@ -40,8 +41,10 @@ TIMEOUT_S = 600
 
 
 def copy_tree(dest: Path) -> None:
-    """The tracked files of the checkout (as committed or edited), without build outputs."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True,
+    """The checkout's files as they are now (tracked, and new ones git does not ignore),
+    without build outputs."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], cwd=ROOT, check=True,
                             capture_output=True).stdout.decode().split("\0")
     for name in filter(None, listed):
         source = ROOT / name
