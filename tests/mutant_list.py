@@ -313,4 +313,9 @@ MUTANTS: list[Mutant] = [
            "self._head_bytes += len(data)", "self._head_bytes = len(data)",
            (SEC + "test_read_deadlines.py::test_headers_past_the_limit_in_many_small_reads_get"
             "_a_431",), "headers of any size pass if sent in small reads"),
+    Mutant("timeout-with-slack", "control/api/generation.py",
+           "wait = self.started + self.timeout_s - now",
+           "wait = self.started + self.timeout_s + 1.0 - now",
+           (CTL + "api/test_generation_deadlines.py",),
+           "a request runs a second past X-Request-Timeout-Ms"),
 ]
