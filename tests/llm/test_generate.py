@@ -121,3 +121,14 @@ def test_bad_params_and_names():
         LLM("meta-llama/Llama-3-8B")
     with pytest.raises(ValueError, match="unknown LLM option"):
         LLM("smollm2-135m", max_num_seq=4)
+
+
+def test_stop_token_ids_text_matches_the_same_tokens_without_a_stop(llm):
+    """As vLLM: a stop token that is not a special token stays in the output, text too."""
+    prompt, free, index = _varied_greedy_output(llm)
+    stopped = llm.generate(prompt, SamplingParams(max_tokens=10, temperature=0.0,
+                           stop_token_ids=[free.token_ids[index]]), use_tqdm=False)[0]
+    capped = llm.generate(prompt, SamplingParams(max_tokens=index + 1, temperature=0.0),
+                          use_tqdm=False)[0]
+    assert stopped.token_ids == capped.token_ids
+    assert stopped.text == capped.text and stopped.text != ""

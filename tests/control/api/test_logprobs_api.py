@@ -93,7 +93,7 @@ def check_chat_content(content, top_n: int) -> None:
         assert entry.logprob <= 0 and math.isfinite(entry.logprob)
 
 
-@pytest.mark.parametrize("top_n", [0, 4])
+@pytest.mark.parametrize("top_n", [0, 4, 20])  # 20: the most a request may ask for
 def test_chat_logprobs_streaming_and_not(api, top_n):
     client, _, _ = api
     kwargs = {"model": "tiny", "messages": HELLO, "max_tokens": 8, "logprobs": True,

@@ -175,3 +175,12 @@ def test_an_unimplemented_field_is_400_naming_it(api, path, base, field):
 ])
 def test_unimplemented_fields_at_their_off_values_are_accepted(api, path, base, field):
     assert generate(api, path, {**base, **GREEDY, **field})[1] == GREEDY["max_tokens"]
+
+
+@pytest.mark.parametrize(("path", "base"), ENDPOINTS)
+def test_seed_range_is_exactly_a_signed_64_bit_int(api, path, base):
+    body = {**base, "temperature": 1.0, "max_tokens": 2}
+    assert post(api, path, {**body, "seed": 2**63 - 1}).status_code == 200
+    assert post(api, path, {**body, "seed": 0}).status_code == 200
+    for seed in (2**63, -1):
+        assert error_of(post(api, path, {**body, "seed": seed}))["param"] == "seed"

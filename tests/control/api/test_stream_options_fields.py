@@ -89,3 +89,13 @@ def test_a_misspelt_key_is_logged_and_the_stream_is_served(api, path, base, capl
     # the same stream as without the typo
     plain = stream_chunks(api, path, {**body, "stream_options": {"include_usage": True}})
     assert [c["choices"] for c in chunks] == [c["choices"] for c in plain]
+
+
+@pytest.mark.parametrize(("path", "base"), ENDPOINTS)
+def test_without_include_usage_no_chunk_carries_usage(api, path, base):
+    body = {**base, **GREEDY, "stream": True}
+    for options in (None, {"include_usage": False, "continuous_usage_stats": True}):
+        sent = {**body, **({"stream_options": options} if options else {})}
+        chunks = stream_chunks(api, path, sent)
+        assert chunks and all(c["choices"] for c in chunks)
+        assert all("usage" not in c for c in chunks), chunks

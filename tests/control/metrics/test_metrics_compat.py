@@ -23,6 +23,7 @@ SAME_AS_OURS = {
     "vllm:prefix_cache_queries": ("_total", "batchpilot_prefix_cache_queries"),
     "vllm:prefix_cache_hits": ("_total", "batchpilot_prefix_cache_hits"),
     "vllm:gpu_prefix_cache_hits": ("_total", "batchpilot_prefix_cache_hits"),
+    "vllm:gpu_prefix_cache_queries": ("_total", "batchpilot_prefix_cache_queries"),
     "vllm:time_to_first_token_seconds": ("_count", "batchpilot_time_to_first_token_seconds"),
     "vllm:e2e_request_latency_seconds": ("_sum", "batchpilot_e2e_request_latency_seconds"),
     "vllm:request_queue_time_seconds": ("_count", "batchpilot_queue_delay_seconds"),
