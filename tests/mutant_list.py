@@ -345,4 +345,9 @@ MUTANTS: list[Mutant] = [
            "return parts.frontend_tokenizer.decode(tokens)",
            "return parts.frontend_tokenizer.decode(tokens, skip_special_tokens=True)",
            (CTL + "api/test_tokenize_flags.py",), "/detokenize hides special tokens"),
+    Mutant("stuck-choices-all-index-0", "control/api/responses.py",
+           "error, (), index, last=index == unfinished[-1]):",
+           "error, (), 0, last=index == unfinished[-1]):",
+           (CTL + "api/test_unresponsive_stream.py",),
+           "with a stuck engine, every choice's final chunk says it is choice 0"),
 ]
