@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from control.api.errors import shown
 from control.loadtest.store import REQUESTS_TABLE, RUNS_TABLE, TABLE_COLUMNS
 
 MAX_RUNS = 256  # entries of one body's `runs` (configs x rounds of a --compare)
@@ -56,34 +57,38 @@ def checked_runs(body: Any) -> list[dict[str, list[dict]]]:
                                " body (send more bodies)")
     extra = set(body) - {"runs"}
     if extra:
-        raise ResultsBodyError(f"unknown field {sorted(extra)[0]!r}: the body takes only runs")
-    rows = 0
+        raise ResultsBodyError(f"unknown field {shown(sorted(extra)[0])}: the body takes"
+                               " only runs")
     for i, run in enumerate(runs):
         if not isinstance(run, dict) or not run:
             raise ResultsBodyError(f"runs[{i}] must be an object of tables"
                                    f" ({', '.join(TABLE_COLUMNS)}) to their rows")
         for table, table_rows in run.items():
-            rows += _check_table(f"runs[{i}]", table, table_rows)
-        if rows > MAX_ROWS:
-            raise ResultsBodyError(f"runs holds more than {MAX_ROWS:,} rows; at most that"
-                                   " many a body (send more bodies)")
+            _check_table(f"runs[{i}]", table, table_rows)
+    rows = sum(len(table_rows) for run in runs for table_rows in run.values())
+    if rows > MAX_ROWS:  # counted before any row is looked at
+        raise ResultsBodyError(f"runs holds {rows:,} rows: more than {MAX_ROWS:,} rows a body"
+                               " is refused (send more bodies)")
+    for i, run in enumerate(runs):
+        for table, table_rows in run.items():
+            _check_rows(f"runs[{i}].{table}", TABLE_COLUMNS[table], table_rows)
     return runs
 
 
-def _check_table(where: str, table: str, rows: Any) -> int:
-    columns = TABLE_COLUMNS.get(table)
-    if columns is None:
-        raise ResultsBodyError(f"{where}: unknown table {table[:80]!r}; the tables are"
+def _check_table(where: str, table: str, rows: Any) -> None:
+    if table not in TABLE_COLUMNS:
+        raise ResultsBodyError(f"{where}: unknown table {shown(table)}; the tables are"
                                f" {', '.join(TABLE_COLUMNS)}")
     if not isinstance(rows, list):
         raise ResultsBodyError(f"{where}.{table} must be a list of rows")
+
+
+def _check_rows(where: str, columns: frozenset[str], rows: list) -> None:
     for j, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise ResultsBodyError(f"{where}.{table}[{j}] must be an object")
+            raise ResultsBodyError(f"{where}[{j}] must be an object")
         unknown = set(row) - columns
         if unknown:
-            raise ResultsBodyError(f"{where}.{table}[{j}]: unknown column"
-                                   f" {sorted(unknown)[0][:80]!r}")
+            raise ResultsBodyError(f"{where}[{j}]: unknown column {shown(sorted(unknown)[0])}")
         if not isinstance(row.get("run_id"), str) or not row["run_id"]:
-            raise ResultsBodyError(f"{where}.{table}[{j}].run_id must be a non-empty string")
-    return len(rows)
+            raise ResultsBodyError(f"{where}[{j}].run_id must be a non-empty string")
