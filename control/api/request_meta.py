@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from control.api.errors import APIError, shown
-from engine.config.schema import MAX_NAME_CHARS  # tenant and lane names
+from engine.config.schema import MAX_NAME_CHARS, printable_name  # tenant and lane names
 
 PRIORITY_LIMIT = 2**31  # |priority| below this
 MAX_MS = 7 * 24 * 3600 * 1000  # a week: more is certainly a unit mistake
@@ -104,7 +104,7 @@ def _name(value: str | None, where: str) -> str | None:
     value = value.strip()
     if not value:
         return None
-    if len(value) > MAX_NAME_CHARS or not value.isprintable():
+    if not printable_name(value):
         raise APIError(400, f"{where} must be printable and at most {MAX_NAME_CHARS} characters",
                        code="invalid_value", param=where)
     return value

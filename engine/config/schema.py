@@ -29,6 +29,12 @@ MAX_TENANT_LANES = 4096  # entries of tenant_lanes
 PREFIX_CACHE_SHARING = ("tenant", "global")  # see engine/kv/prefix_hash.py
 
 
+def printable_name(name: str) -> bool:
+    """A tenant name as a config or a request may give it: 1-MAX_NAME_CHARS printable
+    characters (no control characters: it becomes a metric label and a trace value)."""
+    return 0 < len(name) <= MAX_NAME_CHARS and name.isprintable()
+
+
 @dataclass(frozen=True)
 class StaticConfig:
     """Fixed for the life of the process: changing any of these needs a restart."""
@@ -255,7 +261,7 @@ class LiveConfig:
                  "long_context_lane", self.long_context_lane,
                  f"one of the lanes ({', '.join(names)}) or null")
         for tenant, lane in self.tenant_lanes:
-            _require(0 < len(tenant) <= MAX_NAME_CHARS and tenant.isprintable(),
+            _require(printable_name(tenant),
                      "tenant_lanes", tenant,
                      f"keyed by tenant names of 1-{MAX_NAME_CHARS} printable characters")
             _require(lane in names, f"tenant_lanes.{tenant}", lane,
