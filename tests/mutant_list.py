@@ -58,6 +58,10 @@ MUTANTS: list[Mutant] = [
            "        if unknown:\n", "        if False:\n",
            (CTL + "loadtest/test_results_body.py",),
            "a load-test row's unknown column is silently dropped"),
+    Mutant("ingress-keys-narrow-except", "control/fleet/prefix_keys.py",
+           "        except Exception as exc:\n", "        except (ValueError, TypeError) as exc:\n",
+           (CTL + "fleet/test_prefix_keys.py",),
+           "a token id past int64 or a template that raises is a 500 from the fleet's ingress"),
     # ---- scheduling and admission -----------------------------------------------------
     Mutant("queue-full-off-by-one", "engine/lanes/admission.py",
            "if ctx.lanes.num_waiting >= ctx.live.max_waiting_requests:",

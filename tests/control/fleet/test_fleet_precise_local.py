@@ -155,6 +155,10 @@ def test_bad_bodies_have_no_keys_and_get_the_replicas_own_400(fleet):
         reply = client.post(f"{fleet.url}/v1/chat/completions", headers=TENANT,
                             json={"messages": "nope"})
         assert reply.status_code == 400 and "messages" in reply.text
+        # a token id past int64, which the ingress cannot hash: the replica's 400, not a 500
+        ids = client.post(f"{fleet.url}/v1/completions", headers=TENANT,
+                          json={"prompt": [2**70] * 40, "max_tokens": 1})
+        assert ids.status_code == 400 and "token ids" in ids.text, ids.text
         # a ~1 MB prompt: the ingress tokenizes only its first MAX_CHARS characters, and
         # the replica refuses it as too long for the model, in its own words
         huge = client.post(f"{fleet.url}/v1/completions", headers=TENANT,
