@@ -107,6 +107,27 @@ def test_a_law_fitted_on_a_busy_machine_yields_when_the_machine_is_quiet_again()
     assert decode == pytest.approx(prompt_and_decode_prices(LAW)[1], rel=0.15)
 
 
+def test_after_a_busy_spell_prompts_are_never_priced_below_the_start_up_law():
+    """The busy law yields to the start-up one once the machine is quiet; the quiet
+    machine's decodes alone then run cheaper than the start-up probe measured them (their
+    own code, their KV reads) and no prompt is served. That ratio under 1 says nothing of
+    prompts: anchored on the start-up law scaled by it, a prompt would be priced at half
+    what the idle machine measured, and every step it joins would run twice its target."""
+    busy = dataclasses.replace(LAW, fixed_s=10 * LAW.fixed_s, decode_kv_s=3 * LAW.decode_kv_s)
+    online = OnlineLaw(LAW)
+    _, law = feed(online, served(busy, 4 * REFIT_EVERY, random.Random(3)))
+    cheap_decodes = dataclasses.replace(LAW, decode_kv_s=LAW.decode_kv_s / 4,
+                                        decode_fixed_s=LAW.fixed_s / 2)
+    rng = random.Random(4)
+    quiet = [((n, n, 0, n * c), cheap_decodes.step_s(n, n, 0, n * c) * rng.lognormvariate(0, 0.03))
+             for n, c in ((rng.randrange(1, 5), rng.randrange(200, 900))
+                          for _ in range(8 * REFIT_EVERY))]
+    _, law = feed(online, quiet, law)
+    assert law != LAW  # the cheaper decodes were learnt
+    assert prompt_and_decode_prices(law)[0] == pytest.approx(prompt_and_decode_prices(LAW)[0],
+                                                             rel=0.1)
+
+
 def test_a_refit_of_erratic_steps_is_not_adopted():
     """Steps on a machine another tenant bursts on vary 2x either way around any law:
     however much better than the rescaled law (decodes over context got 30x dearer here),
