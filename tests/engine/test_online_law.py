@@ -128,6 +128,18 @@ def test_after_a_busy_spell_prompts_are_never_priced_below_the_start_up_law():
                                                              rel=0.1)
 
 
+def test_a_faster_machine_is_not_trusted_from_one_window():
+    """Served steps all run at half what the start-up law (in force) says: a change of
+    scale alone, which the slowdown (never below 1) leaves as it is. Judged against the
+    start-up law unscaled, as when recovering from a busy law, the refit would loosen
+    every budget past what the idle machine measured."""
+    true = StepLaw(*(v / 2 for v in dataclasses.astuple(LAW)))
+    online = OnlineLaw(LAW)
+    refits, law = feed(online, served(true, 4 * REFIT_EVERY, random.Random(1)))
+    assert refits and all(r.ratio == pytest.approx(0.5, rel=0.05) for r in refits)
+    assert online.adopted == 0 and law is LAW
+
+
 def test_a_refit_of_erratic_steps_is_not_adopted():
     """Steps on a machine another tenant bursts on vary 2x either way around any law:
     however much better than the rescaled law (decodes over context got 30x dearer here),
