@@ -42,6 +42,16 @@ def test_no_time_affords_no_tokens_and_a_law_without_attention_is_linear():
     assert StepLaw(0.01, 0.001, 0.0, 0.0).affordable_chunk(5000, 0.1) == 100
 
 
+@pytest.mark.parametrize("start", [0, 1, 50])
+def test_a_chunk_priced_by_attention_alone_is_afforded_no_token_too_many(start):
+    """Where a token's own cost is nothing beside its attention (a GPU's law's shape), the
+    afforded chunk is the quadratic's root to the token: one more would run over."""
+    law = StepLaw(0.0, 0.0, 1e-6, 0.0)
+    for n in range(1, 200):
+        assert law.affordable_chunk(start, law.chunk_s(start, n)) == n
+        assert law.affordable_chunk(start, law.chunk_s(start, n + 1) * (1 - 1e-6)) == n
+
+
 # decodes alone run their own code: a third of the prompt step's fixed cost, each decode
 # 1.5x a prompt token (about this CPU's: engine/calibration/step_law.py)
 CPU_DECODES = dataclasses.replace(CPU, decode_fixed_s=0.013, decode_row_s=0.0012)
