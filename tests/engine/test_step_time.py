@@ -11,7 +11,14 @@ import pytest
 from engine_helpers import EOS, START_TIME, Driver, prompt
 from fixtures.law_engine import features_of
 
-from engine.calibration.step_law import StepLaw, StepProbe, chunk_pairs, decodes_alone, fit_law
+from engine.calibration.step_law import (
+    StepLaw,
+    StepProbe,
+    chunk_pairs,
+    decodes_alone,
+    fit_law,
+    law_error_pct,
+)
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
 from engine.request import SamplingParams
@@ -98,6 +105,16 @@ def test_a_probe_of_one_kind_of_step_prices_the_other_alike():
     prompts_only = [p for p in _probes(CPU_DECODES) if not decodes_alone(p.tokens, p.decodes)]
     fitted = fit_law(prompts_only)
     assert fitted.decode_fixed_s == fitted.fixed_s and fitted.decode_row_s == fitted.token_s
+
+
+def test_the_laws_error_counts_steps_it_under_predicts():
+    """law_max_error_pct (the fit's record in GET /control/config) is the worst miss
+    either way: a step that ran twice what the law says is 50% off, not 0%."""
+    features = (64, 0, chunk_pairs(0, 64), 0)
+    slow = StepProbe(*features, 2 * CPU.step_s(*features), "prefill 64 @0")
+    fast = StepProbe(*features, CPU.step_s(*features) / 4, "prefill 64 @0")
+    assert law_error_pct(CPU, [slow]) == pytest.approx(50.0)
+    assert law_error_pct(CPU, [slow, fast]) == pytest.approx(300.0)
 
 
 def make_timed_engine(law: StepLaw | None = CPU, **live_changes):
