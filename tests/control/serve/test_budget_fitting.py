@@ -95,6 +95,16 @@ def test_a_busy_device_still_leaves_room_beside_a_full_chunk():
     assert "over the target" in result.note
 
 
+def test_a_device_too_slow_for_one_chunk_still_leaves_a_third_beside_it():
+    # 100 ms + 10 ms/token: 15 tokens fit in a step, under the smallest chunk (16); the
+    # budget still holds the chunk and half as much again, or a long prompt's chunks
+    # would take every step and a short prompt behind it would wait for the whole prefill
+    config, result = fit(law=(0.1, 0.01))
+    assert result.step_tokens == 15
+    assert config.live.prefill_chunk_size == MIN_CHUNK
+    assert config.live.max_num_batched_tokens == MIN_CHUNK * 3 // 2
+
+
 def test_values_the_operator_set_are_never_overridden():
     config, result = fit({"prefill_chunk_size": 1024})
     assert config.live.prefill_chunk_size == 1024
