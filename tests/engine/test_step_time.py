@@ -167,6 +167,30 @@ def test_without_a_law_chunks_keep_their_size_and_steps_run_over():
     assert max(t for _, t, _ in steps) > TARGET_MS / 1000  # what the law prevents
 
 
+def test_a_preemption_victim_takes_its_decode_out_of_the_steps_prediction():
+    """A running request preempted for a block after the pass served it (low priority,
+    started first) gives back its decode's time with its token: each step's prediction
+    (steps.predicted_step_s; what the slowdown and the refit learn from, and what limits
+    the step's chunks) is the law's price of the work the step runs, not of work taken
+    back."""
+    clock = FakeClock(START_TIME)
+    static = StaticConfig(num_kv_blocks=16, max_model_len=256, target_step_ms=TARGET_MS)
+    live = LiveConfig(max_num_seqs=8, prefill_chunk_size=128, max_num_batched_tokens=192,
+                      step_policy="fixed")
+    engine = Engine(EngineConfig(static, live), SimulatedExecutor(eos_token_id=EOS, clock=clock),
+                    clock=clock, eos_token_id=EOS, step_law=CPU)
+    driver = Driver(engine)
+    driver.add("victim", prompt(1, 60), SamplingParams(max_tokens=120, ignore_eos=True),
+               priority=9)
+    driver.step()
+    driver.add("needy", prompt(2, 130), SamplingParams(max_tokens=100, ignore_eos=True))
+    steps = run_capturing(engine, driver)
+    driver.check_all_finished()
+    preempted = [out for out, _, stats in steps if stats.preempted == ["victim"]]
+    assert preempted and [r.request_id for r in preempted[0].decodes] == ["needy"]
+    assert [out.predicted_s for out, _, _ in steps] == pytest.approx([t for _, t, _ in steps])
+
+
 def test_requests_start_while_the_running_decodes_stay_within_their_share():
     engine, driver = make_timed_engine()
     for i in range(12):
