@@ -21,8 +21,15 @@ from engine.calibration.step_law import (
 )
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
-from engine.request import SamplingParams
-from engine.scheduling.step_time import DECODE_SHARE, HEADROOM, MAX_SCALE, MIN_PROGRESS, LawSlowdown
+from engine.request import Request, SamplingParams
+from engine.scheduling.step_time import (
+    DECODE_SHARE,
+    HEADROOM,
+    MAX_SCALE,
+    MIN_PROGRESS,
+    LawSlowdown,
+    StepTime,
+)
 from engine.sim.executor import FakeClock, SimulatedExecutor
 
 # About this CPU's: 40 ms fixed, 0.8 ms a token, 0.7 us a prefill pair, 7.5 us a decode's
@@ -205,6 +212,21 @@ def test_requests_start_while_the_running_decodes_stay_within_their_share():
         decode_s = sum(CPU.decode_s(r.num_computed_tokens + 1) for r in out.decodes)
         assert decode_s <= share + one_request
     assert max(t for _, t, _ in steps) <= TARGET_MS / 1000 * 1.05
+
+
+def _running(context: int, count: int = 1) -> list[Request]:
+    return [Request(f"r{i}", prompt(i, context), SamplingParams(), START_TIME)
+            for i in range(count)]
+
+
+def test_the_decode_share_is_of_the_time_a_step_has_beside_its_fixed_cost():
+    """Ten decodes over 1,360-token contexts take 110 ms: within half the 250 ms target,
+    but over half of what is left beside the 40 ms fixed cost (105 ms): nothing starts."""
+    step = StepTime.start(CPU, TARGET_MS / 1000)
+    running = _running(1360, 10)
+    assert 0.105 < CPU.token_s * 10 + CPU.decode_kv_s * 13_600 < 0.125
+    assert not step.admits(_running(100)[0], running)
+    assert StepTime.start(CPU, TARGET_MS / 1000).admits(_running(100)[0], running[:9])
 
 
 def test_one_request_over_the_share_still_starts_alone_and_decodes_every_step():
