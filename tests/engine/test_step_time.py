@@ -229,6 +229,17 @@ def test_the_decode_share_is_of_the_time_a_step_has_beside_its_fixed_cost():
     assert StepTime.start(CPU, TARGET_MS / 1000).admits(_running(100)[0], running[:9])
 
 
+def test_requests_started_in_a_step_count_against_the_decode_share_of_the_next_start():
+    """The running decodes take 96 ms of the 105 ms share; a 3,000-token prompt started in
+    this step will decode over 3,000 tokens each step too (23 ms): the next waits."""
+    step = StepTime.start(CPU, TARGET_MS / 1000)
+    running = _running(1500, 8)
+    first, second = _running(3000, 2)
+    assert step.admits(first, running)
+    step.started(first)
+    assert not step.admits(second, running)
+
+
 def test_one_request_over_the_share_still_starts_alone_and_decodes_every_step():
     engine, driver = make_timed_engine()
     heavy = StepLaw(CPU.fixed_s, CPU.token_s, CPU.prefill_pair_s, 1e-4)  # 0.3 s at 3k
