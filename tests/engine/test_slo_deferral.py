@@ -122,6 +122,21 @@ def test_the_spare_rate_is_unknown_until_deferred_requests_have_waited_a_while()
     assert rate.per_s() is None
 
 
+def test_the_spare_rate_falls_while_deferred_requests_wait_and_none_starts():
+    """Deferred prompts got 5 s of device time over 10 s of waiting; then a minute of
+    waiting with nothing started: both sums fade alike, so the rate falls to a small part
+    of what it was. (Work that never faded would keep crediting that old burst, and
+    admission would defer requests that then time out in the queue.)"""
+    rate = SpareRate()
+    rate.observe(0.0, False, 0.0)
+    rate.observe(10.0, True, 5.0)
+    before = rate.per_s()
+    assert before == pytest.approx(0.5)
+    for second in range(11, 71):
+        rate.observe(float(second), True, 0.0)
+    assert rate.per_s() < 0.1 * before
+
+
 def test_deferred_requests_that_got_no_device_time_lately_mean_the_next_is_refused():
     """The queue alone would let the request start in time; what deferred requests got
     lately (nothing, over 10 s of waiting) says it would not."""
