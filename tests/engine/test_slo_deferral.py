@@ -155,6 +155,28 @@ def test_deferred_requests_that_got_no_device_time_lately_mean_the_next_is_refus
     assert not d.accepted and d.reason == "slo_unreachable" and "queue timeout" in d.message
 
 
+def test_the_device_time_deferred_requests_get_counts_from_the_requests_arrival():
+    """Deferred requests lately got 0.66 s of prompt work a second: behind this queue one
+    would start about 25 s after it arrives, within the 30 s queue timeout. One that
+    arrived 8 s before the engine saw it (tokenizing, a proxy's queue) has 8 s less left:
+    refused with a retry-after, rather than admitted to time out in the queue."""
+    engine, clock = timed_engine(live())
+    for i in range(30):
+        engine.add_request(f"r{i}", prompt(i, 600), SamplingParams(max_tokens=4))
+    state = engine.scheduler
+    state.spare_rate.observe(clock() - 10.0, False, 0.0)
+    state.spare_rate.observe(clock(), True, 6.6)
+    now = clock()
+    fresh = deferred_start_s(state, Request("x", prompt(99, 600), SamplingParams(), now,
+                                            lane="chat"), now)
+    late = deferred_start_s(state, Request("y", prompt(99, 600), SamplingParams(), now - 8.0,
+                                           lane="chat"), now)
+    assert 20.0 < fresh < 30.0 and late == pytest.approx(fresh + 8.0)
+    d = engine.add_request("y", prompt(99, 600), SamplingParams(max_tokens=4),
+                           arrival_time=now - 8.0)
+    assert not d.accepted and d.reason == "slo_unreachable" and "queue timeout" in d.message
+
+
 def test_a_deferred_prompt_under_way_runs_after_a_request_that_can_meet_its_ttft():
     """Steps until a deferred prompt is under way with nothing ahead of it, then a short
     request that can still meet its TTFT arrives: in the next step it gets its chunk first
