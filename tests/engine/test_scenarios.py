@@ -140,6 +140,27 @@ def test_preempted_request_resumes_with_the_same_tokens(prefix_caching):
     assert d.logs["second"].tokens == reference_output(prompt(2, 40), params)
 
 
+def test_a_preempted_requests_ttft_stays_the_time_of_its_first_token():
+    """Resumed by recompute, a preempted request samples again at the end of its re-prefill;
+    its TTFT (the record, the metrics, the SLO it is judged by) stays the time its client
+    got its first token, not the time it resumed."""
+    live = live_config(ONE_LANE, max_num_seqs=4, max_num_batched_tokens=128,
+                       prefill_chunk_size=128)
+    engine, _ = make_engine(live, num_kv_blocks=8, max_model_len=128,
+                            enable_prefix_caching=False, step_cost_s=1e-3)
+    d = Driver(engine)
+    params = SamplingParams(max_tokens=60)
+    d.add("first", prompt(1, 40), params)
+    d.add("second", prompt(2, 40), params)
+    d.run()
+    second = d.finished_records()["second"]
+    kinds = [kind for _, kind, _ in d.steps_of("second")]
+    assert second.num_preemptions >= 1 and "prefill" in kinds[kinds.index("decode"):]
+    first_token = d.logs["second"].token_times[0]
+    assert second.first_token_time == pytest.approx(first_token)
+    assert second.ttft_s == pytest.approx(first_token - second.arrival_time)
+
+
 def test_chunked_prefill_off_runs_each_prompt_whole():
     live = live_config(ONE_LANE, chunked_prefill=False, prefill_chunk_size=64,
                        max_num_batched_tokens=1024)
