@@ -79,6 +79,23 @@ def test_a_live_timeout_change_applies_to_requests_already_queued():
     assert _statuses(d.step()) == {"second": "TIMEOUT"}
 
 
+def test_a_request_past_its_queue_timeout_and_its_deadline_ends_once():
+    """Both limits passed by the same step: the request is in both of the lane's heaps and
+    must end there once, as TIMEOUT, not be ended a second time (an invariant error that
+    fails the step)."""
+    live = live_config((LaneConfig("only", max_running=1, queue_timeout_ms=TIMEOUT_MS),),
+                       max_num_seqs=8)
+    engine, clock = make_engine(live, max_model_len=2048)
+    d = Driver(engine)
+    d.add("runner", prompt(0, 8), LONG)
+    d.step()
+    assert d.add("both", prompt(1, 8), deadline=clock() + 25.0).accepted
+    clock.advance(31.0)  # past its deadline (25 s) and its queue timeout (30 s)
+    out = d.step()
+    assert [(r.request_id, r.status) for r in out.finished] == [("both", "TIMEOUT")]
+    assert engine.get_request("runner") is not None
+
+
 def test_timeout_bookkeeping_stays_bounded_behind_a_request_that_waits():
     """A request that waits long (lowest priority) must not pin the entries of every
     request that started after it: they are dropped once they outnumber the queued."""
