@@ -96,6 +96,28 @@ def test_a_request_past_its_queue_timeout_and_its_deadline_ends_once():
     assert engine.get_request("runner") is not None
 
 
+def test_a_preempted_request_queued_again_is_past_its_queue_timeout():
+    """y started, streamed, and was preempted for a block: queued again, it waits to resume,
+    not for a first start, so the queue timeout (counted from its arrival) no longer
+    applies. The request that never started times out beside it; y resumes and ends."""
+    lanes = (LaneConfig("only", policy="priority", queue_timeout_ms=5_000),)
+    live = live_config(lanes, max_num_seqs=2, max_num_batched_tokens=128,
+                       prefill_chunk_size=128)
+    engine, clock = make_engine(live, num_kv_blocks=8, max_model_len=128,
+                                enable_prefix_caching=False)
+    d = Driver(engine)
+    d.add("never", prompt(0, 8), priority=9)  # arrived first: its timeout entry goes first
+    d.add("x", prompt(1, 40), SamplingParams(max_tokens=60))
+    d.add("y", prompt(2, 40), SamplingParams(max_tokens=60))
+    while engine.get_request("y").status.name != "PREEMPTED":
+        d.step()
+    assert d.logs["y"].tokens  # it had streamed tokens
+    clock.advance(10.0)  # both waited past the 5 s queue timeout since they arrived
+    assert _statuses(d.step()) == {"never": "TIMEOUT"}
+    d.run()
+    assert d.finished_records()["y"].finish_reason == "length"
+
+
 def test_timeout_bookkeeping_stays_bounded_behind_a_request_that_waits():
     """A request that waits long (lowest priority) must not pin the entries of every
     request that started after it: they are dropped once they outnumber the queued."""
