@@ -79,6 +79,22 @@ def test_a_live_timeout_change_applies_to_requests_already_queued():
     assert _statuses(d.step()) == {"second": "TIMEOUT"}
 
 
+def test_a_request_times_out_after_waiting_more_than_the_timeout_not_at_it():
+    """The queue timeout is the longest a request may wait (as admission tells it): at
+    exactly 30 s it is still queued; any longer and it ends."""
+    live = live_config((LaneConfig("only", max_running=1, queue_timeout_ms=TIMEOUT_MS),),
+                       max_num_seqs=8)
+    engine, clock = make_engine(live, max_model_len=2048)
+    d = Driver(engine)
+    d.add("runner", prompt(0, 8), LONG)
+    d.step()
+    d.add("waiting", prompt(1, 8))
+    clock.advance(TIMEOUT_MS / 1000)  # exactly the timeout: not more
+    assert _statuses(d.step()) == {}
+    clock.advance(0.001)
+    assert _statuses(d.step()) == {"waiting": "TIMEOUT"}
+
+
 def test_a_request_past_its_queue_timeout_and_its_deadline_ends_once():
     """Both limits passed by the same step: the request is in both of the lane's heaps and
     must end there once, as TIMEOUT, not be ended a second time (an invariant error that
