@@ -126,3 +126,25 @@ def test_a_returning_tenant_joins_at_the_current_virtual_time():
     engine.add_request("a2", prompt(4, 32), ONE_OFF, tenant="a")
     assert book.vtimes["a"] == b_vtime  # level with the only queued tenant
     engine.check_integrity()
+
+
+def test_a_newcomer_joins_level_with_the_queued_tenant_furthest_behind_whoever_joined_first():
+    """A tenant already running and ahead (a) queues another request just before a new
+    tenant (c) arrives: c still joins level with b, the queued tenant furthest behind, not
+    with a's lead (which would serve c after b, having never run)."""
+    live = live_config(LANES[:1], max_num_seqs=1, max_num_batched_tokens=64,
+                       prefill_chunk_size=64)
+    engine, _ = make_engine(live, num_kv_blocks=256, max_model_len=4096)
+    book = engine.scheduler.lanes["fair"].tenants
+    long = SamplingParams(max_tokens=50, ignore_eos=True)
+    engine.add_request("a1", prompt(1, 32), long, tenant="a")
+    for _ in range(3):
+        engine.step()
+    engine.add_request("b1", prompt(2, 32), ONE_OFF, tenant="b")  # waits: one sequence
+    for _ in range(3):
+        engine.step()
+    assert book.vtimes["a"] > book.vtimes["b"]
+    engine.add_request("a2", prompt(3, 32), ONE_OFF, tenant="a")
+    engine.add_request("c1", prompt(4, 32), ONE_OFF, tenant="c")
+    assert book.vtimes["c"] == book.vtimes["b"]
+    engine.check_integrity()
