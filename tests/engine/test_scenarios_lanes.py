@@ -177,3 +177,16 @@ def test_requests_without_a_lane_are_routed_and_unknown_lanes_rejected():
     assert (empty.accepted, empty.reason) == (False, "empty_prompt")
     d.run()
     assert d.finished_records()["long"].lane == "long_context"
+
+
+def test_a_tenants_lane_comes_before_routing_by_length():
+    """tenant_lanes names the lane for everything its tenant sends, long prompts included;
+    other tenants' long prompts still go to the long-context lane."""
+    lanes = (LaneConfig("interactive"), LaneConfig("long_context"), LaneConfig("batch"))
+    engine, _ = make_engine(live_config(lanes, long_context_threshold=100,
+                                        tenant_lanes={"acme": "batch"}))
+    d = Driver(engine)
+    assert d.add("acme-long", prompt(1, 150), tenant="acme").lane == "batch"
+    assert d.add("acme-short", prompt(2, 10), tenant="acme").lane == "batch"
+    assert d.add("other-long", prompt(3, 150), tenant="other").lane == "long_context"
+    d.run()
