@@ -82,6 +82,23 @@ def test_removing_a_lane_with_requests_needs_a_target():
     assert all("batch" not in rec.waiting_by_lane for rec in d.records()[1:])
 
 
+def test_a_lane_with_only_running_requests_is_not_removed_without_a_target():
+    """Nothing queued in batch, one request running there: that request still needs a
+    lane, so the change is refused until one is named; with one, it finishes there."""
+    engine, _ = make_engine(live_config(TWO_LANES))
+    d = Driver(engine)
+    d.add("b-run", prompt(1, 20), LONG, lane="batch")
+    d.step()
+    assert engine.get_request("b-run").status.name == "RUNNING"
+    only_interactive = d.engine.live_config.replace(lanes=(LaneConfig("interactive"),))
+    with pytest.raises(ValueError, match="lane 'batch' still has 1 requests"):
+        d.update_config(only_interactive)
+    assert d.engine.live_config.lane_names == ("interactive", "batch")
+    d.update_config(only_interactive, lane_moves={"batch": "interactive"})
+    d.run()
+    assert d.finished_records()["b-run"].lane == "interactive"
+
+
 def test_a_cancelled_request_does_not_hold_its_lane():
     engine, _ = make_engine(live_config(TWO_LANES))
     d = Driver(engine)
