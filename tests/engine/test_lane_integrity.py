@@ -62,6 +62,8 @@ def _corrupt(engine, what: str) -> None:
         fair.buckets()["zombie"] = []
     elif what == "queued requests by bucket":
         fair.buckets().pop("c")
+    elif what == "queue timeout":
+        fair.timeouts.clear()
     elif what == "running set":
         sched.running.remove(engine.requests["p1"])
     elif what == "running set twice":
@@ -85,6 +87,8 @@ def _corrupt(engine, what: str) -> None:
     ("buckets", r"lane 'fair': buckets is \['a', 'c', 'zombie'\], but the requests give"
                 r" \['a', 'c'\]"),
     ("queued requests by bucket", r"lane 'fair': queued requests by bucket is \{'a': 1\}"),
+    ("queue timeout", r"lane 'fair': request 'a2' is queued, never scheduled, and not tracked"
+                      r" for its queue timeout"),
     ("running set", r"running set, request 'p1': entries is 0, but the requests give 1"),
     ("running set twice", r"running set, request 'a1': entries is 2, but the requests give 1"),
 ])
