@@ -50,3 +50,11 @@ def test_the_last_output_hands_out_the_text_held_back_for_a_stop_string(tokenize
     assert final.finished and final.finish_reason == "length"
     assert final.text == streamed == TEXT
 
+
+def test_a_stop_string_completed_by_the_last_token_is_the_finish_reason(tokenizer):
+    """The token that reaches max_tokens also completes the stop string: the text ends
+    before the stop string, so the reason is "stop", not "length"."""
+    outputs, streamed = stream(tokenizer, SamplingParams(max_tokens=7, stop=("fox",)))
+    final = outputs[-1]
+    assert final.finished and final.finish_reason == "stop"
+    assert final.text == streamed == "the quick brown "
