@@ -9,8 +9,9 @@ import json
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from control.fleet.forward import relay
 from control.fleet.ingress import FleetIngress, build_app
-from control.fleet.metrics_merge import merge_metrics
+from control.fleet.metrics_merge import kv_index_metrics, merge_metrics
 from control.fleet.router import RoutingPolicy
 
 CHUNK = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
@@ -121,3 +122,45 @@ def test_merged_metrics_label_each_replica_in_one_family():
     values = {s.labels["replica"]: s.value for s in family.samples
               if s.name == "batchpilot_steps_total"}
     assert values == {"0": 5.0, "1": 7.0}
+
+
+def test_a_client_that_leaves_mid_stream_cancels_the_replica_call():
+    """The replica aborts a request only when its call is cancelled (its KV is freed before
+    the next step); a stream the client reads to its end is not cancelled."""
+    data = b"data: " + json.dumps(CHUNK).encode() + b"\n\n"
+
+    async def read(chunks: int | None) -> tuple[FakeCall, list[str]]:
+        call, closed = FakeCall([{"body": data}] * 3, fail_after=False), []
+        start = {"status": 200, "headers": [("content-type", "text/event-stream")]}
+        body = relay(call, start, 0, "/v1/completions", lambda: closed.append("closed"),
+                     lambda exc: closed.append("failed")).body_iterator
+        if chunks is None:
+            assert [chunk async for chunk in body] == [data] * 3
+        else:
+            for _ in range(chunks):
+                assert await body.__anext__() == data
+            await body.aclose()  # what Starlette does when the client disconnects
+        return call, closed
+
+    left, closed = asyncio.run(read(1))
+    assert left.cancelled and closed == ["closed"]
+    stayed, closed = asyncio.run(read(None))
+    assert not stayed.cancelled and closed == ["closed"]
+
+
+def test_kv_index_metrics_count_snapshots_and_batches_apart():
+    """A reader that keeps falling behind (snapshots) reads apart from one applying each
+    step's batch: the two kinds must not trade places."""
+    rows = [{"replica_id": 0, "blocks": 12, "snapshots": 2, "batches": 40, "dropped": 1},
+            {"replica_id": 1, "blocks": 0, "snapshots": 1, "batches": 0, "dropped": 0}]
+    merged = merge_metrics([], kv_index_metrics({0: 30}, rows)).decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(merged) for s in f.samples}
+    reads = "batchpilot_fleet_kv_index_reads_total"
+    assert samples[(reads, (("kind", "snapshot"), ("replica", "0")))] == 2
+    assert samples[(reads, (("kind", "batch"), ("replica", "0")))] == 40
+    assert samples[(reads, (("kind", "batch"), ("replica", "1")))] == 0
+    assert samples[("batchpilot_fleet_kv_index_blocks", (("replica", "0"),))] == 12
+    assert samples[("batchpilot_fleet_kv_events_dropped_total", (("replica", "0"),))] == 1
+    assert samples[("batchpilot_fleet_routed_matched_blocks_total", (("replica", "0"),))] \
+        == 30
