@@ -38,6 +38,15 @@ def test_a_fleet_that_cannot_fit_says_the_arithmetic_and_the_way_out():
     assert fit_to_cluster(fleet(), 8.0, 2.0, True).replica_cpus is None  # 1 GPU each
 
 
+def test_a_gpu_fleet_counts_the_ingress_cpu_too():
+    # 2 GPUs and 2 CPUs: each replica takes a CPU, and nothing is left for the ingress;
+    # Ray would wait for it forever
+    with pytest.raises(ValueError, match=r"2 replicas x 1 CPU \+ the ingress's 0.5 CPU ="
+                       r" 2.5 CPUs, but Ray has 2"):
+        fit_to_cluster(fleet(), 2.0, 2.0, True)
+    assert fit_to_cluster(fleet(), 2.5, 2.0, True).replicas == 2
+
+
 def test_a_failed_replica_is_named_with_its_own_error():
     traceback = ("The deployment failed to start 3 times in a row. See controller logs.\n"
                  "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
