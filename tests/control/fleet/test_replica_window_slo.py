@@ -1,8 +1,10 @@
 """A canary's goodput counts a request good only within its lane's SLO
 (control/fleet/replica_window.py): the same requests are good under loose targets and not
-under tight ones."""
+under tight ones; one that finished past its own deadline is not good."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 from control.fleet.replica_window import RequestWindow
 from engine.config import EngineConfig, LaneConfig, LaneSLO, LiveConfig, StaticConfig
@@ -31,3 +33,15 @@ def test_good_means_within_the_lanes_slo():
     tight = ended_under(LaneSLO(ttft_s=0.01))  # every first token takes a 50 ms step
     assert tight["outcomes"] == {"finished": 4} and tight["good"] == 0
     assert ended_under(LaneSLO())["good"] == 4  # no targets: finished is good
+
+
+def test_a_request_that_finished_past_its_deadline_is_not_good():
+    def ended(finished_time: float, deadline: float | None) -> SimpleNamespace:
+        return SimpleNamespace(finished_time=finished_time, outcome="finished",
+                               deadline=deadline, lane="chat", ttft_s=0.1, tpot_s=0.01)
+
+    window = RequestWindow()
+    window.add(SimpleNamespace(finished=[ended(100.0, 101.0), ended(100.0, 99.5),
+                                         ended(100.0, None)], admissions=[]), 1)
+    got = window.since(0.0)
+    assert got["outcomes"] == {"finished": 3} and got["good"] == 2
