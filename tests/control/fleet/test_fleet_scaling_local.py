@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 
 import httpx
 from fixtures.fleet_fakes import FakeReplica, until
@@ -19,8 +20,10 @@ from control.cli.ctl_format import fleet_text
 from control.fleet.autoscale import AutoscaleConfig
 from control.fleet.autoscale_board import MemoryBoard, policy_tick, read_signals
 from control.fleet.ingress import FleetIngress, build_app
+from control.fleet.loads import LoadTable
 from control.fleet.local import LocalHandle, wait_healthy
 from control.fleet.router import RoutingPolicy
+from control.fleet.scaling import FleetScaling
 
 APP = "test-fleet"
 CONFIG = AutoscaleConfig(1, 3, upscale_delay_s=0.2, downscale_delay_s=0.4)
@@ -151,6 +154,23 @@ def test_a_burst_starts_a_replica_and_an_idle_spell_drains_then_stops_it():
         named = await c.get("/v1/whatif", headers={**READ, "X-Batchpilot-Replica": "2"})
         assert named.status_code == 503 and named.json()["error"]["code"] == "scaled_in"
     run_fleet(scenario)
+
+
+def test_a_retiring_replica_with_any_work_left_is_still_called():
+    """A retiring slot is polled (and so kept from 0) while anything is left on it: a
+    request in flight from here, one running, or one still queued there."""
+    table = LoadTable(2)
+    scaling = FleetScaling(SimpleNamespace(handles=[None, None], table=table), CONFIG,
+                           MemoryBoard(), APP)
+    scaling.phases[1] = "retiring"
+    view = table.views[1]
+    for polled, inflight, called in [({"running": 0, "waiting": 0}, 0, False),
+                                     ({"running": 0, "waiting": 2}, 0, True),
+                                     ({"running": 1, "waiting": 0}, 0, True),
+                                     ({"running": 0, "waiting": 0}, 1, True)]:
+        view.polled, view.inflight = polled, inflight
+        assert scaling.callable(1) is called, (polled, inflight)
+        assert scaling.live_ids() == ([0, 1] if called else [0])
 
 
 def test_the_autoscale_settings_change_live_and_refuse_what_they_cannot_be():
