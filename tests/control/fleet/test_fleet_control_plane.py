@@ -14,7 +14,7 @@ from control.admin.config_store import ChangeError
 from control.fleet.ingress import FleetIngress, build_app
 from control.fleet.local import LocalHandle, wait_healthy
 from control.fleet.router import RoutingPolicy
-from control.fleet.versioning import install_on
+from control.fleet.versioning import HISTORY_LIMIT, FleetVersions, install_on
 from engine.config import LiveConfig, StaticConfig
 from engine.config.patch import apply_patch, live_to_dict
 
@@ -306,3 +306,25 @@ def test_a_replicas_refusal_reaches_the_caller_with_its_param():
         assert (await c.get("/control/config")).json()["fleet_version"] == 0  # nothing taken
 
     run_fleet(scenario, replica=RefusingReplica)
+
+
+def test_a_replica_that_is_down_is_not_converged_whatever_it_last_reported():
+    versions = FleetVersions({"max_num_seqs": 4}, clock=lambda: 0.0)
+    versions.record({"max_num_seqs": 8}, {"max_num_seqs": [4, 8]}, actor="ops", source="api",
+                    reason="")
+    assert versions.convergence([1, 1], [True, True])["converged"]
+    # its last poll said version 1, then it died: the change is not everywhere any more
+    assert not versions.convergence([1, 1], [True, False])["converged"]
+    # a slot autoscaling keeps off runs nothing: shown, not waited for
+    assert versions.convergence([1, None], [True, False], [True, False])["converged"]
+
+
+def test_the_history_keeps_version_0_past_its_limit():
+    """Version 0 (the YAML every replica starts from) stays rollback-able however many
+    changes follow; the oldest changes after it go."""
+    versions = FleetVersions({"max_num_seqs": 4}, clock=lambda: 0.0)
+    for n in range(HISTORY_LIMIT + 5):
+        versions.record({"max_num_seqs": n}, {}, actor="ops", source="api", reason="")
+    assert versions.get(0).config == {"max_num_seqs": 4}
+    assert len(versions.history) == HISTORY_LIMIT + 1
+    assert versions.history[1].version == 6 and versions.latest.version == HISTORY_LIMIT + 5
