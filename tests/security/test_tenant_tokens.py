@@ -277,6 +277,24 @@ def test_a_bound_token_at_the_fleet_sees_its_tenant_only(ingress):
     assert "zeta" in every.text  # unscoped, the same read names them
 
 
+def test_a_bound_token_naming_one_replica_still_sees_its_tenant_only(ingress):
+    """X-Batchpilot-Replica asks one replica; a bound token's answer is still the ingress's
+    own, scoped (a replica without tokens would answer every tenant's rows as they are)."""
+    reads = ["/v1/trace/slow?limit=100", "/v1/trace/summary", "/v1/trace/requests/r1",
+             "/v1/trace/steps?batch=true&limit=5000"]
+    replies = fleet_get(ingress, [("GET", p, {**ACME, "X-Batchpilot-Replica": "1"}, None)
+                                  for p in reads])
+    for path, reply in zip(reads, replies, strict=True):
+        assert reply.status_code == 200, (path, reply.text)
+        assert not [s for s in ("zeta", *SIM_FOREIGN) if f'"{s}"' in reply.text or (
+            s == "zeta" and s in reply.text)], (path, reply.text[:300])
+    assert {r["request_id"] for r in replies[0].json()} == {"r1", "r3", "r5", "r7"}
+    assert len(replies[0].json()) == 4  # that replica's only
+    (theirs,) = fleet_get(ingress, [("GET", "/v1/trace/requests/r0",
+                                     {**ACME, "X-Batchpilot-Replica": "0"}, None)])
+    assert theirs.status_code == 404
+
+
 def test_hostile_trace_queries_at_the_fleet_are_400s_for_every_token(ingress):
     # the ingress answers a bound token itself: its own parsing once gave 500s here
     asks = ["/v1/trace/kv?bucket_s=nan", "/v1/trace/kv?bucket_s=inf",
