@@ -13,6 +13,7 @@ import pytest
 from fixtures.trace_data import fill_trace
 
 from control.cli.main import main
+from control.trace.fleet_db import open_parquet
 from control.trace.sources import FileSource
 
 
@@ -119,3 +120,23 @@ def test_failures_name_the_file_and_what_to_do(fleet_dir, capsys, tmp_path):
     finally:
         writer.stop()
     assert code == 2 and "replica-0.duckdb" in err and "--url" in err, err
+
+
+def test_replicas_whose_columns_are_in_another_order_union_by_name(tmp_path):
+    """A replica's table may hold its columns in another order (a trace from an older
+    version gains its new columns at the end): each value stays under its own column."""
+    def parquet(name: str, select: str) -> bytes:
+        path = tmp_path / f"{name}.parquet"
+        duckdb.connect().execute(f"COPY ({select}) TO '{path}' (FORMAT parquet)")
+        return path.read_bytes()
+
+    con = open_parquet({
+        "0": {"requests": parquet("r0", "SELECT 'a' AS request_id, 1.0 AS ttft_s, 5.0 AS e2e_s")},
+        "1": {"requests": parquet("r1", "SELECT 'b' AS request_id, 6.0 AS e2e_s,"
+                                        " 2.0 AS ttft_s")}})
+    try:
+        rows = con.execute("SELECT request_id, ttft_s, e2e_s, replica FROM requests"
+                           " ORDER BY request_id").fetchall()
+    finally:
+        con.close()
+    assert rows == [("a", 1.0, 5.0, "0"), ("b", 2.0, 6.0, "1")]
