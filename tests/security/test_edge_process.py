@@ -146,6 +146,50 @@ def test_the_edge_stamps_arrival_and_only_an_edged_server_trusts_it():
     assert stamp(True, b"1e300") < 3601  # capped
 
 
+def test_the_edge_forwards_the_query_and_only_its_own_elapsed_header(monkeypatch):
+    """What the server receives from the edge (its Unix socket stood in for): the path with
+    its query, the client's headers less hop-by-hop ones, and one EDGE_ELAPSED_HEADER, the
+    edge's own (a client's copy would move its arrival back by whatever it claims)."""
+    import asyncio
+
+    from control.api.limits import RequestLimits
+    from control.edge import app as edge_app
+    from control.edge.forward import Upstream
+
+    seen: list[httpx.Request] = []
+
+    async def body():
+        yield b'{"ok": true}'
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=body(), headers={
+            "content-type": "application/json", "connection": "close", "x-served": "yes"})
+
+    class StandIn(Upstream):
+        def __init__(self, uds: str):
+            self.client = httpx.AsyncClient(transport=httpx.MockTransport(server),
+                                            base_url="http://batchpilot")
+
+    async def go() -> httpx.Response:
+        app = edge_app.create_edge_app("/nonexistent.sock", RequestLimits())
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
+            return await client.get("/v1/trace/slow?limit=3&by=ttft_s", headers={
+                EDGE_ELAPSED_HEADER: "3600", "X-Tenant": "acme", "Upgrade": "h2c"})
+
+    monkeypatch.setattr(edge_app, "Upstream", StandIn)
+    reply = asyncio.run(go())
+    assert reply.status_code == 200 and reply.json() == {"ok": True}
+    assert reply.headers["x-served"] == "yes" and "connection" not in reply.headers
+    (request,) = seen
+    assert request.url.path == "/v1/trace/slow"
+    assert dict(request.url.params) == {"limit": "3", "by": "ttft_s"}
+    assert request.headers["x-tenant"] == "acme" and "upgrade" not in request.headers
+    elapsed = request.headers.get_list(EDGE_ELAPSED_HEADER)
+    assert len(elapsed) == 1 and float(elapsed[0]) < 60, elapsed
+
+
 def test_edge_auto_means_on_exactly_when_the_host_is_not_loopback():
     assert not ServeSettings().behind_edge
     assert ServeSettings(host="0.0.0.0").behind_edge
