@@ -170,6 +170,17 @@ def test_set_reads_the_version_then_patches_with_it(fake, ctl, monkeypatch):
                                 "applied: now version 8 (was 7)"]
 
 
+def test_set_on_a_fleet_says_how_long_its_replicas_took(fake, ctl):
+    fake.answers[("PATCH", "/control/config")] = (200, {**PATCHED, "converged": True,
+                                                        "converge_s": 0.25})
+    code, out, _ = ctl("set", "max_num_seqs=64")
+    assert code == 0 and out.splitlines()[-1] == "fleet: every replica took it in 250 ms"
+    fake.answers[("PATCH", "/control/config")] = (200, {**PATCHED, "converged": False,
+                                                        "converge_s": 0.25})
+    code, out, _ = ctl("set", "max_num_seqs=64")
+    assert code == 0 and out.splitlines()[-1].startswith("fleet: not every replica took it")
+
+
 def test_set_with_if_match_and_dry_run_sends_no_get(fake, ctl, monkeypatch):
     monkeypatch.setenv("OPS_TOKEN", "other-secret")
     fake.answers[("PATCH", "/control/config")] = (200, {**PATCHED, "applied": False,
