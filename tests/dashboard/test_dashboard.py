@@ -141,6 +141,29 @@ def test_a_line_chart_of_zeros_gets_a_readable_scale():
     assert "scale" not in spec["encoding"]["y"]
 
 
+def test_chart_times_are_read_as_epoch_seconds():
+    import pandas as pd
+
+    from dashboard import charts
+
+    df = charts.frame([{"time": 1_700_000_000.5, "steps": 3}])
+    assert df["time"][0] == pd.Timestamp("2023-11-14 22:13:20.5", tz="UTC")
+
+
+def test_a_whatif_prediction_draws_no_change_rule():
+    from dashboard import charts
+
+    change = {"max_num_seqs": [4, 3]}
+    rows = [{"time": 1_700_000_000.0, "version": 2, "source": "api", "actor": "ops",
+             "change": change},
+            {"time": 1_700_000_060.0, "version": 2, "source": "whatif", "actor": "ops",
+             "change": change}]  # a what-if's prediction: nothing changed then
+    rules = charts.change_rules(charts.changes_frame(rows))
+    assert list(rules.data["source"]) == ["api"]
+    assert list(rules.data["diff"]) == ["max_num_seqs: 4 -> 3"]
+    assert charts.change_rules(charts.changes_frame(rows[1:])) is None
+
+
 def test_overview_counts_deferred_admissions_and_charts_them_by_reason(tmp_path):
     """A burst under slo_unreachable: defer: the late requests show as Deferred (they were
     served, so not in Rejected) and as `deferred: slo_deferred` bars."""
