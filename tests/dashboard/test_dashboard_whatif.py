@@ -15,7 +15,7 @@ from whatif_server import REQUESTS, sim, whatif_server
 from control.serve.settings import ServeSettings
 from control.whatif.cli import WhatifError
 from dashboard import whatif_panel
-from dashboard.capacity_panel import parse_rates
+from dashboard.capacity_panel import capacity_sentences, parse_rates
 from engine.config import LiveConfig
 
 CONTROL, WHATIF = "views/control.py", "views/whatif.py"
@@ -209,3 +209,16 @@ def test_the_rates_go_to_the_server_as_the_api_takes_them():
                                      parse_rates(2.0, "0.5, 1,2"))
     assert body["rate_scale"] == 2.0 and body["rate_sweep"] == [0.5, 1.0, 2.0]
     assert parse_rates(1.0, " ") == {}
+
+
+def test_capacity_in_words_says_at_least_only_at_the_highest_rate_swept():
+    """The highest swept rate is a floor (a higher one was not tried); a lower capacity is
+    where the share fell, so it is said as is."""
+    capacity = {"rates": [0.5, 1.0, 2.0], "met_share_for_capacity": 0.9,
+                "capacity": {"as-is": 2.0, "fewer_seqs": 0.5, "tiny": None}}
+    assert capacity_sentences(capacity) == [
+        "**as-is**: carries at least **2x** the recorded rate with 90% of requests meeting"
+        " their SLO",
+        "**fewer_seqs**: carries **0.5x** the recorded rate with 90% of requests meeting"
+        " their SLO",
+        "**tiny**: below 90% meeting their SLO already at 0.5x"]
