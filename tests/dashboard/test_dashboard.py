@@ -314,6 +314,41 @@ def fleet_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
+def test_one_replicas_answers_are_not_served_for_the_whole_fleet(monkeypatch):
+    """Answers are cached by the source's label: a fleet read as one and one replica of it
+    are two sources, whichever the sidebar picked first."""
+    from control.trace.sources import UrlSource
+    from dashboard import context
+
+    monkeypatch.setattr(UrlSource, "ask",
+                        lambda self, question, **params: {"replica": self.replica})
+    context._ask_live.clear()
+    url = "http://127.0.0.1:9"
+    whole = context._context(url, None, "BATCHPILOT_TOKEN")
+    one = context._context(url, None, "BATCHPILOT_TOKEN", "1")
+    assert context.ask(whole, "summary") == {"replica": None}
+    assert context.ask(one, "summary") == {"replica": "1"}
+    assert "replica 1" in one.label
+
+
+def test_the_replica_picker_lists_a_fleet_with_no_replica_ready(monkeypatch):
+    """/readyz answers 503 while no replica is ready: its body still lists them, so the
+    dashboard can still read one replica's trace (what went wrong there)."""
+    from control.cli.http_json import HTTPFailure
+    from dashboard import context
+
+    def readyz(base, path, **kw):
+        if base.endswith(":9"):
+            raise HTTPFailure(None, f"cannot reach the server at {base}")
+        raise HTTPFailure(503, "no replica is ready", {"ready": False, "replicas": [
+            {"replica_id": 0, "healthy": False}, {"replica_id": 1, "healthy": False}]})
+
+    monkeypatch.setattr(context, "request_json", readyz)
+    context.replicas.clear()
+    assert context.replicas("http://127.0.0.1:8", None) == ["0", "1"]
+    assert context.replicas("http://127.0.0.1:9", None) == []
+
+
 def test_the_fleet_page_renders_a_fleets_replicas(fleet_url):
     at = open_page(FLEET, bp_url=fleet_url)
     assert not problems(at), problems(at)
