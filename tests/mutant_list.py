@@ -1,27 +1,17 @@
 """The bugs `make mutants` plants (tests/mutants.py): each one exact piece of a source file,
 replaced by a plausible mistake, and the tests that must fail on it. Found by planting them
-by hand (2026-12-07); the ones no test caught then have tests of their own now."""
+by hand (2026-12-07); the ones no test caught then have tests of their own now. The lists
+of later passes, by area, are gathered at the end (mutants_*.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from mutant_spec import CTL, ENG, SEC, Mutant
+from mutants_engine import ENGINE_MUTANTS
+from mutants_fleet import FLEET_MUTANTS
 
+__all__ = ["MUTANTS", "Mutant"]
 
-@dataclass(frozen=True)
-class Mutant:
-    name: str
-    path: str
-    old: str  # found exactly once in `path`
-    new: str
-    tests: tuple[str, ...]  # pytest node ids or files; one of them must fail
-    why: str  # what the bug would do to a user
-
-
-SEC = "tests/security/"
-ENG = "tests/engine/"
-CTL = "tests/control/"
-
-MUTANTS: list[Mutant] = [
+_FIRST_PASS: list[Mutant] = [
     # ---- the trust boundary -----------------------------------------------------------
     Mutant("prefix-cache-shared", "engine/kv/prefix_hash.py",
            'else b"t" + tenant.encode("utf-8", "surrogatepass")', 'else b"t"',
@@ -356,3 +346,5 @@ MUTANTS: list[Mutant] = [
            (CTL + "api/test_unresponsive_stream.py",),
            "with a stuck engine, every choice's final chunk says it is choice 0"),
 ]
+
+MUTANTS = _FIRST_PASS + ENGINE_MUTANTS + FLEET_MUTANTS
