@@ -4,15 +4,17 @@ direction, and near the amount, that the same workload recorded under it shows."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
-from whatif_sim_trace import STATIC, read_trace_window, record
+from whatif_sim_trace import START, STATIC, read_trace_window, record
 
 from control.whatif.calibrate import calibrate
-from control.whatif.compare import PREDICTED, RECORDED
-from control.whatif.replay import replay
+from control.whatif.compare import PREDICTED, RECORDED, compare
+from control.whatif.replay import output_lengths, replay
 from control.whatif.run import predict
 from control.whatif.summary import predicted_summary, recorded_summary
-from control.whatif.window import Window
+from control.whatif.window import RecordedRequest, Window
 from engine.config import EngineConfig, LiveConfig
 
 LIVE = LiveConfig(max_num_seqs=16, max_num_batched_tokens=256, prefill_chunk_size=128)
@@ -111,3 +113,47 @@ def test_the_same_summary_reads_recorded_and_predicted_requests(traces):
     s = predicted_summary(p, window.duration_s, None)
     assert set(s) == set(recorded_summary(window, None))
     assert set(s["by_tenant"]) == {"chat", "rag"}
+
+
+def test_a_self_prediction_that_misses_low_is_warned_about(traces):
+    """A law whose steps take half as long predicts the recorded run's own latencies about
+    half what they were: a miss as plain below the recording as above it."""
+    window = traces["seqs16"]
+    model = calibrate(window.samples)
+    half = dataclasses.replace(model, coef=tuple(c / 2 for c in model.coef),
+                               gap_s=model.gap_s / 2)
+    result = compare(window, half, EngineConfig(STATIC, LIVE), {})
+    missed = [w for w in result["warnings"] if w.startswith("self-prediction misses")]
+    assert any(w.startswith("self-prediction misses the recorded TTFT p50 by -")
+               for w in missed), result["warnings"]
+    assert not [w for w in compare(window, model, EngineConfig(STATIC, LIVE), {})["warnings"]
+                if w.startswith("self-prediction misses")]
+
+
+def test_requests_running_when_the_window_opened_are_a_warning(traces):
+    window = traces["seqs16"]
+    opened = dataclasses.replace(window, facts=dataclasses.replace(window.facts,
+                                                                   running_at_start=3))
+    result = predict(opened, EngineConfig(STATIC, LIVE), {}, exact=True)
+    assert any(w.startswith("3 requests were already running when the window opened")
+               for w in result["warnings"]), result["warnings"]
+
+
+def test_a_too_long_rejection_asks_for_too_much_again():
+    """A request refused as too long never showed its output length: the replay asks for
+    enough that prompt + max_tokens is past max_model_len again (engine check_length)."""
+    refused = RecordedRequest("run1", "r0", "default", "acme", 0, "rejected", "too_long",
+                              2000, 0, 0, 0, START, START, None, None, None, None, None, 0.0)
+    (max_tokens,) = output_lengths([refused], max_model_len=2048)
+    assert refused.num_prompt_tokens + max_tokens > 2048
+
+
+def test_the_engine_loops_gap_is_not_measured_across_idle_time(tmp_path):
+    """Requests 2 s apart, each done in one step: the engine was idle between them, so no
+    step-to-step gap is the engine loop's. Counted in, the replay would add ~2 s after
+    every predicted step."""
+    path = str(tmp_path / "trace.duckdb")
+    record(path, LIVE, jobs=[(2.0 * i, 50, 1, "chat") for i in range(20)])
+    window = read_trace_window(path)
+    assert len(window.requests) == 20 and window.samples.X.shape[0] == 20
+    assert calibrate(window.samples).gap_s < 0.01
