@@ -70,3 +70,26 @@ def test_the_self_prediction_after_a_change_holds_and_missed_without_it(db, caps
     monkeypatch.setattr(window_module, "_changes_up_to", lambda *a: [])  # as it was
     ignored = self_prediction(db, capsys)
     assert abs(ignored["ttft_p50_s"] - 1) > 2 * abs(replayed["ttft_p50_s"] - 1), ignored
+
+
+def test_a_change_inside_the_window_is_counted_once_and_none_is_none(db):
+    whole = read_trace_window(db)  # the change at request 40 is inside it
+    assert whole.facts.config_changes == 1
+    _, notes = recorded_config(whole, EngineConfig(live=LIVE))
+    assert "the config changed 1 time(s) inside the window; every replay holds the config" \
+        " in force at its start" in notes
+    before = read_trace_window(db, since=None, until=START + 5)
+    assert before.facts.config_changes == 0
+    assert not any("time(s) inside the window" in n for n in
+                   recorded_config(before, EngineConfig(live=LIVE))[1])
+
+
+def test_a_chunk_larger_than_the_base_allows_sets_the_recorded_chunk_size(db):
+    """The trace shows 128-token chunks ran: a base that says 64 was not the config in
+    force, and a replay under it would split every prompt twice as often."""
+    window = read_trace_window(db, since=None, until=START + 5)
+    assert window.facts.max_prefill_chunk == 128
+    config, notes = recorded_config(window, EngineConfig(live=LIVE.replace(
+        prefill_chunk_size=64)))
+    assert config.live.prefill_chunk_size == 128
+    assert any(n.startswith("prefill_chunk_size=128: a chunk that large ran") for n in notes)
