@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from control.whatif.calibrate import FEATURES, MIN_STEPS, StepSamples, calibrate
+from control.whatif.calibrate import (
+    FEATURES,
+    HOLDOUT_EVERY,
+    MIN_STEPS,
+    StepSamples,
+    calibrate,
+)
 from engine.calibration.least_squares import nnls
 
 # fixed, prefill, decode, context, seqs, prefill (query, key) pairs, a prompt step's extra
@@ -93,3 +99,16 @@ def test_a_step_of_decodes_alone_has_its_own_fixed_cost():
     with_a_chunk = model.step_s(64, 16, 16 * 500, 17, 64 * 65 // 2)
     assert with_a_chunk - decodes_alone == pytest.approx(
         LAW[-1] + 64 * LAW[1] + LAW[4] + 64 * 65 // 2 * LAW[5], rel=0.05)
+
+
+def test_the_held_out_error_is_of_a_fit_that_never_saw_those_steps():
+    """A cost only the held-out steps show (deep prompt chunks) is unknown to the fit that
+    left them out: its error on them says the law does not carry over. Scored with the
+    fit on every step instead, they look as well predicted as the rest."""
+    samples = synthetic(1000, noise=0.0)
+    X = samples.X.copy()
+    held = np.arange(len(X)) % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
+    X[~held, 5] = 0.0  # prefill pairs on the held-out steps alone
+    model = calibrate(StepSamples(X, X @ LAW, samples.gaps, "test"))
+    assert model.in_sample.median_abs_pct < 0.1
+    assert model.held_out.steps == 200 and model.held_out.median_abs_pct > 2
