@@ -13,6 +13,7 @@ from whatif_sim_trace import START, read_trace_window, record
 from control.api.errors import APIError
 from control.cli.main import main
 from control.whatif.capacity import MAX_SWEEP_RATES, scale_window
+from control.whatif.report import CAPACITY_COLUMNS, capacity_lines
 from control.whatif.routes import parse_rates
 from engine.config import LiveConfig
 
@@ -199,3 +200,18 @@ def test_the_fleet_replay_refuses_a_replica_count_out_of_range(replicas):
 
     with pytest.raises(ValueError, match=f"must be in 1..{MAX_REPLICAS}"):
         replay_fleet(None, None, None, replicas=replicas)
+
+
+def test_a_capacity_at_the_highest_rate_swept_is_a_floor():
+    """A config that met its SLO at every rate swept may do at higher ones too: "at
+    least"; one that stopped lower is read as it is; one that never met it, "under"."""
+    rates = [1.0, 2.0, 4.0]
+    rows = [{c: None for c in CAPACITY_COLUMNS} | {"rate_scale": r} for r in rates]
+    text = "\n".join(capacity_lines({
+        "met_share_for_capacity": 0.95, "rates": rates,
+        "configs": {"as-is": rows, "few": rows, "lowest": rows, "none": rows},
+        "capacity": {"as-is": 4.0, "few": 2.0, "lowest": 1.0, "none": None}}))
+    assert "\nas-is: capacity at least 4x the recorded rate\n" in text
+    assert "\nfew: capacity 2x the recorded rate\n" in text
+    assert "\nlowest: capacity 1x the recorded rate\n" in text
+    assert "\nnone: capacity under 1x (none of the swept rates)\n" in text
