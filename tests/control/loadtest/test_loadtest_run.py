@@ -57,6 +57,9 @@ def test_streams_cancellations_and_timing(server, local):
     results, duration = asyncio.run(run(url, plan, prompts, model="tiny", concurrency=6,
                                         local=local))
     assert duration > 0
+    # the run lasts from its first send to its last end (the sends are 0.02 s apart)
+    first = min(r.sent_at for r in results)
+    assert all(r.sent_at - first + r.e2e_s <= duration + 1e-6 for r in results)
     by_outcome = {r.planned.index: r.outcome for r in results}
     cancelled = [i for i, o in by_outcome.items() if o == "cancelled"]
     assert cancelled == [0, 4, 8]  # 24 tokens at 20 ms a step take longer than 0.15 s
