@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import asdict
 
 import duckdb
@@ -163,3 +164,18 @@ def test_runner_records_the_servers_timing(stream):
         assert len(r.chunk_times_s) == 2 and ttft_gap_s(r) == approx(r.ttft_s - 0.125)
     else:  # its TTFT is the server's: no gap to tell
         assert r.ttft_s == 0.125 and ttft_gap_s(r) is None
+
+
+def test_a_whole_reply_resent_counts_its_ttft_from_the_first_send():
+    """A non-streamed reply's TTFT is the server's, which counts from the send it answered:
+    a resend 2 s after the first adds those 2 s of waiting to what its user saw."""
+    async def resent() -> RequestResult:
+        p = PlannedRequest(0, 0.0, 3, 2, "acme", None, False, None)
+        async with httpx.AsyncClient(base_url="http://x",
+                                     transport=httpx.MockTransport(_reply)) as client:
+            return await send(client, p, "prompt", "m", 5.0, t0=time.monotonic() - 2.0,
+                              resends=1)
+
+    r = asyncio.run(resent())
+    assert r.outcome == "ok" and r.sends == 2 and r.last_send_s >= 2.0
+    assert r.ttft_s == approx(r.last_send_s + 0.125)
