@@ -316,3 +316,15 @@ def test_save_to_file_appends_runs(recorded, summary, tmp_path):
         assert con.execute(f"SELECT DISTINCT started FROM {RUNS_TABLE}").fetchall() == [(1.0,)]
     finally:
         con.close()
+
+
+def test_a_planned_cancel_is_stored_only_for_requests_that_were_cancelled(recorded, summary):
+    """A request that finished before its planned cancel was not cancelled after anything:
+    a cancelled_after_s on it would count it among the client's cancels."""
+    results, _, _ = recorded
+    early = dataclasses.replace(results[0], planned=dataclasses.replace(
+        results[0].planned, cancel_after_s=5.0))  # ok at 1.2 s, before its cancel at 5 s
+    rows = rows_for_api("run-1", "mixed-lanes", "", "http://x", summary,
+                        [early, results[6]])[REQUESTS_TABLE]
+    assert [(r["outcome"], r["cancelled_after_s"]) for r in rows] == [
+        ("ok", None), ("cancelled", 0.5)]
