@@ -5,6 +5,7 @@ test_checklist_cli.py."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import shutil
@@ -76,6 +77,8 @@ FAILURES = {
                      "no load-test results stored in the trace of http://x"),
     "load test too small": ("loadtest_run", [("loadtest_runs.0.requests", 6)],
                             "sent 6"),
+    "load test with no request answered": ("loadtest_run", [("loadtest_runs.0.ok", 0)],
+                                           "sent 90, ok 0"),
     "fixed-length prompts only": ("real_lengths", [
         ("loadtest_stats.0.prompt_std", 0.0), ("loadtest_stats.0.prompt_min", 128),
         ("loadtest_stats.0.prompt_max", 128), ("loadtest_stats.0.prompt_mean", 128.0)],
@@ -96,6 +99,9 @@ FAILURES = {
         ("loadtest_runs.0.summary.e2e_gap.p99", 0.25)], "E2E gap p50 0.002 s, p99 0.25 s"),
     "long prompts stall decode": ("long_prompts", [("loadtest_runs.0.summary.itl.p99", 1.8)],
                                   "12 prompts of >= 512 tokens, 72 streamed; ITL p99 1.8 s"),
+    "just min_long_prompts long prompts stall decode": ("long_prompts", [
+        ("loadtest_stats.0.long_prompts", 3), ("loadtest_runs.0.summary.itl.p99", 1.8)],
+        "3 prompts of >= 512 tokens, 72 streamed; ITL p99 1.8 s"),
     "cancellation leaked KV (trace)": (
         "cancellation_frees_kv", [("trace_facts.idle_after_cancel.kv_blocks_used", 7)],
         "trace step 480 (first with nothing running after the last cancel): kv_blocks_used 7"),
@@ -327,3 +333,19 @@ def test_an_interactive_lane_weighing_exactly_the_ratio_passes():
     assert result(ev, "lanes").status == "pass"  # 2 == 1 x 2: not below
     got = result(ev, "lanes", spec_with("lanes", min_weight_ratio=1.5))
     assert got.status == "fail" and "2 < 1.5 x lanes.long_context.weight 2" in got.evidence
+
+
+def test_latency_is_judged_on_the_latest_run_only():
+    """An older run over its SLO is history, not the deployment's latency now: the latest
+    run (its every config) decides."""
+    ev = good()
+    old = copy.deepcopy(ev.loadtest_runs[0])
+    old.update(run_id="lt0", started=0.5)
+    old["summary"]["by_server_lane"]["interactive"]["ttft"]["p99"] = 9.0
+    ev.loadtest_runs.append(old)  # newest first, as the evidence is gathered
+    got = result(ev, "latency_slo")
+    assert got.status == "pass" and "lt0" not in got.evidence, got.evidence
+    ev.loadtest_runs.reverse()  # were it the latest, it would fail
+    got = result(ev, "latency_slo")
+    assert got.status == "fail" and "run lt0 (scenario mixed) lane interactive ttft p99 9 s" \
+        in got.evidence
