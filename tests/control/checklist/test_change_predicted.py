@@ -43,6 +43,9 @@ def test_a_change_predicted_before_it_was_made_passes():
      "max_num_seqs -> 32 was not predicted"),  # predicted 64, applied 32
     ([PREDICTION, row(1200.0, "api", {"max_num_batched_tokens": [512, 1024]}, version=2)],
      "max_num_batched_tokens -> 1024 was not predicted"),  # a key the prediction lacked
+    ([PREDICTION, row(1200.0, "api", {"max_num_seqs": [16, 64],
+                                      "max_num_batched_tokens": [512, 1024]}, version=2)],
+     "max_num_batched_tokens -> 1024 was not predicted"),  # one of its keys unpredicted
     ([row(1300.0, "api", {"max_num_seqs": [16, 64]}, version=2),  # predicted afterwards
       row(1400.0, "whatif", {"max_num_seqs": [16, 64]}, version=2)], "was not predicted"),
     ([PREDICTION, row(1000.0 + 2 * 86400, "api", {"max_num_seqs": [16, 64]}, version=2)],
