@@ -13,33 +13,43 @@ import pytest
 from fixtures.serving import LiveServer, make_engine
 from fixtures.trace_data import fill_trace
 
-from control.checklist import ChecklistError, ControlClient
+from control.checklist import (
+    DEFAULT_SPEC,
+    ChecklistError,
+    ControlClient,
+    LoadtestFile,
+    evaluate,
+    gather_evidence,
+    load_spec,
+)
 from control.cli.main import main
 from control.loadtest.metrics import summarize
 from control.loadtest.records import PlannedRequest, RequestResult
 from control.loadtest.store import insert_rows, rows_for_api
 
 
-def store_loadtest(path: str) -> None:
+def store_loadtest(path: str, run_id: str = "lt-1", sent: float = 1000.0,
+                   itl_s: float = 0.02) -> None:
     """A load test with spread lengths, long prompts and a cancellation, into `path`; the
-    server reported every TTFT 0.03 s and every E2E 0.01 s shorter than the client saw."""
+    server reported every TTFT 0.03 s and every E2E 0.01 s shorter than the client saw;
+    its first request sent at `sent`, streams' chunks `itl_s` apart."""
     results = []
     for i in range(24):
         plan = PlannedRequest(index=i, arrival_s=0.1 * i, prompt_tokens=0, output_tokens=0,
                               tenant="acme", lane=None, stream=True,
                               cancel_after_s=0.5 if i == 3 else None)
         if i == 3:
-            results.append(RequestResult(plan, "cancelled", 200, sent_at=1000.0 + i))
+            results.append(RequestResult(plan, "cancelled", 200, sent_at=sent + i))
             continue
         n = 8 + (i % 6) * 6
-        chunks = [0.1 + 0.02 * k for k in range(n)]
-        results.append(RequestResult(plan, "ok", 200, sent_at=1000.0 + i, ttft_s=0.1,
+        chunks = [0.1 + itl_s * k for k in range(n)]
+        results.append(RequestResult(plan, "ok", 200, sent_at=sent + i, ttft_s=0.1,
                                      e2e_s=chunks[-1], chunk_times_s=chunks,
                                      prompt_tokens=20 + 60 * (i % 12), output_tokens=n,
                                      server_ttft_s=0.07, server_e2e_s=chunks[-1] - 0.01))
     summary = summarize(results, 30.0, None, "")
     con = duckdb.connect(path)
-    insert_rows(con, rows_for_api("lt-1", "mixed", "", "http://x", summary, results))
+    insert_rows(con, rows_for_api(run_id, "mixed", "", "http://x", summary, results))
     con.close()
 
 
@@ -72,6 +82,21 @@ def test_cli_on_a_recorded_trace(tmp_path, capsys, loadtest_db):
     assert items["cancellation_frees_kv"]["status"] == "pass"
     assert "kv_blocks_used 0" in items["cancellation_frees_kv"]["evidence"]
     assert "## Rollout and rollback" in md.read_text()
+
+
+def test_the_newest_load_test_is_the_one_judged(tmp_path):
+    """Results are gathered newest first: a run whose streams stalled yesterday is not
+    today's verdict, and "latest" names today's."""
+    path = str(tmp_path / "loadtest.duckdb")
+    store_loadtest(path, run_id="lt-old", sent=1000.0, itl_s=1.0)  # streams stalled then
+    store_loadtest(path, run_id="lt-new", sent=90_000.0)
+    ev = gather_evidence(None, loadtest_source=LoadtestFile(path))
+    assert [r["run_id"] for r in ev.loadtest_runs] == ["lt-new", "lt-old"]
+    assert [s["run_id"] for s in ev.loadtest_stats] == ["lt-new", "lt-old"]
+    items = {r.id: r for r in evaluate(load_spec(DEFAULT_SPEC), ev)}
+    assert "latest sized one: run lt-new" in items["loadtest_run"].evidence
+    assert items["long_prompts"].status == "pass", items["long_prompts"].evidence
+    assert "run lt-new" in items["long_prompts"].evidence
 
 
 def test_cli_usage_errors_are_one_line(tmp_path, capsys):
