@@ -52,6 +52,10 @@ def test_the_noise_has_mean_one_and_is_seeded():
     assert statistics.fmean(series) == pytest.approx(1.0, abs=0.005)
     assert statistics.stdev(series) == pytest.approx(0.05, rel=0.1)
     assert CpuLikeStepCost(seed=4)(out) / exact != series[0]
+    # a wide noise keeps its mean too: each step's factor is exp(N(-sigma^2 / 2, sigma))
+    wide = CpuLikeStepCost(noise=0.5, seed=3)
+    assert statistics.fmean(wide(out) / exact for _ in range(4000)) == pytest.approx(1.0,
+                                                                                   abs=0.05)
 
 
 def test_a_negative_constant_is_refused():
