@@ -315,6 +315,11 @@ _FIRST_PASS: list[Mutant] = [
            (CTL + "api/test_generation_deadlines.py",),
            "a request runs a second past X-Request-Timeout-Ms"),
     # ---- OpenAI and vLLM compatibility ---------------------------------------------------
+    Mutant("ignore-eos-dropped", "control/api/routes.py",
+           "ignore_eos=body.ignore_eos,", "ignore_eos=False,",
+           (CTL + "api/test_sampling_fields.py::test_logit_bias_and_min_tokens_steer_greedy"
+            "_decoding",),
+           "vLLM's ignore_eos is accepted and does nothing: a benchmark's answers end early"),
     Mutant("usage-without-include-usage", "control/api/openai_format.py",
            '        if self.include_usage:\n            data["usage"] = (',
            '        if True:\n            data["usage"] = (',

@@ -59,6 +59,8 @@ def test_logit_bias_and_min_tokens_steer_greedy_decoding(api, path, base):
     favour_eos = {**base, "temperature": 0, "max_tokens": 6, "logit_bias": {str(eos): 100}}
     assert generate(api, path, favour_eos)[1:] == (1, "stop")  # EOS at once
     assert generate(api, path, {**favour_eos, "min_tokens": 3})[1:] == (4, "stop")
+    # ignore_eos (vLLM's): an EOS sampled does not end it, max_tokens does
+    assert generate(api, path, {**favour_eos, "ignore_eos": True})[1:] == (6, "length")
 
 
 @pytest.mark.parametrize(("path", "base"), ENDPOINTS)
