@@ -64,6 +64,19 @@ def test_min_p_is_transformers(temperature, min_p):
     torch.testing.assert_close(ours[~torch.isinf(ours)], ref[~torch.isinf(ref)])
 
 
+def test_min_p_of_one_keeps_the_top_token_and_samples_it():
+    """min_p = 1 drops every token less likely than the top one, never the top one itself:
+    a sampled row then always gets the argmax (ties at the top all stay)."""
+    logits = logits_for(1, seed=2)
+    logits[0, [5, 17]] = logits.max() + 1.0  # a two-way tie at the top
+    params = SamplingParams(temperature=1.0, min_p=1.0)
+    ours = filter_logits(logits, SamplingTensors.from_params([params], VOCAB, logits.device))
+    assert torch.isfinite(ours[0]).nonzero()[:, 0].tolist() == [5, 17]
+    picked = {sample(logits, [make_request(temperature=1.0, min_p=1.0, seed=s)])[0]
+              for s in range(12)}
+    assert picked == {5, 17}
+
+
 @pytest.mark.parametrize("min_tokens", [3, 5, 6, 9])
 def test_min_tokens_is_transformers(min_tokens):
     """EOS is masked while fewer than min_tokens were generated (5 so far), as transformers
