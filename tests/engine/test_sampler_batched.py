@@ -112,6 +112,21 @@ def test_seeded_tokens_do_not_depend_on_batch_neighbours_or_order(seed):
         assert together[name] == alone[name.split("#")[0]], name
 
 
+def test_a_seeded_request_draws_new_noise_at_each_step():
+    """A request's generator goes on from step to step: over a flat distribution a seeded
+    request samples different tokens step after step (not the first step's token again),
+    and the same sequence on a second run with the same seed."""
+    flat = torch.zeros(1, VOCAB)
+
+    def tokens(seed: int) -> list[int]:
+        req = make_request("x", temperature=1.0, seed=seed)
+        return [sample(flat, [req])[0] for _ in range(8)]
+
+    first = tokens(5)
+    assert len(set(first)) > 4, first
+    assert tokens(5) == first
+
+
 def sample_many(logits_row: torch.Tensor, seeds=range(20), **params) -> set[int]:
     """Tokens picked for one logits row by fresh requests seeded 0..19 (with a neighbour)."""
     picked = set()
