@@ -25,6 +25,7 @@ from tqdm import tqdm
 from engine.calibration.budget_fit import StepFit, fit_step_budgets, needs_fit
 from engine.calibration.probe import RunnerProbe
 from engine.config import EngineConfig, LiveConfig, StaticConfig
+from engine.config.dtype_option import DTYPE_CHOICES
 from engine.engine import Engine
 from engine.execution.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.gc_heap import heap_frozen
@@ -224,7 +225,10 @@ def fit_engine_config(loaded: LoadedModel, overrides: dict[str, Any] | None = No
     static_kw["max_model_len"] = min(static_kw.get("max_model_len", 1 << 30),
                                      loaded.max_model_len)
     block_size = static_kw.get("block_size", StaticConfig.block_size)
-    static_kw.setdefault("num_kv_blocks", auto_num_kv_blocks(loaded, block_size))
+    kv_cache_dtype = static_kw.get("kv_cache_dtype", StaticConfig.kv_cache_dtype)
+    if kv_cache_dtype not in DTYPE_CHOICES:  # StaticConfig refuses it, naming the field
+        kv_cache_dtype = StaticConfig.kv_cache_dtype
+    static_kw.setdefault("num_kv_blocks", auto_num_kv_blocks(loaded, block_size, kv_cache_dtype))
     static = StaticConfig(**static_kw)
     live = (base or LiveConfig()).replace(**{k: v for k, v in overrides.items() if k in _LIVE})
     live = _fit_live_to_static(live, static, explicit=set(overrides))

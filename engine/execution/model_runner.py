@@ -33,21 +33,24 @@ GPU_MEMORY_UTILIZATION = 0.85  # share of free GPU memory given to the KV pool
 PROMPT_LOGPROB_ROWS = 512  # prompt positions scored per LM-head call (bounds [rows, V])
 
 
-def kv_block_bytes(loaded: LoadedModel, block_size: int) -> int:
-    """Bytes of one block over all layers, K and V."""
+def kv_block_bytes(loaded: LoadedModel, block_size: int, kv_cache_dtype: str = "auto") -> int:
+    """Bytes of one block over all layers, K and V, in the cache's dtype (the
+    kv_cache_dtype option, as ModelRunner allocates it: not always the weights')."""
     model = loaded.model
-    itemsize = torch.empty((), dtype=loaded.dtype).element_size()
+    dtype = cpu_dtype.kv_cache_dtype(kv_cache_dtype, loaded.dtype, loaded.dtype_plan)
+    itemsize = torch.empty((), dtype=dtype).element_size()
     return 2 * model.num_layers * block_size * model.num_kv_heads * model.head_dim * itemsize
 
 
-def auto_num_kv_blocks(loaded: LoadedModel, block_size: int) -> int:
+def auto_num_kv_blocks(loaded: LoadedModel, block_size: int,
+                       kv_cache_dtype: str = "auto") -> int:
     """Blocks that fit the memory left for the KV pool: free GPU memory, or 1 GiB on CPU."""
     if loaded.device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(loaded.device)
         budget = int(free * GPU_MEMORY_UTILIZATION)
     else:
         budget = CPU_KV_CACHE_BYTES
-    return max(1, budget // kv_block_bytes(loaded, block_size))
+    return max(1, budget // kv_block_bytes(loaded, block_size, kv_cache_dtype))
 
 
 class ModelRunner:
