@@ -143,6 +143,60 @@ def test_prompt_logprobs_bypass_the_prefix_cache(loaded):
     assert plain.record.num_cached_tokens >= 32
 
 
+def test_a_prefill_recomputed_after_a_preemption_scores_only_the_new_positions(loaded):
+    """Preempted mid-prompt, a request computes its prompt again from position 0: the
+    positions it scored before are not scored twice, so its prompt logprobs stay one entry
+    per prompt token, each of its own position."""
+    from engine.execution.model_runner import ModelRunner
+    from engine.kv.block_manager import BlockManager
+    from engine.records import PrefillChunk, SchedulerOutput
+    from engine.request import Request
+
+    prompt = encode(loaded, PROMPTS[0])
+    assert len(prompt) > 10
+    runner, bm = ModelRunner(loaded, 8, 16), BlockManager(8, 16)
+    req = Request("r", prompt, SamplingParams(max_tokens=2, temperature=0.0,
+                                              prompt_logprobs=1), 0.0)
+
+    def prefill(num_tokens: int, step_id: int) -> None:
+        assert bm.allocate(req, num_tokens)
+        chunk = PrefillChunk(req, num_tokens, sample=False)
+        sampled = runner.execute(SchedulerOutput(step_id, [], [chunk], 0, 64))
+        req.prompt_logprobs.extend(sampled.prompt_logprobs["r"])
+        req.num_computed_tokens += num_tokens
+
+    prefill(6, 1)  # positions 0..5 score tokens 1..6
+    bm.free(req)  # preempted: its K/V is gone, computed again from the start
+    req.num_computed_tokens = 0
+    prefill(10, 2)  # positions 0..9: only 6..9 are new
+    assert [e.token_id for e in req.prompt_logprobs] == prompt[1:11]
+    ref = reference_logprobs(loaded, prompt)
+    assert [e.logprob for e in req.prompt_logprobs] == pytest.approx(
+        [float(ref[i, t]) for i, t in enumerate(prompt[1:11])], abs=1e-4)
+
+
+def test_once_its_prompt_is_scored_a_recompute_hits_the_prefix_cache_again():
+    """Prompt logprobs bypass the cache only while some prompt position is unscored: a
+    request preempted after its prompt was scored takes its prefix from the cache."""
+    from engine.kv.block_manager import BlockManager
+    from engine.logprobs import TokenLogprob
+    from engine.request import Request
+
+    bm = BlockManager(16, 4)
+    req = Request("r", list(range(10, 19)), SamplingParams(max_tokens=4, prompt_logprobs=1),
+                  0.0)
+    assert bm.allocate_prefix(req) == 0 and req.needs_prompt_logprobs
+    assert bm.allocate(req, 9)
+    req.num_computed_tokens = 9
+    req.prompt_logprobs.extend(TokenLogprob(t, -1.0, 1) for t in req.token_ids[1:])
+    bm.cache_full_blocks(req)
+    req.token_ids.append(30)  # its first output token
+    assert not req.needs_prompt_logprobs  # all 8 positions scored
+    bm.free(req)  # preempted
+    req.num_computed_tokens = 0
+    assert bm.allocate_prefix(req) == 8  # its two full blocks, from the cache
+
+
 def test_a_step_without_logprobs_scores_nothing(monkeypatch):
     def no_scoring(*args, **kwargs):
         raise AssertionError("score_rows ran for a step where no row asked")
