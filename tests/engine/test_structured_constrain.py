@@ -52,6 +52,25 @@ def test_openai_and_vllm_shapes_parse_or_name_the_problem():
         StructuredOutput.json_schema({"enum": ["x" * MAX_SCHEMA_CHARS]})
 
 
+def test_a_schema_of_exactly_max_schema_chars_is_accepted_and_one_more_is_refused():
+    fill = MAX_SCHEMA_CHARS - len('{"enum":[""]}')  # compact JSON: the limit exactly
+    assert len(StructuredOutput.json_schema({"enum": ["x" * fill]}).schema) == MAX_SCHEMA_CHARS
+    with pytest.raises(ValueError, match=f"{MAX_SCHEMA_CHARS + 1} characters"):
+        StructuredOutput.json_schema({"enum": ["x" * (fill + 1)]})
+
+
+def test_a_grammar_cache_is_per_eos_and_refuses_an_eos_at_the_logits_width(tokenizer, cache):
+    """The grammar's stop tokens are the model's EOS ids: another EOS is another cache (its
+    grammars end on that EOS), and an EOS id equal to the logits' width is outside them."""
+    other = cache_for(tokenizer, VOCAB_SIZE, 3)
+    assert other is not cache and other.stop_token_ids == (3,)
+    assert cache.stop_token_ids == (tokenizer.eos_token_id,)
+    assert cache_for(tokenizer, VOCAB_SIZE, 3) is other
+    GrammarCache(tokenizer, VOCAB_SIZE, (VOCAB_SIZE - 1,))  # the last id: inside
+    with pytest.raises(ValueError, match=rf"EOS ids \[{VOCAB_SIZE}\] are outside"):
+        GrammarCache(tokenizer, VOCAB_SIZE, (VOCAB_SIZE,))
+
+
 def test_compiles_once_per_schema_and_names_the_field_when_refused(tokenizer, cache):
     assert cache_for(tokenizer, VOCAB_SIZE, tokenizer.eos_token_id) is cache
     first = cache.compile(StructuredOutput.json_schema(SCHEMA))
