@@ -167,6 +167,25 @@ def test_cached_blocks_are_evicted_least_recently_freed_first():
     bm.check_integrity([c])
 
 
+def test_an_evicted_block_is_published_as_removed():
+    """With KV events on, a cached block that a fresh allocation evicts leaves the
+    findable set in the step's batch: a router must stop sending its prefix here."""
+    from engine.kv.events import KVEventLog
+
+    bm = BlockManager(num_blocks=2, block_size=BS)
+    bm.publish_events(log := KVEventLog())
+    a = _request("a", [10, 11, 12, 13, 14, 15, 16, 17])
+    _run(bm, a)
+    bm.free(a)
+    log.seal(step_id=1)
+    stored = set(log.since(0)[0].stored)
+    assert stored == set(bm.cached_keys()) and len(stored) == 2
+    _run(bm, _request("c", [30, 31, 32]))  # one block: a's tail block is evicted
+    log.seal(step_id=2)
+    (batch,) = log.since(1)
+    assert len(batch.removed) == 1 and set(batch.removed) == stored - set(bm.cached_keys())
+
+
 def test_a_prefix_hit_refreshes_a_cached_block():
     bm = BlockManager(num_blocks=4, block_size=BS)
     a = _request("a", [10, 11, 12, 13, 14, 15, 16, 17])
