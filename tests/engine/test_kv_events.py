@@ -41,6 +41,23 @@ def test_a_reader_that_falls_behind_gets_a_gap_and_the_lost_batches_count():
         KVEventLog(capacity=0)
 
 
+def test_a_batch_given_to_a_reader_never_counts_as_dropped():
+    """`dropped` counts the batches that left the ring before any reader had them: a
+    reader that reads each batch as it comes loses none, however many leave the ring."""
+    log = KVEventLog(capacity=1)
+    for step in range(1, 5):
+        log.stored(step)
+        log.seal(step)  # the batch before this one leaves the ring, read
+        (batch,) = log.since(step - 1)
+        assert batch.seq == step
+    assert log.counters() == {"seq": 4, "dropped": 0, "gaps": 0}
+    log.stored(5)
+    log.seal(5)
+    log.stored(6)
+    log.seal(6)  # batch 5 left unread
+    assert log.counters()["dropped"] == 1
+
+
 def test_listeners_hear_each_sealed_batch_until_they_stop():
     log, heard = KVEventLog(), []
     listener = lambda: heard.append(log.seq)  # noqa: E731
