@@ -108,6 +108,20 @@ def test_without_isolation_the_whole_batch_ends():
     _idle_and_consistent(d)
 
 
+def test_a_step_where_one_request_ran_is_not_a_whole_step_failure():
+    """One of two requests fails: the other's part ran, so the engine works (readiness
+    counts only whole-step failures)."""
+    d, faulty = _driver()
+    faulty.add(Fault(match=lambda r: r.request_id == "r1"))
+    for i in range(2):
+        d.add(f"r{i}", prompt(i, 20), SamplingParams(max_tokens=4, ignore_eos=True))
+    out = d.step()
+    assert out.failure.request_ids == ("r1",) and out.failure.num_succeeded == 1
+    assert not out.failure.whole_step
+    d.run()
+    _idle_and_consistent(d)
+
+
 def test_a_transient_fault_is_retried_in_parts_and_ends_nothing():
     d, faulty = _driver()
     faulty.add(Fault(steps={3}, times=1))  # the first call of step 3 fails, not the retries
