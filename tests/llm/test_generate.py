@@ -42,6 +42,17 @@ def test_stop_string_cuts_text_before_it(llm):
     assert llm.engine.block_manager.num_used == 0  # its blocks were freed
 
 
+def test_a_stop_string_ends_the_request_stopped_in_its_record(llm):
+    """The engine's record (trace, metrics, outcome) says "stop" too, not "cancelled"."""
+    free = llm.generate("The quick brown", SamplingParams(max_tokens=24, temperature=0.0),
+                        use_tqdm=False)[0]
+    stopped = llm.generate("The quick brown", SamplingParams(
+        max_tokens=24, temperature=0.0, stop=[free.text[6:9]]), use_tqdm=False)[0]
+    assert stopped.finish_reason == "stop"
+    assert stopped.record.finish_reason == "stop" and stopped.record.status == "STOPPED"
+    assert stopped.record.outcome == "finished"
+
+
 def _varied_greedy_output(llm, max_tokens=10):
     """A prompt whose greedy output has a token first seen at index >= 2."""
     for prompt in ("Hello", "The quick brown fox", "Numbers like", "She sells", "A request"):
@@ -110,6 +121,26 @@ def test_more_prompts_than_the_queue_holds_all_complete(tiny_llama_dir):
 def test_bad_inputs_are_clear_errors(llm, prompt, params, message):
     with pytest.raises(ValueError, match=message):
         llm.generate(prompt, params, use_tqdm=False)
+
+
+def test_a_prompt_that_fills_max_model_len_exactly_runs(llm):
+    """prompt + max_tokens may reach max_model_len (512), not pass it."""
+    limit = llm.engine.static.max_model_len
+    out = llm.generate([[5 + i % 100 for i in range(limit - 4)]],
+                       SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True),
+                       use_tqdm=False)[0]
+    assert len(out.token_ids) == 4 and out.finish_reason == "length"
+    with pytest.raises(ValueError, match=f"{limit + 1} is over max_model_len={limit}"):
+        llm.generate([[5] * (limit - 3)], SamplingParams(max_tokens=4), use_tqdm=False)
+
+
+def test_max_model_len_past_the_models_context_is_capped_to_it(llm):
+    from engine.llm import fit_engine_config
+
+    context = llm.loaded.max_model_len
+    assert fit_engine_config(llm.loaded, {"max_model_len": context * 4}).static.max_model_len \
+        == context
+    assert fit_engine_config(llm.loaded, {"max_model_len": 64}).static.max_model_len == 64
 
 
 def test_bad_params_and_names():
