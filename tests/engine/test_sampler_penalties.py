@@ -212,6 +212,13 @@ def test_bad_values_are_refused_naming_the_field(params, field):
         SamplingParams(**params)
 
 
+def test_a_token_id_equal_to_the_vocabulary_size_is_outside_it():
+    params = SamplingParams(stop_token_ids=[VOCAB - 1, VOCAB], logit_bias={VOCAB: 1.0, 0: 2.0})
+    assert params.token_ids_outside(VOCAB) == {"stop_token_ids": [VOCAB], "logit_bias": [VOCAB]}
+    inside = SamplingParams(stop_token_ids=[VOCAB - 1], logit_bias={VOCAB - 1: 1.0})
+    assert inside.token_ids_outside(VOCAB) == {}
+
+
 def test_offline_llm_refuses_logit_bias_outside_the_vocabulary(tiny_loaded):
     from engine import LLM
 
