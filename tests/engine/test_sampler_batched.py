@@ -167,6 +167,15 @@ def test_ties():
     assert sample_many(row, temperature=1.0, top_p=1e-6) == {10}
 
 
+def test_a_temperature_below_the_greedy_epsilon_samples_the_argmax():
+    """As vLLM: a temperature under 1e-5 is greedy (logits / 1e-40 would overflow to inf
+    and the softmax to NaN)."""
+    assert SamplingParams(temperature=1e-40).temperature == 0.0
+    logits = torch.randn(4, VOCAB, generator=torch.Generator().manual_seed(3)) * 3
+    requests = [make_request(str(i), temperature=1e-40, seed=i) for i in range(4)]
+    assert sample(logits, requests) == logits.argmax(-1).tolist()
+
+
 def test_greedy_rows_take_the_argmax_beside_sampled_rows():
     logits = torch.randn(5, VOCAB)
     requests = [make_request(str(i), temperature=0.0 if i % 2 else 1.0, seed=i)
