@@ -186,6 +186,15 @@ def test_an_evicted_block_is_published_as_removed():
     assert len(batch.removed) == 1 and set(batch.removed) == stored - set(bm.cached_keys())
 
 
+def test_a_request_that_needs_exactly_the_free_blocks_gets_them():
+    bm = BlockManager(num_blocks=3, block_size=BS)
+    a = _request("a", list(range(10, 22)))  # 12 tokens: 3 blocks, the whole pool
+    assert bm.allocate(a, 12) and bm.num_free == 0
+    assert not bm.allocate(a, 13)  # one more token needs a fourth block
+    assert len(a.block_ids) == 3
+    bm.check_integrity([a])
+
+
 def test_a_prefix_hit_refreshes_a_cached_block():
     bm = BlockManager(num_blocks=4, block_size=BS)
     a = _request("a", [10, 11, 12, 13, 14, 15, 16, 17])
