@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from mutant_spec import CTL, ENG, SEC, Mutant
 from mutants_engine import ENGINE_MUTANTS
+from mutants_execution import EXECUTION_MUTANTS
 from mutants_fleet import FLEET_MUTANTS
 from mutants_tools import TOOLS_MUTANTS
 
@@ -353,4 +354,4 @@ _FIRST_PASS: list[Mutant] = [
            "with a stuck engine, every choice's final chunk says it is choice 0"),
 ]
 
-MUTANTS = _FIRST_PASS + ENGINE_MUTANTS + FLEET_MUTANTS + TOOLS_MUTANTS
+MUTANTS = _FIRST_PASS + ENGINE_MUTANTS + FLEET_MUTANTS + TOOLS_MUTANTS + EXECUTION_MUTANTS
