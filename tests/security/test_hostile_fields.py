@@ -188,6 +188,22 @@ def test_each_size_limit_names_itself(api):
     assert [r.status_code for r in replies] == [400] * 6
 
 
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/completions", {**PROMPT, "logit_bias": {str(i): 1 for i in range(4)}}),
+    ("/v1/completions", {**PROMPT, "stop": ["12345678"] * 16}),  # 16 strings of 8
+    ("/v1/completions", {**PROMPT, "n": 2, "max_tokens": 32}),  # 2 x 32 = 64
+    ("/v1/completions", {**PROMPT, "max_tokens": 65}),  # one choice: the context bounds it
+    ("/tokenize", {"prompt": "w" * 2000}),  # (2,000 tokens: over the context to generate)
+    ("/tokenize", {"messages": [{"role": "user", "content": "w" * 2000}]}),
+    ("/tokenize", {"messages": [{"role": "user", "content": ""}] * 2048}),
+])
+def test_a_request_at_exactly_each_limit_is_served(api, path, body):
+    """Each limit is the most a request may ask for, not the first value refused: a
+    client sized to `--limit` (or the documented default) is served."""
+    reply, = send(api, [(path, body, {})])
+    assert reply.status_code == 200, reply.text
+
+
 def test_a_prompt_too_long_for_the_context_is_refused_before_tokenizing(tiny_loaded):
     engine, _, settings = make_engine(tiny_loaded)  # the derived character limit
     max_len = engine.parts.static.max_model_len
