@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
 
 from fixtures.serving import asgi_client
 
@@ -52,6 +53,28 @@ def test_hostile_keys_are_named_bounded_and_header_safe(api):
     assert header.isascii() and header.isprintable() and "set-cookie" not in hostile.headers
     assert len(header) == MAX_IGNORED_HEADER and header.endswith(" ...")
     assert HEADER not in after.headers
+
+
+def test_a_request_and_its_messages_share_the_cap_on_names(api):
+    """The cap counts a body's unknown fields and its messages' together: eight at the top
+    and a misspelt message key are eight names and "and 1 more", not nine names."""
+    body = {"messages": [{"role": "user", "content": "hi", "nmae": "x"}], "max_tokens": 2,
+            **{f"extra_{i}": 1 for i in range(MAX_NAMED)}}
+    reply, = post_all(api, [body], "/v1/chat/completions")
+    assert reply.status_code == 200, reply.text
+    names = reply.json()["batchpilot"]["ignored_fields"]
+    assert len(names) == MAX_NAMED + 1 and names[-1] == "and 1 more", names
+    assert reply.headers[HEADER].endswith(", and 1 more")
+
+
+def test_a_name_with_a_percent_sign_comes_back_whole_from_the_header(api):
+    """The header's names are percent-encoded, so a '%' in one is encoded too: unquoting
+    the header gives the names back (a raw "size%41x" would read as "sizeAx")."""
+    reply, = post_all(api, [{**PROMPT, "max_tokens": 2, "size%41x": 1}])
+    assert reply.status_code == 200, reply.text
+    names = reply.json()["batchpilot"]["ignored_fields"]
+    assert names[0].startswith("size%41x")
+    assert urllib.parse.unquote(reply.headers[HEADER]) == ", ".join(names)
 
 
 def test_a_stream_names_them_in_its_headers_and_last_chunk(api):
