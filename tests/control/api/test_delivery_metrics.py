@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 
+import pytest
 from fixtures.serving import asgi_client, make_engine
 
 from control.api.delivery import DeliveryProbe
@@ -65,6 +66,41 @@ def test_event_loop_lag_is_observed_and_counts_a_blocked_loop():
     lag_sum = registry.get_sample_value("batchpilot_event_loop_lag_seconds_sum", {"model": "m"})
     count = registry.get_sample_value("batchpilot_event_loop_lag_seconds_count", {"model": "m"})
     assert count >= 3 and lag_sum >= 0.1, (count, lag_sum)
+
+
+def test_a_timer_that_fires_on_time_has_no_lag(monkeypatch):
+    """The lag is how late a timer fires past its due time, not the period it waited: on
+    a clock where two timers fire on time and one 20 ms late, the lags sum to 20 ms."""
+    from types import SimpleNamespace
+
+    from prometheus_client import CollectorRegistry
+
+    from control.api import delivery
+
+    now, fired = [100.0], []
+
+    class Stop(Exception):
+        pass
+
+    async def sleep(seconds: float) -> None:
+        if len(fired) == 3:
+            raise Stop
+        fired.append(seconds)
+        now[0] += seconds + (0.02 if len(fired) == 2 else 0.0)
+
+    monkeypatch.setattr(delivery, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    monkeypatch.setattr(delivery, "asyncio", SimpleNamespace(sleep=sleep))
+    registry = CollectorRegistry()
+    probe = DeliveryProbe(registry, "m")
+    with pytest.raises(Stop):
+        asyncio.run(probe.watch_event_loop())
+    labels = {"model": "m"}
+    assert registry.get_sample_value("batchpilot_event_loop_lag_seconds_count", labels) == 3
+    assert registry.get_sample_value("batchpilot_event_loop_lag_seconds_sum",
+                                     labels) == pytest.approx(0.02)
+    on_time = registry.get_sample_value("batchpilot_event_loop_lag_seconds_bucket",
+                                        {**labels, "le": "0.0005"})
+    assert on_time == 2
 
 
 def test_an_event_not_from_a_step_is_not_observed():
