@@ -8,10 +8,16 @@ part of its X-Request-Timeout-Ms (and its client's patience) before admission.
 from __future__ import annotations
 
 import asyncio
+import time
+from types import SimpleNamespace
 
+import pytest
 from fixtures.long_step import LONG_PROMPT, LongPrefill
 from fixtures.serving import asgi_client, kv_in_use, make_engine, wait_until_idle
 
+from control.api.arrival import ARRIVAL_KEY, EDGE_ELAPSED_HEADER, StampArrival
+from control.api.choices import choice_generations
+from control.serve.streams import RequestStream
 from engine.request import RequestStatus
 from tests.engine.engine_helpers import make_engine as make_sim_engine
 
@@ -66,3 +72,49 @@ def test_a_refusal_without_arrival_is_stamped_now():
     engine, clock = make_sim_engine()
     decision = engine.refuse("r0", [5, 6, 7], "draining", "shutting down")
     assert decision.arrival_time == decision.time == clock()
+
+
+def test_every_choices_timeout_counts_from_arrival():
+    """n choices share the request's X-Request-Timeout-Ms from its arrival: one that waited
+    3 s before admission has 3 s less left on every choice, not the whole timeout again."""
+    engine = SimpleNamespace(abort=lambda request_id, reason: None, live_config=None,
+                             stall_after_s=60.0)
+    state = SimpleNamespace(engine=engine, delivery=None, finished_one=lambda: None)
+
+    async def never() -> dict:
+        await asyncio.Event().wait()
+        return {}
+
+    request = SimpleNamespace(receive=never, scope={
+        "state": {ARRIVAL_KEY: time.perf_counter() - 3.0}})
+
+    async def scenario() -> list[float]:
+        gens, done = choice_generations(state, request, [RequestStream("r"),
+                                                         RequestStream("r-1")],
+                                        timeout_s=10.0, streaming=False)
+        left = [gen._wait_s() for gen in gens]  # seconds until each one's deadline
+        for gen in gens:
+            gen.close()
+        done()
+        return left
+
+    left = asyncio.run(scenario())
+    assert all(6.0 < s <= 7.0 for s in left), left
+
+
+@pytest.mark.parametrize(("value", "moved_s"), [
+    ("2.5", 2.5), ("-5", 0.0), ("nan", 0.0), ("1e9", 3600.0), ("soon", 0.0)])
+def test_the_edges_elapsed_header_moves_arrival_back_within_bounds(value, moved_s):
+    """Behind its edge the server counts the time the request spent there: the arrival
+    moves back by the edge's header, never forward (a negative value) and at most an
+    hour; a value that is not a number moves nothing."""
+    seen: dict = {}
+
+    async def app(scope, receive, send) -> None:
+        seen.update(scope["state"])
+
+    scope = {"type": "http", "headers": [(EDGE_ELAPSED_HEADER.encode(), value.encode())]}
+    before = time.perf_counter()
+    asyncio.run(StampArrival(app, behind_edge=True)(scope, None, None))
+    after = time.perf_counter()
+    assert before - moved_s <= seen[ARRIVAL_KEY] <= after - moved_s
