@@ -5,6 +5,7 @@ and an engine without a model are a 400 naming the field."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import openai
@@ -12,6 +13,15 @@ import pytest
 import torch
 from fixtures.serving import LiveServer, make_engine
 from transformers import AutoModelForCausalLM
+
+from control.api import response_schemas as shapes
+from control.api.logprobs_format import (
+    MIN_LOGPROB,
+    CompletionLogprobs,
+    chat_logprobs,
+    vllm_prompt_logprobs,
+)
+from engine.output.processor import Logprob
 
 HELLO = [{"role": "user", "content": "Hello world! How are you today?"}]
 GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
@@ -166,3 +176,64 @@ def test_an_engine_without_a_model_refuses_logprobs_but_echoes(api):
         assert echoed.choices[0].logprobs is None
     finally:
         spy.computes_logprobs = True
+
+
+def test_prompt_logprob_ranks_count_from_one(api):
+    """vLLM's prompt_logprobs rank the likeliest token 1: the top-2 entries of every row
+    are ranks 1 and 2, the likeliest first."""
+    client, _, _ = api
+    out = client.completions.create(model="tiny", prompt="Hello world, how are you", max_tokens=1,
+                                    extra_body={"prompt_logprobs": 2})
+    rows = out.choices[0].model_extra["prompt_logprobs"][1:]
+    assert rows
+    for row in rows:
+        by_logprob = sorted(row.values(), key=lambda v: -v["logprob"])
+        assert [v["rank"] for v in by_logprob[:2]] == [1, 2], row
+        assert min(v["rank"] for v in row.values()) == 1
+
+
+def test_an_engine_without_a_model_refuses_prompt_logprobs(api):
+    """prompt_logprobs, like logprobs, is a 400 naming it on an engine that runs no model,
+    not an answer without them."""
+    client, spy, _ = api
+    spy.computes_logprobs = False
+    try:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.completions.create(model="tiny", prompt="Hello", max_tokens=2,
+                                      extra_body={"prompt_logprobs": 1})
+    finally:
+        spy.computes_logprobs = True
+    assert err.value.body["param"] == "prompt_logprobs"
+    assert "runs no model" in err.value.body["message"]
+
+
+def test_a_minus_infinity_logprob_is_floored_so_the_answer_is_json():
+    """A token the model cannot pick (logprob -inf, e.g. masked) is shown at -9999, as vLLM
+    does: JSON has no -inf, so an unfloored one would make an invalid body."""
+    inf = float("-inf")
+    entry = Logprob(5, "a", inf, 3, top=((7, "b", -0.1), (5, "a", inf)))
+    shown = [chat_logprobs([entry], 2), CompletionLogprobs(2).render([entry]),
+             vllm_prompt_logprobs([entry], 2)]
+    text = json.dumps(shown, allow_nan=False)  # raises on -inf
+    assert str(MIN_LOGPROB) in text
+    assert shown[0]["content"][0]["logprob"] == MIN_LOGPROB
+    assert shown[1]["token_logprobs"] == [MIN_LOGPROB]
+    assert shown[2][1]["5"]["logprob"] == MIN_LOGPROB
+
+
+def test_every_field_of_an_answer_is_in_its_documented_shape(api):
+    """/openapi.json documents the answers (control/api/response_schemas.py): every field
+    an answer carries, vLLM's prompt_logprobs included, is in the shape documented."""
+    client, _, _ = api
+    chat = json.loads(client.chat.completions.with_raw_response.create(
+        model="tiny", messages=HELLO, max_tokens=2, logprobs=True, top_logprobs=1,
+        extra_body={"prompt_logprobs": 1}).text)
+    completion = json.loads(client.completions.with_raw_response.create(
+        model="tiny", prompt="Hello", max_tokens=2, logprobs=1, echo=True,
+        extra_body={"prompt_logprobs": 1}).text)
+    assert set(chat) <= set(shapes.ChatCompletionResponse.model_fields), set(chat)
+    assert set(chat["choices"][0]) <= set(shapes.ChatChoice.model_fields)
+    assert set(chat["batchpilot"]) <= set(shapes.BatchpilotInfo.model_fields)
+    assert set(completion) <= set(shapes.CompletionResponse.model_fields), set(completion)
+    assert set(completion["choices"][0]) <= set(shapes.CompletionChoice.model_fields)
+    assert "prompt_logprobs" in chat and "prompt_logprobs" in completion["choices"][0]
