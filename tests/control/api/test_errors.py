@@ -40,6 +40,8 @@ def _check_error(resp, status: int, *needles: str) -> dict:
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, ["role"],
      "messages"),
     ("/v1/chat/completions", {**CHAT, "n": 0}, ["n=0", "[1, 16]"], "n"),
+    ("/v1/chat/completions", {"messages": [{"role": "system"}, *CHAT["messages"]]},
+     ["a system message needs content"], "messages"),  # only an assistant's may have none
 ])
 def test_bad_parameters_are_400(api, path, body, needles, param):
     engine, settings = api

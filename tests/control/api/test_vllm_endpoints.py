@@ -128,6 +128,21 @@ def test_chat_tokenize_can_leave_the_last_message_open(api, tiny_loaded):
     assert resp.json()["tokens"] == tok.encode(rendered, add_special_tokens=False)
 
 
+def test_text_parts_are_the_message_their_texts_make(api):
+    """A message's content sent as text parts is their texts run together: tokenized and
+    answered as the same message sent as one string."""
+    parts = [{"type": "text", "text": "What does the sched"},
+             {"type": "text", "text": "uler do?"}]
+    as_parts = [MESSAGES[0], {"role": "user", "content": parts}]
+    whole, split, chat = call(
+        api, ("POST", "/tokenize", {"messages": MESSAGES}),
+        ("POST", "/tokenize", {"messages": as_parts}),
+        ("POST", "/v1/chat/completions", {"messages": as_parts, "max_tokens": 1}))
+    assert split.status_code == chat.status_code == 200, (split.text, chat.text)
+    assert split.json()["tokens"] == whole.json()["tokens"]
+    assert chat.json()["usage"]["prompt_tokens"] == whole.json()["count"]
+
+
 def test_detokenize_inverts_tokenize(api):
     text = "Paged KV blocks, 16 tokens each: the pool's unit."
     tokens = call(api, ("POST", "/tokenize", {"prompt": text}))[0].json()["tokens"]
