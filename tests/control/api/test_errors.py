@@ -229,6 +229,42 @@ def test_draining_server_refuses_with_503(tiny_loaded):
     assert int(resp.headers["retry-after"]) >= 1
 
 
+def test_a_request_the_shutdown_cuts_is_503_with_retry_after(tiny_loaded):
+    """The shutdown's grace ran out while a whole-body request ran: a 503 saying to retry
+    on another replica, with Retry-After, as a refusal while draining has."""
+    engine, spy, settings = make_engine(tiny_loaded, delay_s=0.02)
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            pending = asyncio.ensure_future(client.post("/v1/completions", json={
+                "prompt": "Hi", "max_tokens": 400, "ignore_eos": True}))
+            while not spy.ran:  # it runs: the shutdown cuts it, it is not refused
+                assert not pending.done(), pending.result().text
+                await asyncio.sleep(0.01)
+            engine.abort_all("shutdown")
+            return await pending
+
+    resp = asyncio.run(scenario())
+    assert _check_error(resp, 503, "shutting down", "retry")["code"] == "server_shutdown"
+    assert int(resp.headers["retry-after"]) >= 1
+
+
+def test_readyz_counts_refusals_by_reason(tiny_loaded):
+    """/readyz's `rejections` counts the requests admission refused, by reason."""
+    engine, _, settings = make_engine(tiny_loaded)
+    engine.admission_paused = True
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            refused = [await client.post("/v1/completions", json={"prompt": "Hi"})
+                       for _ in range(2)]
+            return refused, await client.get("/readyz")
+
+    refused, ready = asyncio.run(scenario())
+    assert [r.status_code for r in refused] == [503, 503]
+    assert ready.json()["rejections"] == {"admission_paused": 2}
+
+
 def test_unexpected_error_is_an_openai_500_without_stack_trace(api, caplog):
     engine, settings = api
 
