@@ -140,6 +140,58 @@ def test_probes_and_models(tiny_loaded):
     asyncio.run(scenario())
 
 
+def test_a_model_started_by_its_path_is_served_by_its_name_and_that_path(tiny_loaded):
+    """`--model checkpoints/tiny/` (a trailing slash as a shell completes it): /v1/models
+    lists "tiny", and a request may name the model either way."""
+    from control.serve.settings import ServeSettings
+
+    engine, _, settings = make_engine(tiny_loaded,
+                                      settings=ServeSettings(model="checkpoints/tiny/"))
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            models = (await client.get("/v1/models")).json()
+            by = [await client.post("/v1/completions", json={
+                "model": model, "prompt": "Hi", "max_tokens": 1})
+                for model in ("tiny", "checkpoints/tiny/", "other")]
+            return models, by
+
+    models, (by_name, by_path, other) = asyncio.run(scenario())
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+    assert by_name.status_code == by_path.status_code == 200, (by_name.text, by_path.text)
+    assert other.status_code == 404
+
+
+def test_readyz_is_503_while_the_engine_thread_is_stuck_past_stall_after_s(tiny_loaded):
+    """The engine thread busy past stall_after_s (here, a call it runs that does not
+    return): /readyz is 503 saying the loop made no progress."""
+    import threading
+
+    from control.serve.settings import ServeSettings
+
+    engine, _, settings = make_engine(tiny_loaded,
+                                      settings=ServeSettings(model="tiny", stall_after_s=0.05))
+    started, release = threading.Event(), threading.Event()
+
+    def hold(_engine) -> None:
+        started.set()
+        release.wait(30)
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            held = asyncio.ensure_future(engine.call(hold))
+            assert await asyncio.to_thread(started.wait, 10)
+            await asyncio.sleep(0.2)  # the thread is now stuck 4 x stall_after_s
+            ready = await client.get("/readyz")
+            release.set()
+            await held
+            return ready
+
+    ready = asyncio.run(scenario())
+    assert ready.status_code == 503
+    assert "made no progress" in ready.json()["reason"]
+
+
 def test_readyz_fails_when_the_model_failed_to_load():
     from control.api.app import create_app
     from control.serve.engine_loop import AsyncEngine
