@@ -7,7 +7,7 @@ import asyncio
 import time
 
 import httpx
-from fixtures.serving import LiveServer, kv_in_use, make_engine, wait_until_idle
+from fixtures.serving import LiveServer, asgi_client, kv_in_use, make_engine, wait_until_idle
 
 NUM_STREAMS = 50
 MAX_TOKENS = 60
@@ -95,3 +95,20 @@ def test_a_queued_request_whose_client_leaves_never_runs(tiny_loaded):
     assert len(spy.ran) == 1
     assert engine.abort_counts == {"client_disconnect": 1}
     assert used == 0
+
+
+def test_an_abort_that_comes_after_the_request_finished_is_not_counted(tiny_loaded):
+    """The client's abort can reach the engine thread after its request finished (the
+    answer was on its way): nothing is aborted, so /readyz's `aborts` does not count it."""
+    engine, _, settings = make_engine(tiny_loaded)
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            done = await client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
+            assert done.status_code == 200, done.text
+            engine.abort(done.json()["id"], "client_disconnect")
+            await engine.call(lambda e: None)  # after the abort command
+            return await client.get("/readyz")
+
+    ready = asyncio.run(scenario())
+    assert ready.json()["aborts"] == {}
