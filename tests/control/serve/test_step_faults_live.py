@@ -207,3 +207,59 @@ def test_step_health_rule(whole, ready):
     assert health.reason() is None
     with pytest.raises(ValueError, match="unready_after"):
         StepHealth(unready_after=0)
+
+
+def test_a_step_in_which_some_requests_ran_ends_a_run_of_whole_failures():
+    """Two whole-step failures, one that ended only part of its batch, one whole again: the
+    run is 1, not 3 (part of the batch ran, so the engine works): still ready."""
+    from control.serve.step_health import StepHealth
+
+    health = StepHealth(unready_after=3, hold_s=30.0, clock=lambda: 100.0)
+
+    class Failure:
+        step_id = 7
+
+        def __init__(self, whole_step: bool):
+            self.whole_step = whole_step
+
+    for whole in (True, True, False, True):
+        health.on_failure(Failure(whole), "step failed: execute raised InjectedFault", 1)
+    assert health.consecutive == 1 and health.reason() is None
+
+
+def test_readyz_counts_every_request_a_failed_step_ended():
+    """`failed_requests` counts requests, not steps: one step that ended three is 3."""
+    import logging
+
+    from control.serve.step_health import StepHealth
+
+    class Failure:
+        step_id, whole_step, phase, num_succeeded = 4, True, "execute", 0
+        request_ids = ["a", "b", "c"]
+        detail, error = "step failed: execute raised InjectedFault", RuntimeError("boom")
+
+    health = StepHealth(clock=lambda: 100.0)
+    health.step_failed(Failure(), logging.getLogger("test.step_health"))
+    assert health.as_dict()["failed_requests"] == 3
+    assert health.as_dict()["failed_steps"] == 1
+
+
+def test_a_new_kind_of_failure_logs_its_traceback_at_once(caplog):
+    """Alike failures log one traceback per TRACEBACK_EVERY_S, but a different one (another
+    exception) logs its own traceback at once: the log shows why it failed this time."""
+    import logging
+
+    from control.serve.step_health import StepHealth
+
+    now = [100.0]
+    health = StepHealth(clock=lambda: now[0])
+    log = logging.getLogger("test.step_health")
+    tracebacks = []
+    for detail in ("raised OutOfMemoryError", "raised OutOfMemoryError", "raised KeyError"):
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="test.step_health"):
+            health.on_failure(None, detail, 1)
+            health.log(log, RuntimeError(detail), f"step failed: {detail}")
+        tracebacks.append(caplog.records[-1].exc_info is not None)
+        now[0] += 1.0
+    assert tracebacks == [True, False, True]
