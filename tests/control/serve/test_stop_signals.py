@@ -88,3 +88,20 @@ def test_a_signal_handled_while_the_wait_holds_the_events_lock_still_stops_it():
         proc.kill()
         out, _ = proc.communicate()
     assert out == "handled\nstopped\n", "the handler waited on the lock its own thread held"
+
+
+def test_the_wait_ends_when_what_it_watches_dies():
+    """`make run` waits on its server and dashboard: when `alive()` turns false (one of
+    them exited), the wait returns within POLL_S, without a signal."""
+    import threading
+
+    from control.serve.stop_signals import wait_for_stop
+
+    stop = threading.Event()
+    waiter = threading.Thread(target=wait_for_stop, args=(stop, lambda: False), daemon=True)
+    waiter.start()
+    try:
+        waiter.join(10)
+        assert not waiter.is_alive(), "the wait ignored alive()"
+    finally:
+        stop.set()
