@@ -9,6 +9,7 @@ from mutant_spec import CTL, ENG, SEC, Mutant
 from mutants_engine import ENGINE_MUTANTS
 from mutants_execution import EXECUTION_MUTANTS
 from mutants_fleet import FLEET_MUTANTS
+from mutants_serving import SERVING_MUTANTS
 from mutants_tools import TOOLS_MUTANTS
 
 __all__ = ["MUTANTS", "Mutant"]
@@ -354,4 +355,5 @@ _FIRST_PASS: list[Mutant] = [
            "with a stuck engine, every choice's final chunk says it is choice 0"),
 ]
 
-MUTANTS = _FIRST_PASS + ENGINE_MUTANTS + FLEET_MUTANTS + TOOLS_MUTANTS + EXECUTION_MUTANTS
+MUTANTS = [*_FIRST_PASS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS, *EXECUTION_MUTANTS,
+           *SERVING_MUTANTS]

@@ -23,7 +23,7 @@ class RequestLimits:
     max_body_bytes: int = 4 * MIB  # one request body, any route (413 before parsing)
     # A prompt's characters (completions' text, or all chat messages' text). None: derived
     # from the model, max_model_len x the longest token's characters, past which the prompt
-    # cannot fit whatever it tokenizes to (control/api/prompt_limits.py)
+    # cannot fit whatever it tokenizes to (control/api/request_limits.py)
     max_prompt_chars: int | None = None
     max_messages: int = 2048  # chat messages of one request (rendering them holds the GIL)
     max_logit_bias: int = 300  # logit_bias entries (OpenAI's and vLLM's cap)
