@@ -317,6 +317,12 @@ _FIRST_PASS: list[Mutant] = [
            (CTL + "api/test_generation_deadlines.py",),
            "a request runs a second past X-Request-Timeout-Ms"),
     # ---- OpenAI and vLLM compatibility ---------------------------------------------------
+    Mutant("completions-no-bos", "control/serve/state.py",
+           "                prompt, add_special_tokens=add_special_tokens)",
+           "                prompt, add_special_tokens=False)",
+           (CTL + "api/test_vllm_endpoints.py::test_a_tokenizer_that_adds_a_bos_gets_it_as"
+            "_vllm_gives_it",),
+           "a Llama-style model's completions prompt misses the BOS vLLM gives it"),
     Mutant("ignore-eos-dropped", "control/api/routes.py",
            "ignore_eos=body.ignore_eos,", "ignore_eos=False,",
            (CTL + "api/test_sampling_fields.py::test_logit_bias_and_min_tokens_steer_greedy"

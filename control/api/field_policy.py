@@ -36,7 +36,7 @@ UNIMPLEMENTED: dict[str, tuple[Any, ...]] = {
     "guided_grammar": (None,), "structural_tag": (None,), "structured_outputs": (None,),
     "chat_template": (None,), "chat_template_kwargs": (None, {}), "documents": (None,),
     "mm_processor_kwargs": (None, {}), "continue_final_message": (None, False),
-    "add_generation_prompt": (None, True), "add_special_tokens": (None, False),
+    "add_generation_prompt": (None, True),
     "echo": (None, False),  # vLLM's chat field (completions declares its own)
 }
 

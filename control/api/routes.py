@@ -59,12 +59,12 @@ LOADING_RETRY_AFTER_S = 5.0
 
 
 
-async def _tokenized(state: ServerState, meta: RequestMeta, encode: Callable[[Any], Any],
-                     value: Any) -> tuple[RequestMeta, str | None, list[int]]:
-    """`encode(value)` on the tokenizer thread -> (meta with tokenize_s, text, token ids);
+async def _tokenized(state: ServerState, meta: RequestMeta, encode: Callable[..., Any],
+                     *args: Any) -> tuple[RequestMeta, str | None, list[int]]:
+    """`encode(*args)` on the tokenizer thread -> (meta with tokenize_s, text, token ids);
     tokenize_s counts the wait for that thread too."""
     started = time.perf_counter()
-    text, ids = await state.run_tokenizer(encode, value)
+    text, ids = await state.run_tokenizer(encode, *args)
     return replace(meta, tokenize_s=time.perf_counter() - started), text, ids
 
 @router.post("/v1/completions", responses={200: {"model": CompletionResponse}, **ERRORS})
@@ -74,7 +74,8 @@ async def completions(body: CompletionRequest, request: Request) -> Response:
         _check_prompt_chars(state, len(body.prompt), "prompt")
     else:
         check_prompt_ids(len(body.prompt), state.parts.static.max_model_len)
-    meta, text, ids = await _tokenized(state, meta, state.encode_prompt, body.prompt)
+    meta, text, ids = await _tokenized(state, meta, state.encode_prompt, body.prompt,
+                                        body.add_special_tokens)
     return await _generate(state, request, body, meta, "completion", text, ids,
                            body.max_tokens or 16)
 
@@ -86,7 +87,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Res
     check_messages(len(body.messages), state.settings.limits)
     messages = [m.as_template_dict() for m in body.messages]
     _check_prompt_chars(state, sum(len(m["content"]) for m in messages), "messages")
-    meta, text, ids = await _tokenized(state, meta, state.encode_chat, messages)
+    meta, text, ids = await _tokenized(state, meta, state.encode_chat, messages,
+                                        body.add_special_tokens)
     max_tokens = body.max_completion_tokens or body.max_tokens
     if max_tokens is None:  # the rest of the context (admission explains a prompt too long)
         max_tokens = max(1, state.parts.max_prompt_capacity - len(ids))

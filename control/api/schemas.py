@@ -218,6 +218,9 @@ class CompletionRequest(_GenerationRequest):
     echo: bool = False  # the reply starts with the prompt (and its logprobs, when asked)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # N alternatives per token
     suffix: str | None = None
+    # vLLM's: a text prompt gets the tokenizer's special tokens (a BOS, for the models
+    # whose tokenizer adds one), as /tokenize counts them
+    add_special_tokens: bool = True
 
     def _neutral_values(self) -> dict[str, Any]:
         return {**super()._neutral_values(), "suffix": None}
@@ -251,6 +254,7 @@ class CompletionRequest(_GenerationRequest):
 
 class ChatCompletionRequest(_GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
+    add_special_tokens: bool = False  # vLLM's: the chat template writes its own
 
     def _parts(self) -> list[WarnsUndeclared]:
         return [*super()._parts(), *self.messages]

@@ -99,19 +99,20 @@ class RequestKeys:
             messages = [m.as_template_dict() for m in chat.messages]
             text = self.tokenizer.apply_chat_template(messages, tokenize=False,
                                                       add_generation_prompt=True)
-            return self._encode(text)
-        prompt = CompletionRequest.model_validate(body).prompt
+            return self._encode(text, chat.add_special_tokens)
+        completion = CompletionRequest.model_validate(body)
+        prompt = completion.prompt
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
             prompt = prompt[0]  # one prompt in a list: the same request
         if isinstance(prompt, str):
-            return self._encode(prompt)
+            return self._encode(prompt, completion.add_special_tokens)
         if prompt and all(isinstance(t, int) for t in prompt):
             return list(prompt), False
         return [], False  # several prompts: each is its own request on the replica
 
-    def _encode(self, text: str) -> tuple[list[int], bool]:
+    def _encode(self, text: str, add_special_tokens: bool) -> tuple[list[int], bool]:
         cut = len(text) > self.max_chars
-        ids = self.tokenizer.encode(text[:self.max_chars], add_special_tokens=False)
+        ids = self.tokenizer.encode(text[:self.max_chars], add_special_tokens=add_special_tokens)
         return list(ids), cut
 
     def _hasher(self, block_size: int, sharing: str) -> BlockHasher:

@@ -77,19 +77,26 @@ class ServerState:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     # ---- on the tokenizer thread -------------------------------------------------------
-    def encode_prompt(self, prompt: str | list[int]) -> tuple[str | None, list[int]]:
-        """(text, token ids) of a completions prompt: text, or token ids checked against
-        the vocabulary (an id out of range would fail the whole batch's step)."""
+    def encode_prompt(self, prompt: str | list[int], add_special_tokens: bool = True,
+                      ) -> tuple[str | None, list[int]]:
+        """(text, token ids) of a completions prompt: text (with the tokenizer's special
+        tokens, e.g. a BOS, unless `add_special_tokens` is false: vLLM's default and flag),
+        or token ids as sent, checked against the vocabulary (an id out of range would
+        fail the whole batch's step)."""
         parts = self._parts()
         if isinstance(prompt, str):
-            return prompt, parts.frontend_tokenizer.encode(prompt, add_special_tokens=False)
+            return prompt, parts.frontend_tokenizer.encode(
+                prompt, add_special_tokens=add_special_tokens)
         bad = [t for t in prompt if not 0 <= t < parts.vocab_size]
         if bad:
             raise APIError(400, f"prompt token ids must be in 0..{parts.vocab_size - 1};"
                            f" got {bad[:5]}", code="invalid_value", param="prompt")
         return None, list(prompt)
 
-    def encode_chat(self, messages: list[dict[str, str]]) -> tuple[str, list[int]]:
+    def encode_chat(self, messages: list[dict[str, str]], add_special_tokens: bool = False,
+                    ) -> tuple[str, list[int]]:
+        """The conversation through the chat template, then its token ids: the template
+        writes its own special tokens, so the tokenizer adds none unless asked (vLLM's)."""
         tokenizer = self._parts().frontend_tokenizer
         if not getattr(tokenizer, "chat_template", None):
             raise APIError(400, "this model has no chat template; use /v1/completions",
@@ -100,7 +107,7 @@ class ServerState:
         except Exception as exc:  # the template rejects this conversation (e.g. roles)
             raise APIError(400, f"the chat template rejected the messages: {exc}",
                            code="invalid_value", param="messages") from None
-        return text, tokenizer.encode(text, add_special_tokens=False)
+        return text, tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     def _parts(self) -> EngineParts:
         if self.engine.parts is None:

@@ -253,3 +253,35 @@ def test_openapi_documents_both_tokenize_shapes_without_dangling_refs(api):
     assert "#/$defs/" not in resp.text  # pydantic's refs point nowhere in an OpenAPI doc
     assert "tokens" in doc["paths"]["/detokenize"]["post"]["requestBody"]["content"][
         "application/json"]["schema"]["properties"]
+
+
+def test_a_tokenizer_that_adds_a_bos_gets_it_as_vllm_gives_it(api):
+    """vLLM's add_special_tokens: a completions text prompt gets the tokenizer's BOS (for
+    the models whose tokenizer adds one) unless it is false; a chat request gets none on
+    top of its template's unless it is true; /tokenize counts what each route counts."""
+    from tokenizers.processors import TemplateProcessing
+
+    tok = api[0].parts.frontend_tokenizer
+    backend = tok.backend_tokenizer
+    bos = tok.convert_tokens_to_ids(tok.bos_token)
+    saved = backend.post_processor
+    backend.post_processor = TemplateProcessing(single=f"{tok.bos_token} $A",
+                                                special_tokens=[(tok.bos_token, bos)])
+    try:
+        plain = tok.encode(PROMPT, add_special_tokens=False)
+        assert tok.encode(PROMPT) == [bos, *plain]  # the stand-in adds a BOS
+        chat = {"messages": MESSAGES, "max_tokens": 1, "temperature": 0}
+        completion = {"prompt": PROMPT, "max_tokens": 1, "temperature": 0}
+        replies = call(api, ("POST", "/v1/completions", completion),
+                       ("POST", "/v1/completions", {**completion, "add_special_tokens": False}),
+                       ("POST", "/tokenize", {"prompt": PROMPT}),
+                       ("POST", "/v1/chat/completions", chat),
+                       ("POST", "/v1/chat/completions", {**chat, "add_special_tokens": True}),
+                       ("POST", "/tokenize", {"messages": MESSAGES}))
+    finally:
+        backend.post_processor = saved
+    assert all(r.status_code == 200 for r in replies), [r.text for r in replies]
+    counts = [r.json()["usage"]["prompt_tokens"] if "usage" in r.json() else r.json()["count"]
+              for r in replies]
+    assert counts[:3] == [len(plain) + 1, len(plain), len(plain) + 1]
+    assert counts[3] == counts[5] and counts[4] == counts[3] + 1
