@@ -262,3 +262,14 @@ def test_the_ready_banner_says_where_spans_go_and_which_are_kept(tiny_llama_dir,
     assert ("otlp: spans to http://127.0.0.1:9/v1/traces (http/protobuf); kept: as the"
             " caller's traceparent says, else 0.25 of traces; always errors and timeouts,"
             " and any slower than 2 s to a first token") in banner
+
+
+@pytest.mark.parametrize("block", ["[]", "[otlp_traces_endpoint]", "http://h/v1/traces"])
+def test_a_telemetry_block_that_is_not_a_mapping_is_refused_naming_its_keys(tmp_path, block):
+    from control.otel.cli_args import telemetry_block
+
+    config = tmp_path / "serving.yaml"
+    config.write_text(f"telemetry: {block}\n")
+    with pytest.raises(ValueError, match="telemetry in .* must be a mapping of"
+                       " otlp_traces_endpoint, otlp_protocol"):
+        telemetry_block(str(config))
