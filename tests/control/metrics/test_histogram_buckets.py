@@ -23,3 +23,13 @@ def test_inter_token_gaps_on_a_bound_too():
     hist = Histogram("itl_seconds", "doc", ("model",), (0.25, 1.0))
     hist.labels("m").observe_gaps((0.0, 0.25, 1.25, 3.25))  # gaps 0.25, 1.0, 2.0
     assert buckets(hist) == {"0.25": 1, "1.0": 2, "+Inf": 3}
+
+
+def test_the_inter_token_sum_is_the_first_to_last_token_time():
+    """The gaps' sum (a mean inter-token latency is _sum / _count): every gap once."""
+    hist = Histogram("itl_seconds", "doc", ("model",), (0.25, 1.0))
+    hist.labels("m").observe_gaps((10.0, 10.25, 11.25, 13.25))
+    hist.labels("m").observe_gaps((20.0, 20.5))
+    (family,) = [hist.family()]
+    got = {s.name: s.value for s in family.samples if not s.name.endswith("_bucket")}
+    assert got == {"itl_seconds_count": 4, "itl_seconds_sum": 3.75}

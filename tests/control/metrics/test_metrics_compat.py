@@ -5,6 +5,7 @@ names, equal to ours; without the switch no vllm:* family at all."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import httpx
@@ -13,7 +14,10 @@ from fixtures.serving import ServerProcess, asgi_client, make_engine, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from control.cli.main import build_parser
+from control.metrics.gateway import vllm_families
+from control.metrics.registry import ServingMetrics
 from control.serve.settings import ServeSettings
+from engine.records import RequestRecord
 
 # vLLM name -> (sample suffix compared, our family whose samples it must sum)
 SAME_AS_OURS = {
@@ -146,3 +150,20 @@ def test_the_switch_is_checked_and_reaches_serve_from_the_command_line(tiny_llam
                  "vllm:kv_cache_usage_perc"):
         assert [s.labels["model_name"] for s in fams[name].samples] == [model]
     assert total(fams, "vllm:request_success", "_total") == 1
+
+
+def test_failed_and_timed_out_requests_count_in_vllm_request_success():
+    """vLLM's finished_reason of each outcome: error -> error, cancelled and timeout ->
+    abort; a rejected request never reached vLLM's engine and counts nowhere."""
+    metrics = ServingMetrics("tiny")
+    filled = {f.name: 0 for f in dataclasses.fields(RequestRecord)
+              if f.default is dataclasses.MISSING}
+    for reason, detail in (("length", ""), ("stop", ""), ("stop", ""), ("error", "step failed"),
+                           ("timeout", "request_timeout"), ("cancelled", ""),
+                           ("rejected", "queue_full")):
+        filled.update(request_id=reason, lane="interactive", tenant="default",
+                      status="FINISHED", finish_reason=reason, finish_detail=detail)
+        metrics.observe_request(RequestRecord(**filled))
+    (success,) = [f for f in vllm_families(metrics, None) if f.name == "vllm:request_success"]
+    assert {s.labels["finished_reason"]: s.value for s in success.samples} == {
+        "stop": 2, "length": 1, "abort": 2, "error": 1}

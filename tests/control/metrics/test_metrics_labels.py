@@ -1,20 +1,25 @@
 """/metrics on a fresh server and the lane label: the gauges and the zero counters are there
 from the first scrape, a lane a client makes up is labelled "other", and a lane added (or
-removed) through the control API is labelled as the live config says at that moment."""
+removed) through the control API is labelled as the live config says at that moment. Fed
+directly: the live limits in their units, every config version counted, and an ended
+request's reason label taken from its finish detail before any colon."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import httpx
 from fixtures.serving import ServerProcess, asgi_client, make_engine, wait_until_idle
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from control.metrics.observer import idle_gauges
 from control.metrics.registry import OUTCOME_REASONS, ServingMetrics
 from control.trace.schema import TABLES
 from engine import LLM
-from engine.records import AdmissionDecision
+from engine.config import LiveConfig
+from engine.records import AdmissionDecision, RequestRecord
 
 LANES = ("interactive", "long_context", "batch")  # engine.config.default_lanes()
 CONFIG = {"serving": {"num_kv_blocks": 256, "max_num_seqs": 3, "max_batched_tokens": 96,
@@ -162,3 +167,47 @@ def test_a_refusal_for_an_unknown_lane_stays_other_after_a_config_adds_the_lane(
                reason="unknown_lane", lane="other") == [1]
     assert get(values, "batchpilot_admission_decisions_total", decision="rejected",
                reason="unknown_lane", lane="batch") == []
+
+
+def ended(finish_reason: str, detail: str = "", lane: str = "interactive") -> RequestRecord:
+    """A request record at its end: every field 0 but the ones named."""
+    filled = {f.name: 0 for f in dataclasses.fields(RequestRecord)
+              if f.default is dataclasses.MISSING}
+    filled.update(request_id="r", lane=lane, tenant="default", status="FINISHED",
+                  finish_reason=finish_reason, finish_detail=detail, ttft_s=None, tpot_s=None,
+                  e2e_s=None, queue_delay_s=None, prefill_time_s=None, decode_time_s=None)
+    return RequestRecord(**filled)
+
+
+def test_the_live_queue_timeout_is_a_gauge_in_seconds():
+    metrics = ServingMetrics("m")
+    metrics.set_gauges(idle_gauges(LiveConfig(queue_timeout_ms=1500), 64))
+    values = samples(generate_latest(metrics.registry).decode())
+    assert get(values, "batchpilot_config_queue_timeout_seconds", model="m") == [1.5]
+
+
+def test_config_changes_count_every_version_even_when_several_arrive_at_once():
+    """The metrics thread may see version 1 then version 3 (two changes between its
+    refreshes): that is two changes, and seeing version 3 again is none."""
+    metrics = ServingMetrics("m")
+    for version in (1, 3, 3, 4):
+        metrics.set_gauges(idle_gauges(LiveConfig(version=version), 64))
+    values = samples(generate_latest(metrics.registry).decode())
+    assert get(values, "batchpilot_config_changes_total", model="m") == [3]
+    assert get(values, "batchpilot_config_version", model="m") == [4]
+
+
+def test_a_failed_step_is_counted_under_its_reason_not_its_message():
+    """A finish detail says more after a colon ("step failed: execute raised ..."): the
+    reason label is the part before it, one series whatever the exception."""
+    metrics = ServingMetrics("m")
+    metrics.set_gauges(idle_gauges(LiveConfig(), 64))
+    for error in ("OutOfMemoryError", "RuntimeError"):
+        metrics.observe_request(ended("error", f"step failed: execute raised {error}"))
+    metrics.observe_request(ended("timeout", "queue_timeout: waited 30 s"))
+    values = samples(generate_latest(metrics.registry).decode())
+    assert get(values, "batchpilot_requests_total", lane="interactive", outcome="error",
+               reason="step_failed") == [2]
+    assert get(values, "batchpilot_requests_total", outcome="timeout",
+               reason="queue_timeout") == [1]
+    assert get(values, "batchpilot_requests_total", reason="other") == []
