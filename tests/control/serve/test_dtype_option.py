@@ -1,5 +1,6 @@
-"""`batchpilot serve --dtype`: a bad value fails before anything loads; a good one reaches
-load_model, and the engine parts say which dtype the weights run in (for the ready line)."""
+"""`batchpilot serve --dtype`: a bad value fails before anything loads; a good one (in any
+case, or fp32 / bf16) reaches load_model, and the engine parts say which dtype the weights
+run in (for the ready line)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from control.serve import bootstrap
 from control.serve.bootstrap import build_parts
 from control.serve.settings import ServeSettings
 from engine.config import StaticConfig
+from engine.config.dtype_option import parse_dtype_choice
 from engine.models.cpu_dtype import kv_cache_dtype, resolve_dtype
 from engine.models.projections import Projection
 from kernels import cpu_prefill_amx, native_library
@@ -126,3 +128,10 @@ def test_bf16_decodes_need_a_bf16_cache_and_a_head_dim_they_take():
 def test_a_bad_kv_cache_dtype_is_refused_naming_the_choices():
     with pytest.raises(ValueError, match="kv_cache_dtype.*one of auto, float32, bfloat16"):
         StaticConfig(kv_cache_dtype="int4").validate()
+
+
+@pytest.mark.parametrize(("given", "choice"), [
+    (None, "auto"), ("AUTO", "auto"), ("Float32", "float32"), ("FP32", "float32"),
+    ("BF16", "bfloat16"), ("BFloat16", "bfloat16"), ("fp32", "float32")])
+def test_a_dtype_is_read_in_any_case_and_by_its_short_name(given, choice):
+    assert parse_dtype_choice(given) == choice
