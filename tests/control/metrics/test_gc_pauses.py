@@ -1,7 +1,7 @@
 """Garbage-collector pauses on /metrics (control/metrics/gc_pauses.py): a collection is timed
-into its generation's histogram while the watch runs and not after; a served process's
-/metrics carries the series, with the full collection it ran to freeze its start-up heap
-(engine/gc_heap.py) among them."""
+into its generation's histogram (cumulative buckets) while the watch runs and not after; a
+served process's /metrics carries the series, with the full collection it ran to freeze its
+start-up heap (engine/gc_heap.py) among them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httpx
 from fixtures.serving import ServerProcess
 from prometheus_client.parser import text_string_to_metric_families
 
-from control.metrics.gc_pauses import GcPauses
+from control.metrics.gc_pauses import BUCKETS, GcPauses
 
 
 def _samples(watch: GcPauses) -> dict[tuple[str, str], float]:
@@ -47,3 +47,21 @@ def test_a_served_process_shows_its_start_up_collection(tiny_llama_dir, tmp_path
               for s in family.samples if s.name.endswith("_count")}
     assert counts.keys() == {"0", "1", "2"}
     assert counts["2"] >= 1  # at least the one it ran to freeze its heap once loaded
+
+
+def test_the_pause_buckets_are_cumulative_and_the_slow_ones_reach_inf():
+    """A 30 ms and a 300 ms collection: each bucket counts the pauses up to its bound (so
+    le="1.0" and +Inf hold both), as a histogram_quantile over them expects."""
+    watch = GcPauses("m")
+    for seconds in (0.03, 0.3):
+        watch._on_gc("start", {"generation": 1})
+        watch._started_at -= seconds  # as if the collection had run this long
+        watch._on_gc("stop", {"generation": 1})
+    got = _samples(watch)
+    les = [got[("batchpilot_gc_pause_seconds_bucket", f"1{b}")] for b in BUCKETS]
+    assert les == sorted(les) and les[-1] == 2
+    assert got[("batchpilot_gc_pause_seconds_bucket", "10.025")] == 0
+    assert got[("batchpilot_gc_pause_seconds_bucket", "10.5")] == 2
+    assert got[("batchpilot_gc_pause_seconds_bucket", "1+Inf")] == 2
+    assert got[("batchpilot_gc_pause_seconds_count", "1")] == 2
+    assert got[("batchpilot_gc_pause_seconds_count", "0")] == 0
