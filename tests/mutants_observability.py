@@ -117,42 +117,42 @@ OBSERVABILITY_MUTANTS: list[Mutant] = [
     Mutant("admission-open-while-draining", "control/admin/routes.py",
            '"draining" if engine.admission_paused or engine.draining else "open"',
            '"draining" if engine.admission_paused else "open"',
-           (CTL + "admin/test_control_api.py::test_a_server_shutting_down_says_draining_and"
+           (CTL + "admin/test_control_versions.py::test_a_server_shutting_down_says_draining_and"
             "_cannot_be_resumed",),
            "ctl get says admission open on a server that refuses every request (shutting down)"),
     Mutant("resume-while-shutting-down", "control/admin/routes.py",
            "    if store.engine.draining:\n", "    if False:\n",
-           (CTL + "admin/test_control_api.py::test_a_server_shutting_down_says_draining_and"
+           (CTL + "admin/test_control_versions.py::test_a_server_shutting_down_says_draining_and"
             "_cannot_be_resumed",),
            "a resume on a shutting-down server answers open while requests stay refused"),
     Mutant("weak-etag-refused", "control/admin/routes.py",
            """header.strip().removeprefix("W/").strip('"')""", """header.strip().strip('"')""",
-           (CTL + "admin/test_control_api.py::test_a_weak_etag_is_a_version_and_an_unchanged"
+           (CTL + "admin/test_control_versions.py::test_a_weak_etag_is_a_version_and_an_unchanged"
             "_patch_makes_no_version",),
            "a client echoing a weak ETag (W/\"1\") gets a 400 on every change"),
     Mutant("noop-patch-new-version", "control/admin/config_store.py",
            "if dry_run or not changes:", "if dry_run:",
-           (CTL + "admin/test_control_api.py::test_a_weak_etag_is_a_version_and_an_unchanged"
+           (CTL + "admin/test_control_versions.py::test_a_weak_etag_is_a_version_and_an_unchanged"
             "_patch_makes_no_version",),
            "a patch that changes nothing bumps the version: other operators' If-Match go stale"),
     Mutant("rollback-ignores-if-match", "control/admin/config_store.py",
            "current = self._check_version(expected_version)\n            new = target",
            "current = self.current()\n            new = target",
-           (CTL + "admin/test_control_api.py::test_a_rollback_or_profile_with_a_stale_if_match"
+           (CTL + "admin/test_control_versions.py::test_a_rollback_or_profile_with_a_stale_if_match"
             "_is_refused",),
            "a rollback made on an old read silently undoes a colleague's newer change"),
     Mutant("reload-keeps-removed-lane", "control/admin/config_watch.py",
            "{**{name: None for name in live.lane_names if name not in new},\n"
            "                              **{lane.name",
            "{**{lane.name",
-           (CTL + "admin/test_control_api.py::test_a_reloaded_file_removes_the_lanes_it"
+           (CTL + "admin/test_control_versions.py::test_a_reloaded_file_removes_the_lanes_it"
             "_dropped_and_brings_new_profiles",),
            "a lane deleted from the YAML stays live after the reload"),
     Mutant("reload-profiles-only-ignored", "control/admin/config_watch.py",
            "        self.store.reloaded_profiles = profiles\n        self.last_error = None\n",
            "        self.last_error = None\n        if result.applied:\n"
            "            self.store.reloaded_profiles = profiles\n",
-           (CTL + "admin/test_control_api.py::test_a_reloaded_file_removes_the_lanes_it"
+           (CTL + "admin/test_control_versions.py::test_a_reloaded_file_removes_the_lanes_it"
             "_dropped_and_brings_new_profiles",),
            "a YAML edit of the profiles alone is ignored: ctl profile applies the old one"),
     # ---- engine/config -------------------------------------------------------------------
