@@ -272,7 +272,7 @@ def test_unexpected_error_is_an_openai_500_without_stack_trace(api, caplog):
         async with asgi_client(engine, settings, stop=False) as client:
             state = client.app.state.serving
 
-            def explode(prompt):
+            def explode(prompt, add_special_tokens=True):
                 raise RuntimeError("secret internals")
 
             state.encode_prompt = explode
