@@ -76,6 +76,7 @@ def test_a_prediction_over_the_servers_own_trace(app):
     ({"set": {"max_num_seqs": 4}, "since": "2100-01-01T00:00"}, "since", "no request arrived"),
     ({"set": {"max_num_seqs": 4}, "until": "soonish"}, "until", "is not understood"),
     ({"set": {"max_num_seqs": 4}, "slo": {"ttft_s": -1}}, "slo.ttft_s", "must be a number"),
+    ({"set": {"max_num_seqs": 4}, "slo": {"e2e_s": 0}}, "slo.e2e_s", "must be a number"),
 ])
 def test_bad_input_is_400_naming_the_field(app, body, param, needle):
     resp = _post(app, body)
