@@ -9,7 +9,9 @@ import re
 import pytest
 from whatif_sim_trace import START, record
 
+from control.cli.http_json import HTTPFailure
 from control.cli.main import main
+from control.whatif import cli as whatif_cli
 from control.whatif.cli import proposals
 from engine.config import LiveConfig
 
@@ -64,6 +66,7 @@ def test_compare_gives_json_and_a_plot(db, tmp_path, capsys):
     (["--set", "max_num_seqs=4", "--since", "-1m", "--until", "-2m"],
      "is after until"),
     (["--set", "max_num_seqs=4", "--slo-ttft", "0"], "--slo-ttft=0.0 must be > 0"),
+    (["--compare", "a:max_num_seqs=2", "--compare", "a:max_num_seqs=4"], "'a' is named twice"),
     ([], "nothing to predict"),
 ])
 def test_bad_input_is_exit_2_with_what_to_fix(db, capsys, args, needle):
@@ -80,3 +83,16 @@ def test_compare_splits_settings_only_at_a_new_key():
     assert proposals(None, ['a:lanes.batch.weight=2,tenant_lanes={"x":"batch"},max_num_seqs=3']
                      ) == {"a": {"lanes": {"batch": {"weight": 2}},
                                  "tenant_lanes": {"x": "batch"}, "max_num_seqs": 3}}
+
+
+@pytest.mark.parametrize(("status", "code"), [(400, 2), (429, 2), (500, 1), (503, 1),
+                                              (None, 1)])
+def test_a_servers_refusal_is_exit_2_and_its_failure_exit_1(monkeypatch, capsys, status,
+                                                            code):
+    """--url: a 4xx is the caller's to fix (2, as a bad flag); a 5xx or no answer is 1."""
+    def refuse(*args, **kwargs):
+        raise HTTPFailure(status, "no")
+
+    monkeypatch.setattr(whatif_cli, "request_json", refuse)
+    assert main(["whatif", "--url", "http://127.0.0.1:9", "--set", "max_num_seqs=4"]) == code
+    assert "no" in capsys.readouterr().err
