@@ -88,3 +88,23 @@ def test_bad_input_is_400_naming_the_field(app, body, param, needle):
 def test_tracing_off_is_404():
     resp = _post(_app(None), {"set": {"max_num_seqs": 4}})
     assert resp.status_code == 404 and "--trace-db" in resp.json()["error"]["message"]
+
+
+def test_a_window_version_gone_from_the_history_is_said_in_the_notes(app):
+    """The window's config version is the current one: replayed under it, nothing said.
+    Moved on, with no history holding the window's: replayed under the current one, and
+    the notes say so."""
+    gone = "is no longer in the server's history"
+    resp = _post(app, {"since": START, "set": {"max_num_seqs": 2}})
+    assert resp.status_code == 200, resp.text
+    assert not any(gone in n for n in resp.json()["notes"]), resp.json()["notes"]
+    engine = app.state.serving.engine
+    engine.live_config = LIVE.replace(version=LIVE.version + 2)
+    try:
+        resp = _post(app, {"since": START, "set": {"max_num_seqs": 2}})
+    finally:
+        engine.live_config = LIVE
+    assert resp.status_code == 200, resp.text
+    assert any(f"config version {LIVE.version} (the window's) {gone}" in n
+               and f"current version {LIVE.version + 2}" in n
+               for n in resp.json()["notes"]), resp.json()["notes"]

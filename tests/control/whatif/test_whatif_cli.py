@@ -96,3 +96,19 @@ def test_a_servers_refusal_is_exit_2_and_its_failure_exit_1(monkeypatch, capsys,
     monkeypatch.setattr(whatif_cli, "request_json", refuse)
     assert main(["whatif", "--url", "http://127.0.0.1:9", "--set", "max_num_seqs=4"]) == code
     assert "no" in capsys.readouterr().err
+
+
+def test_url_sends_the_slo_and_rates_and_leaves_the_defaults_to_the_server(monkeypatch,
+                                                                           capsys):
+    sent = {}
+
+    def answer(url, path, **kwargs):
+        sent.update(kwargs["body"], path=path)
+        return {"warnings": []}
+
+    monkeypatch.setattr(whatif_cli, "request_json", answer)
+    assert main(["whatif", "--url", "http://127.0.0.1:9", "--set", "max_num_seqs=4",
+                 "--slo-ttft", "0.5", "--slo-e2e", "8", "--rate-scale", "2", "--json"]) == 0
+    assert sent == {"path": "/v1/whatif", "since": None, "until": None,
+                    "compare": {"proposed": {"max_num_seqs": 4}},
+                    "slo": {"ttft_s": 0.5, "e2e_s": 8.0}, "rate_scale": 2.0}
