@@ -40,3 +40,19 @@ def test_the_fleet_kv_peak_is_the_busiest_replicas(busy):
     assert fleet.kv_total_blocks == alone.kv_total_blocks  # one replica's pool
     # the same load over four replicas: each holds a share of what one replica held
     assert 0 < fleet.kv_peak_blocks < alone.kv_peak_blocks <= alone.kv_total_blocks
+
+
+def test_a_cancel_after_the_last_arrival_still_cancels_on_the_fleet(tmp_path):
+    """The last request is cancelled 0.3 s after it arrives, long before its 400 tokens are
+    out: on a fleet too it ends cancelled, not finished."""
+    path = str(tmp_path / "trace.duckdb")
+    jobs = [(0.1 * i, 40, 8, "chat") for i in range(4)] + [(0.5, 40, 400, "chat")]
+    record(path, LiveConfig(max_num_seqs=8, max_num_batched_tokens=256,
+                            prefill_chunk_size=128), jobs=jobs, cancel_every=5)
+    window = read_trace_window(path)
+    config, _ = recorded_config(window, base_config(window, None)[0])
+    assert [r.outcome for r in window.requests][-1] == "cancelled"
+    fleet = replay_fleet(window, config, calibrate(window.samples), replicas=2)
+    assert [(r.request_id, r.outcome) for r in fleet.records] == [
+        ("w0", "finished"), ("w1", "finished"), ("w2", "finished"), ("w3", "finished"),
+        ("w4", "cancelled")]
