@@ -41,3 +41,16 @@ def test_a_size_limit_under_one_mib_is_refused():
         Retention(max_bytes=(1 << 20) - 1).validate()
     with pytest.raises(ValueError, match="at least 1 MiB"):
         Retention(max_bytes=1 << 19).validate()
+
+
+def test_retention_by_age_keeps_the_run_rows(tmp_path):
+    """A run older than the age limit keeps its `runs` row (model, settings): its steps
+    and requests go, what the run was stays."""
+    path = str(tmp_path / "t.duckdb")
+    con = duckdb.connect(path)
+    create_schema(con)
+    con.execute("INSERT INTO runs (run_id, started, model, settings) VALUES"
+                " ('old', 10, 'm', '{}')")
+    con.execute("INSERT INTO steps (run_id, step_id, start_time) VALUES ('old', 1, 20)")
+    assert apply_retention(con, path, Retention(max_age_s=100), now=1000.0) == 1
+    assert con.execute("SELECT run_id, model FROM runs").fetchall() == [("old", "m")]
