@@ -12,6 +12,7 @@ from mutants_fleet import FLEET_MUTANTS
 from mutants_observability import OBSERVABILITY_MUTANTS
 from mutants_serving import SERVING_MUTANTS
 from mutants_tools import TOOLS_MUTANTS
+from mutants_trace import TRACE_MUTANTS
 
 __all__ = ["MUTANTS", "Mutant"]
 
@@ -363,4 +364,4 @@ _FIRST_PASS: list[Mutant] = [
 ]
 
 MUTANTS = [*_FIRST_PASS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS, *EXECUTION_MUTANTS,
-           *SERVING_MUTANTS, *OBSERVABILITY_MUTANTS]
+           *SERVING_MUTANTS, *OBSERVABILITY_MUTANTS, *TRACE_MUTANTS]
