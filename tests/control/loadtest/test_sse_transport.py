@@ -92,8 +92,8 @@ def test_a_header_cannot_split_the_request():
 
 @pytest.fixture
 def silent_server():
-    """A TCP server that accepts one connection, reads, sends `reply[0]`, then stays
-    silent (or closes, when `reply[1]`)."""
+    """A TCP server that accepts one connection, reads (the request is appended to
+    `reply`), sends `reply[0]`, then stays silent (or closes, when `reply[1]`)."""
     sock = socket.create_server(("127.0.0.1", 0))
     reply: list = [b"", False]
     conns = []
@@ -101,7 +101,7 @@ def silent_server():
     def serve():
         conn, _ = sock.accept()
         conns.append(conn)
-        conn.recv(65536)
+        reply.append(conn.recv(65536))
         conn.sendall(reply[0])
         if reply[1]:
             conn.close()
@@ -182,3 +182,13 @@ def test_a_reply_past_the_size_bound_is_cut_and_named(silent_server):
     request = request_bytes("127.0.0.1", port, "/v1/completions", b"{}", {})
     with pytest.raises(ReplyError, match="passed 1000 bytes"):
         asyncio.run(post("127.0.0.1", port, request, timeout_s=5.0, max_bytes=1000))
+
+
+def test_a_first_send_says_it_is_no_resend(silent_server):
+    """X-Stainless-Retry-Count is 0 on a first send over the local transport (the server
+    counts a request with a higher count as a late resend)."""
+    port, reply = silent_server
+    done = sse({"choices": [{"text": "a", "finish_reason": "length"}]}) + b"data: [DONE]\n\n"
+    reply[:] = [HEAD + chunk(done) + b"0\r\n\r\n", True]
+    result = one_stream(port, timeout_s=5.0)
+    assert result.outcome == "ok" and b"X-Stainless-Retry-Count: 0\r\n" in reply[2]
