@@ -1,0 +1,54 @@
+"""`batchpilot loadtest --compare`: the configs it A/Bs must be told apart, and each one
+runs on its own prompt texts (a prefix cache must not serve a later config from what an
+earlier one computed), without a server: the control API and the runs are stand-ins."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+from control.cli.ctl_error import CtlError
+from control.loadtest import cli
+
+CHAT = Path(__file__).parents[3] / "playbooks" / "scenarios" / "chat.yaml"
+
+
+def test_two_configs_under_one_name_are_refused():
+    """Their runs would be pooled into one row of the comparison."""
+    with pytest.raises(CtlError, match="names must differ"):
+        cli.parse_compare(["a:batching=continuous", "a:batching=static"])
+    assert [n for n, _ in cli.parse_compare(["a:batching=continuous", "b:batching=static"])
+            ] == ["a", "b"]
+
+
+class _Control:
+    def __init__(self, url, token_env):
+        self.url, self.calls = url, []
+
+    def call(self, method, path, body=None, **_):
+        self.calls.append((method, path))
+        return {"data": [{"id": "m"}]} if path == "/v1/models" else {"version": 3}
+
+
+class _Maker:
+    def make(self, num_tokens, seed):
+        return f"text {seed}", num_tokens
+
+
+def test_each_compared_config_runs_on_its_own_prompt_texts(monkeypatch):
+    runs: list[tuple[str, dict[int, str]]] = []
+    monkeypatch.setattr(cli, "Client", _Control)
+    monkeypatch.setattr(cli, "_prompt_maker", lambda name: _Maker())
+    monkeypatch.setattr(cli, "_run_one", lambda args, client, planned, prompts, model,
+                        scenario, label: runs.append((label, prompts)))
+    monkeypatch.setattr(cli, "_report", lambda *a: 0)
+    args = Namespace(compare=["a:batching=continuous", "b:batching=static"], rounds=1,
+                     scenario=str(CHAT), rate=None, requests=4, url="http://127.0.0.1:1",
+                     token_env="NO_SUCH_TOKEN_ENV", tokenizer=None)
+    assert cli._main(args) == 0
+    (label_a, a), (label_b, b) = runs
+    assert label_a.startswith("a ") and label_b.startswith("b ")
+    assert a.keys() == b.keys() and len(a) == 4
+    assert all(a[i] != b[i] for i in a)
