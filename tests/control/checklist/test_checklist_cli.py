@@ -167,3 +167,16 @@ def test_a_refused_token_is_a_usage_error_with_a_hint(monkeypatch):
     assert isinstance(failure, ChecklistError) and failure.code == 2
     assert "$CHECKLIST_TEST_TOKEN is not set" in str(failure)
 
+
+
+def test_strict_fails_a_checklist_that_needs_evidence(tmp_path, capsys):
+    """Nothing fails, one item needs evidence: exit 0, and 1 with --strict (a pipeline's
+    gate on a checklist it could not decide)."""
+    db = str(tmp_path / "trace.duckdb")
+    fill_trace(db).stop()
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("sections:\n  - id: s\n    title: S\n    items:\n      - id: metrics\n"
+                    "        title: metrics\n        why: boards\n        check: metrics_present\n")
+    assert main(["checklist", "--trace-db", db, "--spec", str(spec), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["items"][0]["status"] == "needs-evidence"
+    assert main(["checklist", "--trace-db", db, "--spec", str(spec), "--strict"]) == 1
