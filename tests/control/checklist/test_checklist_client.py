@@ -11,15 +11,21 @@ import pytest
 
 from control.checklist.client import ControlClient, Unavailable, only_replica
 from control.checklist.result import ChecklistError
+from control.trace.sources import REPLICA_HEADER
 
 
 class _Answers(BaseHTTPRequestHandler):
-    statuses = {"/metrics": 503, "/control/config": 500}
+    statuses = {"/metrics": 503, "/control/config": 500, "/control/history": 200}
+    replicas: list[str | None] = []  # the replica header of each request
 
     def do_GET(self):  # noqa: N802  (http.server's name)
+        self.replicas.append(self.headers.get(REPLICA_HEADER))
+        body = b"[]" if self.path == "/control/history" else b""
         self.send_response(self.statuses.get(self.path, 404))
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
         self.end_headers()
+        self.wfile.write(body)
 
     def log_message(self, *args):
         pass
@@ -43,6 +49,15 @@ def test_a_loading_server_is_unavailable_evidence_and_a_500_an_error(answering_u
         client.get_text("/nothing")
     with pytest.raises(ChecklistError, match="answered 500"):
         client.get_text("/control/config")
+
+
+def test_a_checklist_of_one_replica_names_it_in_each_request(answering_url):
+    """Through a fleet ingress, --replica's requests go to that replica, not to any."""
+    _Answers.replicas.clear()
+    assert ControlClient(answering_url, "NO_SUCH_TOKEN_ENV", replica="1"
+                         ).get_json("/control/history") == []
+    assert ControlClient(answering_url, "NO_SUCH_TOKEN_ENV").get_json("/control/history") == []
+    assert _Answers.replicas == ["1", None]
 
 
 def test_one_replicas_metrics_keep_its_samples_and_the_comments():
