@@ -180,3 +180,19 @@ def test_strict_fails_a_checklist_that_needs_evidence(tmp_path, capsys):
     assert main(["checklist", "--trace-db", db, "--spec", str(spec), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["items"][0]["status"] == "needs-evidence"
     assert main(["checklist", "--trace-db", db, "--spec", str(spec), "--strict"]) == 1
+
+
+def test_checklist_replica_reaches_the_control_client(monkeypatch, capsys):
+    """--replica narrows the live config and /metrics too, not only the trace."""
+    import control.checklist
+
+    made = []
+
+    class Recording(ControlClient):
+        def __init__(self, url, token_env, replica=None):
+            made.append(replica)
+            raise ChecklistError("stop here")
+
+    monkeypatch.setattr(control.checklist, "ControlClient", Recording)
+    assert main(["checklist", "--url", "http://127.0.0.1:9", "--replica", "1"]) == 2
+    assert made == ["1"] and "stop here" in capsys.readouterr().err
