@@ -52,3 +52,11 @@ def test_each_compared_config_runs_on_its_own_prompt_texts(monkeypatch):
     assert label_a.startswith("a ") and label_b.startswith("b ")
     assert a.keys() == b.keys() and len(a) == 4
     assert all(a[i] != b[i] for i in a)
+
+
+def test_zero_rounds_is_a_usage_error(capsys):
+    args = Namespace(compare=["a:batching=continuous", "b:batching=static"], rounds=0,
+                     scenario=str(CHAT), rate=None, requests=4, url="http://127.0.0.1:9",
+                     token_env="NO_SUCH_TOKEN_ENV", tokenizer=None)
+    assert cli.main(args) == 2
+    assert "--rounds must be >= 1" in capsys.readouterr().err
