@@ -4,6 +4,7 @@ earlier one computed), without a server: the control API and the runs are stand-
 
 from __future__ import annotations
 
+import json
 from argparse import Namespace
 from pathlib import Path
 
@@ -60,3 +61,23 @@ def test_zero_rounds_is_a_usage_error(capsys):
                      token_env="NO_SUCH_TOKEN_ENV", tokenizer=None)
     assert cli.main(args) == 2
     assert "--rounds must be >= 1" in capsys.readouterr().err
+
+
+def test_rounds_of_a_config_pool_their_requests_over_their_summed_time(monkeypatch, capsys):
+    """Two 10 s rounds of 4 ok requests each: 8 requests in 20 s, 0.4 requests/s."""
+    from control.loadtest.records import PlannedRequest, RequestResult
+    from control.loadtest.scenario import load_scenario
+
+    def one_round() -> list[RequestResult]:
+        return [RequestResult(PlannedRequest(i, 0.0, 3, 2, "acme", None, True, None), "ok",
+                              200, ttft_s=0.1, e2e_s=0.5, chunk_times_s=[0.1, 0.5],
+                              prompt_tokens=3, output_tokens=2) for i in range(4)]
+
+    monkeypatch.setattr(cli, "_store", lambda *a: None)
+    args = Namespace(json=True, scenario=str(CHAT), url="http://127.0.0.1:1", rounds=2,
+                     client_retries=0, rate=None, requests=None, out=None)
+    runs = {"current": [(one_round(), 10.0, (0.1, 10.0)), (one_round(), 10.0, (0.1, 10.0))]}
+    assert cli._report(args, None, load_scenario(CHAT), [("current", None)], runs) == 0
+    (summary,) = json.loads(capsys.readouterr().out)
+    assert (summary["requests"], summary["duration_s"]) == (8, 20.0)
+    assert summary["request_rps"] == pytest.approx(0.4)
