@@ -32,3 +32,8 @@ def test_weights_that_are_all_zero_are_refused(block):
     """Every weight 0 would plan no tenant (or lane) to draw from."""
     with pytest.raises(ValueError, match=rf"^test.yaml: {block}: at least one weight"):
         _scenario(**{block: {"a": 0, "b": 0.0}})
+
+
+def test_a_lognormal_of_mean_zero_is_refused():
+    with pytest.raises(ValueError, match=r"^test.yaml: prompt.mean=0 must be > 0"):
+        _scenario(prompt={"dist": "lognormal", "mean": 0, "sigma": 0.5})
