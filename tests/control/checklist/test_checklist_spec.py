@@ -55,3 +55,13 @@ def test_bad_spec_files_are_usage_errors(tmp_path, capsys, text, message):
     code = main(["checklist", "--trace-db", str(tmp_path / "t.duckdb"), "--spec", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_checks_parameter_is_read_from_the_first_item_using_it():
+    """The evidence reads one value per check (the long-prompt length it gathers by): the
+    first item's, as written; a check no item uses gives the default."""
+    items = [{**ITEM, "id": "a", "params": {"min_gap": 0.05}},
+             {**ITEM, "id": "b", "params": {"min_gap": 0.1}}]
+    spec = parse_spec({"sections": [{"id": "s", "title": "S", "items": items}]})
+    assert spec.param("watermarks_ordered", "min_gap") == 0.05
+    assert spec.param("latency_under_slo", "ttft_s", 7) == 7
