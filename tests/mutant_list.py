@@ -9,6 +9,7 @@ from mutant_spec import CTL, ENG, SEC, Mutant
 from mutants_engine import ENGINE_MUTANTS
 from mutants_execution import EXECUTION_MUTANTS
 from mutants_fleet import FLEET_MUTANTS
+from mutants_loadtest import LOADTEST_MUTANTS
 from mutants_observability import OBSERVABILITY_MUTANTS
 from mutants_serving import SERVING_MUTANTS
 from mutants_tools import TOOLS_MUTANTS
@@ -364,4 +365,4 @@ _FIRST_PASS: list[Mutant] = [
 ]
 
 MUTANTS = [*_FIRST_PASS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS, *EXECUTION_MUTANTS,
-           *SERVING_MUTANTS, *OBSERVABILITY_MUTANTS, *TRACE_MUTANTS]
+           *SERVING_MUTANTS, *OBSERVABILITY_MUTANTS, *TRACE_MUTANTS, *LOADTEST_MUTANTS]
