@@ -20,6 +20,18 @@ def _statuses(out) -> dict[str, str]:
     return {r.request_id: r.status for r in out.finished}
 
 
+def one_slot_taken():
+    """One lane with one running slot, which a long request ("runner") holds: whatever
+    arrives next waits in the queue -> (engine, clock, driver)."""
+    live = live_config((LaneConfig("only", max_running=1, queue_timeout_ms=TIMEOUT_MS),),
+                       max_num_seqs=8)
+    engine, clock = make_engine(live, max_model_len=2048)
+    d = Driver(engine)
+    d.add("runner", prompt(0, 8), LONG)
+    d.step()
+    return engine, clock, d
+
+
 def test_a_request_replayed_with_an_older_arrival_times_out_on_time():
     live = live_config((LaneConfig("only", max_running=1, queue_timeout_ms=TIMEOUT_MS),),
                        max_num_seqs=8)
@@ -59,12 +71,7 @@ def test_a_request_moved_from_a_removed_lane_times_out_on_time():
 
 
 def test_a_live_timeout_change_applies_to_requests_already_queued():
-    live = live_config((LaneConfig("only", max_running=1, queue_timeout_ms=TIMEOUT_MS),),
-                       max_num_seqs=8)
-    engine, clock = make_engine(live, max_model_len=2048)
-    d = Driver(engine)
-    d.add("runner", prompt(0, 8), LONG)
-    d.step()
+    engine, clock, d = one_slot_taken()
     d.add("first", prompt(1, 8))
     clock.advance(6.0)
     d.add("second", prompt(2, 8))
@@ -82,12 +89,7 @@ def test_a_live_timeout_change_applies_to_requests_already_queued():
 def test_a_request_times_out_after_waiting_more_than_the_timeout_not_at_it():
     """The queue timeout is the longest a request may wait (as admission tells it): at
     exactly 30 s it is still queued; any longer and it ends."""
-    live = live_config((LaneConfig("only", max_running=1, queue_timeout_ms=TIMEOUT_MS),),
-                       max_num_seqs=8)
-    engine, clock = make_engine(live, max_model_len=2048)
-    d = Driver(engine)
-    d.add("runner", prompt(0, 8), LONG)
-    d.step()
+    engine, clock, d = one_slot_taken()
     d.add("waiting", prompt(1, 8))
     clock.advance(TIMEOUT_MS / 1000)  # exactly the timeout: not more
     assert _statuses(d.step()) == {}
@@ -99,12 +101,7 @@ def test_a_request_past_its_queue_timeout_and_its_deadline_ends_once():
     """Both limits passed by the same step: the request is in both of the lane's heaps and
     must end there once, as TIMEOUT, not be ended a second time (an invariant error that
     fails the step)."""
-    live = live_config((LaneConfig("only", max_running=1, queue_timeout_ms=TIMEOUT_MS),),
-                       max_num_seqs=8)
-    engine, clock = make_engine(live, max_model_len=2048)
-    d = Driver(engine)
-    d.add("runner", prompt(0, 8), LONG)
-    d.step()
+    engine, clock, d = one_slot_taken()
     assert d.add("both", prompt(1, 8), deadline=clock() + 25.0).accepted
     clock.advance(31.0)  # past its deadline (25 s) and its queue timeout (30 s)
     out = d.step()
