@@ -33,7 +33,7 @@ GPU_MEMORY_UTILIZATION = 0.85  # share of free GPU memory given to the KV pool
 PROMPT_LOGPROB_ROWS = 512  # prompt positions scored per LM-head call (bounds [rows, V])
 
 
-def kv_block_bytes(loaded: LoadedModel, block_size: int, kv_cache_dtype: str = "auto") -> int:
+def kv_block_bytes(loaded: LoadedModel, block_size: int, kv_cache_dtype: str) -> int:
     """Bytes of one block over all layers, K and V, in the cache's dtype (the
     kv_cache_dtype option, as ModelRunner allocates it: not always the weights')."""
     model = loaded.model
@@ -42,8 +42,7 @@ def kv_block_bytes(loaded: LoadedModel, block_size: int, kv_cache_dtype: str = "
     return 2 * model.num_layers * block_size * model.num_kv_heads * model.head_dim * itemsize
 
 
-def auto_num_kv_blocks(loaded: LoadedModel, block_size: int,
-                       kv_cache_dtype: str = "auto") -> int:
+def auto_num_kv_blocks(loaded: LoadedModel, block_size: int, kv_cache_dtype: str) -> int:
     """Blocks that fit the memory left for the KV pool: free GPU memory, or 1 GiB on CPU."""
     if loaded.device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(loaded.device)

@@ -80,7 +80,7 @@ def test_a_timer_that_fires_on_time_has_no_lag(monkeypatch):
     now, fired = [100.0], []
 
     class Stop(Exception):
-        pass
+        """Ends the lag watcher's loop after its third timer (the fake sleep raises it)."""
 
     async def sleep(seconds: float) -> None:
         if len(fired) == 3:

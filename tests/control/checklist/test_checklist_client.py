@@ -28,7 +28,7 @@ class _Answers(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def log_message(self, *args):
-        pass
+        """Quiet: http.server would print every request to stderr."""
 
 
 @pytest.fixture

@@ -11,10 +11,16 @@ from control.trace.retention import Retention, apply_retention, file_bytes
 from control.trace.schema import create_schema
 
 
-def test_over_the_size_limit_the_oldest_fifth_of_the_span_is_deleted(tmp_path):
+def empty_trace(tmp_path) -> tuple[str, duckdb.DuckDBPyConnection]:
+    """(path, connection) of a new trace file with the schema and no rows."""
     path = str(tmp_path / "t.duckdb")
     con = duckdb.connect(path)
     create_schema(con)
+    return path, con
+
+
+def test_over_the_size_limit_the_oldest_fifth_of_the_span_is_deleted(tmp_path):
+    path, con = empty_trace(tmp_path)
     con.execute("INSERT INTO steps (run_id, step_id, start_time) SELECT 'r', i, i::DOUBLE"
                 " FROM range(1000) t(i)")
     con.execute("CHECKPOINT")
@@ -46,9 +52,7 @@ def test_a_size_limit_under_one_mib_is_refused():
 def test_retention_by_age_keeps_the_run_rows(tmp_path):
     """A run older than the age limit keeps its `runs` row (model, settings): its steps
     and requests go, what the run was stays."""
-    path = str(tmp_path / "t.duckdb")
-    con = duckdb.connect(path)
-    create_schema(con)
+    path, con = empty_trace(tmp_path)
     con.execute("INSERT INTO runs (run_id, started, model, settings) VALUES"
                 " ('old', 10, 'm', '{}')")
     con.execute("INSERT INTO steps (run_id, step_id, start_time) VALUES ('old', 1, 20)")
