@@ -85,27 +85,36 @@ class LLM:
     def generate(self, prompts: Prompt | Sequence[Prompt],
                  params: SamplingParams | Sequence[SamplingParams] | None = None, *,
                  use_tqdm: bool = True) -> list[RequestOutput]:
-        """Generate for each prompt (text or token ids); outputs in prompt order."""
-        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]  # one prompt
-        prompts = list(prompts)
-        param_list = [self._compile_format(p) for p in self._params_per_prompt(params,
-                                                                             len(prompts))]
-        encoded = [self._encode(i, p, param_list[i]) for i, p in enumerate(prompts)]
-        return self._run(prompts, encoded, param_list, use_tqdm)
+        """Generate for each prompt (text or token ids); outputs in prompt order. A text
+        prompt gets the tokenizer's special tokens (a BOS, for tokenizers that add one), as
+        vLLM's generate and our /v1/completions give them."""
+        return self._generate(prompts, params, use_tqdm, add_special_tokens=True)
 
     def chat(self, messages: list[dict] | Sequence[list[dict]],
              params: SamplingParams | Sequence[SamplingParams] | None = None, *,
              use_tqdm: bool = True) -> list[RequestOutput]:
         """One conversation (a list of {"role", "content"}) or several, through the
-        tokenizer's chat template with the assistant turn opened."""
+        tokenizer's chat template with the assistant turn opened; no special tokens beyond
+        the template's own (vLLM's chat and our /v1/chat/completions add none)."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
         prompts = [self.tokenizer.apply_chat_template(list(c), tokenize=False,
                                                       add_generation_prompt=True)
                    for c in conversations]
-        return self.generate(prompts, params, use_tqdm=use_tqdm)
+        return self._generate(prompts, params, use_tqdm, add_special_tokens=False)
 
     # ---- internals ---------------------------------------------------------------------
+    def _generate(self, prompts: Prompt | Sequence[Prompt],
+                  params: SamplingParams | Sequence[SamplingParams] | None, use_tqdm: bool,
+                  add_special_tokens: bool) -> list[RequestOutput]:
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]  # one prompt
+        prompts = list(prompts)
+        param_list = [self._compile_format(p) for p in self._params_per_prompt(params,
+                                                                             len(prompts))]
+        encoded = [self._encode(i, p, param_list[i], add_special_tokens)
+                   for i, p in enumerate(prompts)]
+        return self._run(prompts, encoded, param_list, use_tqdm)
+
     @staticmethod
     def _params_per_prompt(params: SamplingParams | Sequence[SamplingParams] | None,
                            n: int) -> list[SamplingParams]:
@@ -128,9 +137,10 @@ class LLM:
         return bind_params(params, lambda: cache_for(self.tokenizer, vocab,
                                                      self.loaded.eos_token_ids))
 
-    def _encode(self, index: int, prompt: Prompt, params: SamplingParams) -> list[int]:
+    def _encode(self, index: int, prompt: Prompt, params: SamplingParams,
+                add_special_tokens: bool) -> list[int]:
         if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+            ids = self.tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
         else:
             ids = [int(t) for t in prompt]
         if not ids:

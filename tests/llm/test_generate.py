@@ -105,6 +105,31 @@ def test_chat_uses_the_template(llm):
     assert len(out.token_ids) >= 1
 
 
+def test_a_tokenizer_that_adds_a_bos_gets_it_as_vllm_gives_it(llm):
+    """As vLLM's LLM (and our /v1/completions): a text prompt gets the tokenizer's BOS, a
+    chat gets none beyond its template's, token ids go in as given."""
+    from tokenizers.processors import TemplateProcessing
+
+    tok = llm.tokenizer
+    backend = tok.backend_tokenizer
+    bos = tok.convert_tokens_to_ids(tok.bos_token)
+    saved = backend.post_processor
+    backend.post_processor = TemplateProcessing(single=f"{tok.bos_token} $A",
+                                                special_tokens=[(tok.bos_token, bos)])
+    messages = [{"role": "user", "content": "Hello"}]
+    params = SamplingParams(max_tokens=1, temperature=0.0)
+    try:
+        plain = tok.encode("The scheduler", add_special_tokens=False)
+        text, ids = llm.generate(["The scheduler", plain], params, use_tqdm=False)
+        chat = llm.chat(messages, params, use_tqdm=False)[0]
+        rendered = tok.encode(chat.prompt, add_special_tokens=False)
+    finally:
+        backend.post_processor = saved
+    assert text.prompt_token_ids == [bos, *plain]
+    assert ids.prompt_token_ids == plain
+    assert chat.prompt_token_ids == rendered
+
+
 def test_more_prompts_than_the_queue_holds_all_complete(tiny_llama_dir):
     small = LLM(load_model(tiny_llama_dir), num_kv_blocks=64, max_waiting_requests=3,
                 max_num_seqs=2)
