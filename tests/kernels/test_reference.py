@@ -164,6 +164,24 @@ def test_backend_dispatch(monkeypatch):
         kernels.get_attention_backend("flash")
 
 
+def test_backend_names_ignore_case_and_spaces(monkeypatch):
+    """BATCHPILOT_ATTENTION=CPU (or " Reference ") names the backend as its lower-case
+    spelling does, not an unknown one."""
+    monkeypatch.setenv(kernels.ATTENTION_ENV_VAR, " Reference ")
+    assert kernels.get_attention_backend().name == "reference"
+    assert kernels.get_attention_backend("CPU").name == "cpu"
+
+
+def test_use_attention_backend_repoints_every_layer():
+    """A/B runs re-point every attention layer of a model, not only the first one."""
+    layers = torch.nn.ModuleList(torch.nn.Module() for _ in range(3))
+    for layer in layers:
+        layer.backend = kernels.get_attention_backend("cpu")
+    chosen = kernels.use_attention_backend(layers, "reference")
+    assert chosen.name == "reference"
+    assert [layer.backend.name for layer in layers] == ["reference"] * 3
+
+
 def test_length_groups_bound_the_padding_of_batched_decodes():
     lens = [900, 30, 35, 1000, 64, 70, 500, 1]
     groups = length_groups(list(range(len(lens))), lens)
