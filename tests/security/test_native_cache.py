@@ -127,6 +127,54 @@ def test_library_name_follows_the_cpu_features(monkeypatch, tmp_path):
     assert native_library._library_name(compiler) == names["x86_64", ""]  # and stable
 
 
+def test_a_cache_directory_behind_a_symbolic_link_is_used(monkeypatch, tmp_path, opened,
+                                                          caplog):
+    """BATCHPILOT_KERNEL_CACHE may name a symbolic link to a private directory (a cache on
+    another disk): the library is built and kept there, not rebuilt in a temporary
+    directory by every process."""
+    real = tmp_path / "disk" / "kernels"
+    real.mkdir(parents=True)
+    real.chmod(0o700)
+    link = tmp_path / "kernels"
+    link.symlink_to(real)
+    with caplog.at_level(logging.WARNING, logger=native_library.__name__):
+        lib, reason = reload_native(monkeypatch, BATCHPILOT_KERNEL_CACHE=str(link))
+    assert lib is not None and reason is None
+    [(path, content, _)] = opened
+    assert path.parent == link and content == FRESH
+    assert [p.name for p in real.iterdir()] == [path.name]
+    assert "not using the native kernel cache" not in caplog.text
+
+
+X86_CPUINFO = "processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu sse2 avx2 {}\n"
+
+
+def test_library_name_follows_the_x86_flags(monkeypatch, tmp_path):
+    """Two x86 machines of one model name whose flags differ (a VM with AVX-512 masked) get
+    different libraries: one built with -march=native for the other could SIGILL."""
+    compiler = [str(script(tmp_path / "cc", "#!/bin/sh\necho cc 1.0\n"))]
+    monkeypatch.setattr(native_library, "CPUINFO", tmp_path / "cpuinfo")
+    monkeypatch.setattr(native_library.platform, "machine", lambda: "x86_64")
+    names = set()
+    for extra in ("", "avx512f avx512_bf16"):
+        (tmp_path / "cpuinfo").write_text(X86_CPUINFO.format(extra))
+        names.add(native_library._library_name(compiler))
+    assert len(names) == 2
+
+
+def test_library_name_follows_the_headers(monkeypatch, tmp_path):
+    """A changed header the sources include is a new library, as a changed source is: a
+    cached build of the old header is never loaded for the new one."""
+    compiler = [str(script(tmp_path / "cc", "#!/bin/sh\necho cc 1.0\n"))]
+    header = tmp_path / "cpu_vector_math.h"
+    monkeypatch.setattr(native_library, "HEADERS", (header,))
+    names = set()
+    for body in ("#define ROW 1\n", "#define ROW 2\n"):
+        header.write_text(body)
+        names.add(native_library._library_name(compiler))
+    assert len(names) == 2
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None and not os.environ.get("CI"),
                     reason="no gcc on PATH (CI has one: there this test must run)")
 def test_cc_with_a_wrapper_argument_builds(monkeypatch, tmp_path):
