@@ -106,3 +106,20 @@ def test_converted_copy_of_another_user_is_not_used(monkeypatch, tmp_path, cache
     with caplog.at_level(logging.WARNING, logger=gguf_cache.__name__):
         assert gguf_cache.lookup(gguf) is None
     assert f"owned by uid {owner}, not by this user" in caplog.text
+
+
+def test_a_writable_folder_inside_a_converted_copy_is_not_used(tmp_path, cache_root, caplog):
+    """A folder inside the converted copy that others may write (they could add or swap
+    the files in it) refuses the copy, as a writable file in it does."""
+    gguf = write_gguf(tmp_path / "model.gguf", 1)
+
+    def save(out: Path) -> None:
+        (out / "shards").mkdir()
+        (out / "shards" / "weights.txt").write_text("ours")
+
+    gguf_cache.store(gguf, save)
+    shards = gguf_cache.lookup(gguf) / "shards"
+    shards.chmod(0o777)
+    with caplog.at_level(logging.WARNING, logger=gguf_cache.__name__):
+        assert gguf_cache.lookup(gguf) is None
+    assert str(shards) in caplog.text and "writable by group or others" in caplog.text
