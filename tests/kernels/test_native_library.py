@@ -188,16 +188,37 @@ def test_step_plan_is_made_once_per_step():
 
 
 @needs_native
-@pytest.mark.parametrize("bad_id", [-1, 10**6])
+@pytest.mark.parametrize("bad_id", [-1, "one past the last", 10**6])
 def test_block_ids_outside_the_cache_are_rejected_not_read(bad_id):
     q, k_cache, v_cache, table, lens, starts = make_paged([(40, 1), (9, 1)], 4, 1, 2, 8,
                                                           torch.float32, 1)
+    if bad_id == "one past the last":  # the first id past the cache, not only far ones
+        bad_id = k_cache.shape[0]
     table[1, 2] = bad_id  # block 2 of a 9-token context at block size 4: owned
     with pytest.raises(ValueError, match="block_tables must give every decode"):
         cpu_attention.paged_attention(q, k_cache, v_cache, table, lens, starts, 0.5)
     with pytest.raises(ValueError, match="a row too short"):
         cpu_attention.paged_attention(q, k_cache, v_cache, table[:, :2].contiguous(), lens,
                                       starts, 0.5)
+
+
+@needs_native
+def test_q_with_heads_apart_in_memory_matches_reference():
+    """A float32 q whose heads are not d apart (a [nh, T, d] tensor transposed) is read as
+    its values say, not as if its heads were packed."""
+    q, *rest = make_paged(MIXED, 16, 3, 3, 64, torch.float32, 4)
+    apart = q.transpose(0, 1).contiguous().transpose(0, 1)  # same values, head stride T * d
+    assert torch.equal(apart, q) and apart.stride(1) != q.shape[2]
+    native_matches_reference((apart, *rest))
+
+
+@needs_native
+def test_block_table_rows_without_padding_decode():
+    """A decode whose table row is exactly as long as the blocks it owns (a sequence at the
+    longest context the table holds) is served, not refused as a row too short."""
+    paged = list(make_paged([(40, 1), (9, 1), (33, 1)], 4, 1, 2, 8, torch.float32, 1))
+    paged[3] = paged[3][:, :10].contiguous()  # 40 tokens at block size 4: all 10 entries
+    native_matches_reference(tuple(paged))
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
