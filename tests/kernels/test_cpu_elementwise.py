@@ -48,6 +48,18 @@ def test_silu_mul_is_swiglu(dtype):
                                atol=1e-6, rtol=8e-3)
 
 
+def test_takes_says_yes_only_to_sizes_the_kernels_take():
+    """A layer whose SwiGLU row (gate, up and product: 3 x intermediate) is wider than the
+    kernel's buffer is left to torch (TinyLlama's 5632 is), rather than fused and refused
+    mid-step."""
+    inter = cpu_elementwise.ROW_MAX // 3  # 5461: 3 x 5461 fits
+    assert cpu_elementwise.takes(2048, inter, 32, 4, 64)
+    assert not cpu_elementwise.takes(2048, inter + 1, 32, 4, 64)
+    assert not cpu_elementwise.takes(2048, 5632, 32, 4, 64)
+    with pytest.raises(ValueError, match="intermediate size"):  # what fusing it would do
+        cpu_elementwise.silu_mul(torch.zeros(1, 2 * (inter + 1)))
+
+
 @pytest.mark.parametrize("width", [1, 48])  # the scalar loop; 16-lane vectors
 def test_silu_mul_is_accurate_over_the_range_and_at_the_edges(width):
     """The kernel's own exp (no libm) and reciprocal against float64 silu: a dense sweep,
