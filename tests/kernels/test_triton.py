@@ -253,6 +253,15 @@ def test_forced_triton_without_interpreter_fails_clearly(tk, monkeypatch):
             kernels.get_attention_backend()
 
 
+def test_a_q_of_another_head_dim_than_the_cache_is_refused(tk):
+    """q rows of another head_dim than the cache's are a ValueError before any launch, not
+    an attention over misread rows."""
+    q, k_cache, v_cache, *_ = make_batch([(5, 2)], 16, 1, 1, 16, torch.float32, seed=0)
+    with pytest.raises(ValueError, match="head_dim"):
+        tk.triton_launch.check_attention_inputs(q[..., :8], k_cache, v_cache)
+    assert tk.triton_launch.check_attention_inputs(q, k_cache, v_cache) is q
+
+
 def test_kernels_compile_for_sm90_without_spills():
     # The interpreter runs the kernels' logic; this runs Triton's real compiler (to sm_90
     # cubin, no GPU needed) on the variants the engine launches, and checks the resources.
