@@ -103,6 +103,14 @@ def test_random_ragged_batches_match_dense(lens, block_size, group, seed):
                         seed=seed)
 
 
+@pytest.mark.parametrize("block_size", [1, 4])
+def test_decodes_of_similar_lengths_batched_match_dense(block_size):
+    """Decodes whose contexts are within 2x of each other go through one padded batch: no
+    sequence sees a key past its own context (the padding up to the longest)."""
+    check_against_dense([(17, 1), (20, 1), (30, 1), (16, 1), (5, 5)], block_size,
+                        num_kv_heads=2, group=2, dtype=torch.float32, seed=9)
+
+
 def test_query_longer_than_context_is_rejected():
     paged, *_ = make_batch([(4, 4)], 4, 1, 1, torch.float32, seed=0)
     q, k_cache, v_cache, table, _, starts = paged
