@@ -55,6 +55,17 @@ def test_the_sampler_takes_the_native_call_where_it_can(monkeypatch):
     assert exponential_race.row_argmax(torch.empty(0, 5)).shape == (0,)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_rows_of_other_dtypes_take_torchs_path_with_its_answer(dtype):
+    """The native call reads float32 only: bf16 logits (a bf16 model's) or float64 rows go
+    to torch and get torch's indices, not a float32 reading of their bytes."""
+    values = torch.randn(4, 300, generator=torch.Generator().manual_seed(3)).to(dtype)
+    values[2, 250] = 50.0
+    assert not cpu_argmax.takes(values)
+    got = exponential_race.row_argmax(values)
+    assert torch.equal(got, torch.argmax(values, dim=-1)) and int(got[2]) == 250
+
+
 def test_an_empty_row_is_refused():
     with pytest.raises(ValueError, match="1 or more"):
         cpu_argmax.row_argmax(torch.empty(3, 0))
