@@ -148,6 +148,13 @@ def test_bad_inputs_are_rejected():
                                       torch.tensor([4], dtype=torch.int32), starts, 1.0)
 
 
+def test_an_idle_sequence_in_the_step_is_skipped():
+    """A sequence with no query rows this step (q_len 0: waiting, or padding) is skipped,
+    as the reference does, not refused: the others' rows are computed as usual."""
+    check_matches_reference(make_paged([(40, 5), (7, 0), (17, 1), (2, 2)], 4, 2, 3, 16,
+                                       torch.float32, 2))
+
+
 def test_backend_names(monkeypatch):
     assert kernels.get_attention_backend("cpu").paged_attention is cpu_attention.paged_attention
     assert kernels.get_attention_backend("reference").name == "reference"  # still the oracle
