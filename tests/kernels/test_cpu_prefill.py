@@ -70,6 +70,17 @@ def test_random_chunks_match_the_sdpa_path(chunks, block_size, group):
     torch.testing.assert_close(native, torch_path, atol=2e-5, rtol=2e-5)
 
 
+def test_block_table_rows_without_padding_prefill():
+    """A chunk whose table row is exactly as long as the blocks its context owns (the
+    longest context the table holds) is computed, not refused as outside block_tables."""
+    q, k_cache, v_cache, table, ctx, starts = make_paged([(64, 30), (40, 40)], 16, 2, 2, 32,
+                                                         torch.float32, seed=3)
+    table = table[:, :4].contiguous()  # 64 tokens at block size 16: all 4 entries
+    paged = (q, k_cache, v_cache, table, ctx, starts)
+    torch.testing.assert_close(cpu_attention.paged_attention(*paged, 0.2),
+                               reference.paged_attention(*paged, 0.2), atol=2e-5, rtol=2e-5)
+
+
 def test_a_block_outside_the_cache_is_refused_before_any_read():
     q, k_cache, v_cache, table, ctx, starts = make_paged([(40, 40)], 16, 1, 1, 32,
                                                          torch.float32, seed=1)
