@@ -72,6 +72,8 @@ def test_which_models_it_serves(tiles):
     assert cpu_prefill_amx.serves(torch.bfloat16, 128)
     assert not cpu_prefill_amx.serves(torch.float32, 64)
     assert not cpu_prefill_amx.serves(torch.bfloat16, 40)
+    for head_dim in (32, 96, 192, 256):  # other dims, multiples of 32 or 64 too
+        assert not cpu_prefill_amx.serves(torch.bfloat16, head_dim)
 
 
 def test_which_chunks_come_here():
