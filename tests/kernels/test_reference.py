@@ -6,6 +6,7 @@ a wrong offset or a padding entry of the block table changes the result.
 
 from __future__ import annotations
 
+import importlib.util
 import random
 
 import pytest
@@ -188,6 +189,17 @@ def test_use_attention_backend_repoints_every_layer():
     chosen = kernels.use_attention_backend(layers, "reference")
     assert chosen.name == "reference"
     assert [layer.backend.name for layer in layers] == ["reference"] * 3
+
+
+def test_triton_not_installed_names_the_way_out(monkeypatch):
+    """Forcing 'triton' where the package is missing says how to install it and how to run
+    without it (BATCHPILOT_ATTENTION=reference)."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "triton" else find_spec(name, *args))
+    with pytest.raises(kernels.BackendUnavailableError, match="pip install") as caught:
+        kernels.get_attention_backend("triton")
+    assert f"{kernels.ATTENTION_ENV_VAR}=reference" in str(caught.value)
 
 
 def test_length_groups_bound_the_padding_of_batched_decodes():
