@@ -146,6 +146,27 @@ def test_a_cache_directory_behind_a_symbolic_link_is_used(monkeypatch, tmp_path,
     assert "not using the native kernel cache" not in caplog.text
 
 
+def test_a_library_that_is_a_symbolic_link_is_rebuilt_not_followed(monkeypatch, tmp_path,
+                                                                   opened, caplog):
+    """A cached library replaced by a symbolic link is not loaded through it (what a link
+    points to may change under us): it is rebuilt in place, with a warning."""
+    cache = tmp_path / "kernels"
+    assert reload_native(monkeypatch, BATCHPILOT_KERNEL_CACHE=str(cache))[0] is not None
+    [built] = cache.glob("cpu_decode_*.so")
+    elsewhere = tmp_path / "elsewhere.so"
+    elsewhere.write_bytes(b"linked library")
+    elsewhere.chmod(0o700)
+    built.unlink()
+    built.symlink_to(elsewhere)
+    opened.clear()
+    with caplog.at_level(logging.WARNING, logger=native_library.__name__):
+        lib, reason = reload_native(monkeypatch, BATCHPILOT_KERNEL_CACHE=str(cache))
+    assert lib is not None and reason is None
+    [(path, content, _)] = opened
+    assert path == built and content == FRESH and not built.is_symlink()
+    assert "is a symbolic link" in caplog.text
+
+
 X86_CPUINFO = "processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu sse2 avx2 {}\n"
 
 
