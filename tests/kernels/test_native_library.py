@@ -221,6 +221,20 @@ def test_block_table_rows_without_padding_decode():
     native_matches_reference(tuple(paged))
 
 
+@needs_native
+def test_a_block_table_with_strided_columns_matches_reference():
+    """A block table whose columns are not adjacent in memory (a view of every other
+    column) gives the same attention as its contiguous copy."""
+    paged = list(make_paged(MIXED, 16, 3, 3, 64, torch.float32, 4))
+    table = paged[3]
+    spread = torch.full((table.shape[0], 2 * table.shape[1]), -1, dtype=torch.int32)
+    spread[:, ::2] = table
+    paged[3] = spread[:, ::2]
+    assert torch.equal(paged[3], table) and paged[3].stride(1) == 2
+    torch.testing.assert_close(cpu_attention.paged_attention(*paged, 0.125),
+                               reference.paged_attention(*paged, 0.125), atol=2e-5, rtol=2e-5)
+
+
 @pytest.mark.parametrize("cache_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("skip_some", [False, True])
 def test_write_kv_matches_reference(cache_dtype, skip_some):
