@@ -8,6 +8,7 @@ CI with a C compiler, failed (tests/fixtures/native_build.py).
 
 from __future__ import annotations
 
+import subprocess
 from unittest import mock
 
 import pytest
@@ -136,6 +137,19 @@ def test_switched_off_or_without_a_compiler_falls_back(monkeypatch, tmp_path):
     monkeypatch.setattr(native_library, "load", lambda: None)  # the backend keeps serving
     native_matches_reference(make_paged(MIXED, 16, 3, 3, 64, torch.float32, 4),
                              expect_native=False)
+
+
+def test_a_compiler_that_hangs_falls_back(monkeypatch, tmp_path):
+    """A build that runs past its timeout leaves the torch path in use, saying why; it does
+    not fail the model's load."""
+    def hang(argv, **kwargs):
+        raise subprocess.TimeoutExpired(argv, kwargs.get("timeout", 0))
+
+    monkeypatch.setattr(native_library.subprocess, "run", hang)
+    with pytest.warns(UserWarning, match="native CPU decode kernel unavailable"):
+        lib, reason = reload_native(monkeypatch, BATCHPILOT_CPU_NATIVE="1", CC="gcc",
+                                    BATCHPILOT_KERNEL_CACHE=str(tmp_path))
+    assert lib is None and "timed out" in reason
 
 
 @pytest.mark.parametrize("ci", ["true", ""])
