@@ -10,6 +10,7 @@ from mutants_engine import ENGINE_MUTANTS
 from mutants_execution import EXECUTION_MUTANTS
 from mutants_first_pass import FIRST_PASS_MUTANTS
 from mutants_fleet import FLEET_MUTANTS
+from mutants_kernels import KERNELS_MUTANTS
 from mutants_loadtest import LOADTEST_MUTANTS
 from mutants_observability import OBSERVABILITY_MUTANTS
 from mutants_serving import SERVING_MUTANTS
@@ -20,4 +21,4 @@ __all__ = ["MUTANTS", "Mutant"]
 
 MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS,
            *EXECUTION_MUTANTS, *SERVING_MUTANTS, *OBSERVABILITY_MUTANTS, *TRACE_MUTANTS,
-           *LOADTEST_MUTANTS]
+           *LOADTEST_MUTANTS, *KERNELS_MUTANTS]

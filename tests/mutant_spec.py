@@ -19,3 +19,4 @@ class Mutant:
 SEC = "tests/security/"
 ENG = "tests/engine/"
 CTL = "tests/control/"
+KRN = "tests/kernels/"
