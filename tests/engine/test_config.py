@@ -39,6 +39,19 @@ def test_design_serving_block_loads_as_written(tmp_path):
     assert (live.kv_cache_high_watermark, live.kv_cache_reject_watermark) == (0.88, 0.95)
 
 
+def test_an_empty_file_or_an_empty_serving_block_loads_the_defaults(tmp_path):
+    """An empty YAML file (or `serving:` with nothing under it) is every default, not a
+    start that fails on 'config must be a mapping'."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing set yet\n")
+    assert load_config_file(empty).config == EngineConfig(StaticConfig(), LiveConfig())
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("serving:\nprofiles:\n  degrade: {max_active_sequences: 32}\n")
+    loaded = load_config_file(bare)
+    assert loaded.config.live == LiveConfig() and loaded.profiles == {"degrade": {
+        "max_num_seqs": 32}}
+
+
 def test_our_key_names_load_too():
     config = load_config_dict({"serving": {"max_num_seqs": 7, "max_num_batched_tokens": 4096,
                                            "schedule_policy": "mixed"}}).config
@@ -100,6 +113,16 @@ def test_an_unknown_key_close_to_a_known_one_names_it(data, hint):
         load_config_dict(data)
 
 
+@pytest.mark.parametrize("key", ["batch_size", "max_tokens", "chunk_size", "timeout"])
+def test_a_key_only_loosely_like_a_known_one_gets_no_hint(key):
+    """No 'did you mean' for a key that only shares some letters with a known one: vLLM's
+    `batch_size` is not our `block_size` (a hint to change the KV layout), nor is
+    `max_tokens` max_batched_tokens."""
+    with pytest.raises(ValueError) as exc:
+        load_config_dict({"serving": {key: 8}})
+    assert "did you mean" not in str(exc.value)
+
+
 def test_an_slo_block_names_the_close_key_too():
     with pytest.raises(ValueError, match=re.escape("(did you mean ttft_s?)")):
         load_config_dict({"lanes": {"batch": {"slo": {"ttft": 2}}}})
@@ -145,6 +168,19 @@ def test_bad_values_name_the_field_and_the_allowed_range(serving, field, allowed
 def test_bad_types_name_the_field(serving, field):
     with pytest.raises(ValueError, match=field):
         load_config_dict({"serving": serving})
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"serving": {"kv_cache_reject_watermark": True}}, "serving.kv_cache_reject_watermark"),
+    ({"serving": {"kv_cache_high_watermark": False}}, "serving.kv_cache_high_watermark"),
+    ({"lanes": {"batch": {"weight": True}}}, "lanes.batch.weight"),
+    ({"profiles": {"p": {"kv_cache_high_watermark": True}}}, "profiles.p.kv_cache_high_watermark"),
+])
+def test_a_boolean_is_not_a_number_for_a_fraction_or_a_weight(data, field):
+    """`weight: true` or `kv_cache_reject_watermark: true` (a flag written where a number
+    goes) is refused, not loaded as 1.0 (a watermark of 1 rejects nothing)."""
+    with pytest.raises(ValueError, match=re.escape(f"{field}=") + ".*must be of type float"):
+        load_config_dict(data)
 
 
 @pytest.mark.parametrize(("lane", "field"), [
@@ -234,6 +270,18 @@ def test_a_profile_is_checked_against_the_static_config_once_given():
     with pytest.raises(ValueError, match=re.escape(
             "profiles.whole: max_num_batched_tokens=8192 must be >= max_model_len (32768)")):
         check_profiles(loaded.profiles, loaded.config)
+
+
+def test_a_profile_refused_at_start_says_which_static_value_the_model_chose():
+    """A profile that fails against the fitted config names the value as the model's
+    choice, as the serving block's own messages do: the YAML never said 8192."""
+    loaded = load_config_dict({"profiles": {"whole": {"chunked_prefill": False}}})
+    fitted = EngineConfig(StaticConfig(max_model_len=8192),
+                          loaded.config.live.replace(max_num_batched_tokens=4096))
+    with pytest.raises(ValueError, match=re.escape(
+            "profiles.whole: max_num_batched_tokens=4096 must be >= max_model_len (8192,"
+            " fitted to the model)")):
+        check_profiles(loaded.profiles, fitted, fitted={"max_model_len"})
 
 
 def test_missing_or_broken_file_is_a_value_error(tmp_path):
