@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import LiveConfig, StaticConfig
+from engine.config import LaneSLO, LiveConfig, StaticConfig
 from engine.config.patch import apply_diff, apply_patch, diff, live_from_dict, live_to_dict, merge
 
 STATIC = StaticConfig(num_kv_blocks=512, max_model_len=4096)
@@ -77,3 +77,13 @@ def test_a_recorded_diff_replayed_gives_the_config_it_was_taken_from():
     assert {"tenant_lanes.acme.corp", "lanes.bulk", "long_context_lane"} <= set(changes)
     assert apply_diff(before, changes) == after
     assert apply_diff(after, diff(after, before)) == before
+
+
+def test_a_patch_of_one_default_slo_target_keeps_the_other():
+    """{"default_slo": {"ttft_s": 9}} merges into the SLO in force: its tpot_s stays (the
+    snapshot as data holds the SLO as a mapping, which GET /control/config also serves)."""
+    live = LiveConfig(default_slo=LaneSLO(ttft_s=1.0, tpot_s=0.1))
+    new = apply_patch(live, STATIC, {"default_slo": {"ttft_s": 9.0}})
+    assert new.default_slo == LaneSLO(ttft_s=9.0, tpot_s=0.1)
+    assert live_to_dict(live)["default_slo"] == {"ttft_s": 1.0, "tpot_s": 0.1}
+    assert diff(live, new) == {"default_slo.ttft_s": [1.0, 9.0]}
