@@ -245,6 +245,14 @@ def test_compile_slots_bound_join_and_free():
             counts.abandoned) == (3, 1, 1, 2, 1)
 
 
+def test_compile_slots_refuse_a_capacity_below_one():
+    """No slot at all would answer 429 to every schema: refused when built, not served."""
+    for capacity in (0, -1):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            CompileSlots(capacity)
+    assert CompileSlots(1).capacity == 1
+
+
 def test_grammar_token_ids_stay_inside_the_logits(tiny_loaded):
     """No id a grammar allows reaches past the logits it masks: the grammar is compiled for
     the logits' width (ids past it dropped), a stop id past it is refused, and a grammar of
