@@ -237,6 +237,19 @@ def test_same_tokens_after_a_different_prefix_do_not_match():
     assert np.array_equal(shadow.positions[:6], [0, 1, 2, 3, 0, 1])
 
 
+def test_another_token_at_the_same_position_is_reported_as_that_token():
+    """A slot holding another request's token at the same position is a wrong block, named
+    by its token and writer: not 'computed after a different prefix' (that diagnosis is
+    for the reader's own token after other ones)."""
+    shadow = ShadowKV(block_size=2, num_blocks=8)
+    shadow.run_step([SeqRun("w", [0], [7, 8], 0, 2)], 1)
+    with pytest.raises(ShadowKVMismatch) as exc:  # its own position 2, reading block 0
+        shadow.run_step([SeqRun("r", [0, 1], [5, 6, 1], 2, 3)], 2)
+    assert (exc.value.request_id, exc.value.position, exc.value.block_id) == ("r", 0, 0)
+    assert "expected token 5, found token 7 at position 0 (written in step 1)" in str(exc.value)
+    assert "different prefix" not in str(exc.value)
+
+
 def test_one_step_reads_back_what_each_sequence_wrote_and_the_digests_per_sequence():
     shadow = ShadowKV(block_size=2)  # pool size unknown: grows
     a, b = [3, 4, 5], [6, 7, 8, 9, 10]
