@@ -57,3 +57,17 @@ def test_a_client_that_gives_up_leaves_the_refusal_final():
     engine, clock = engine_and_clock()
     result = simulate(engine, clock, BURST, retry=lambda decision, sent: None)
     assert len(result.rejected) == 3 and not result.retried
+
+
+def test_a_resend_due_before_the_next_arrival_is_sent_on_time():
+    """An idle engine's clock jumps to the earlier of the next arrival and the next resend:
+    a refusal resent after 5 s is sent at 5 s, not held until a request 100 s later comes."""
+    engine, clock = engine_and_clock()
+    start = clock.now
+    late = TraceRequest(arrival_s=100.0, prompt_tokens=16, output_tokens=4)
+    result = simulate(engine, clock, BURST + [late],
+                      retry=lambda decision, sent: 5.0 if sent == 1 else None)
+    resent = [r for r in result.records if r.request_id in result.first_arrival]
+    assert resent and all(r.arrival_time - start == 5.0 for r in resent)
+    assert all(r.admitted_time - start < 10.0 and r.finished_time - start < 10.0
+               for r in resent)
