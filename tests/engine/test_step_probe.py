@@ -4,7 +4,9 @@ step; a quiet start-up runs no extra step."""
 
 from __future__ import annotations
 
-from engine.calibration.probe import measure
+from types import SimpleNamespace
+
+from engine.calibration.probe import RunnerProbe, measure
 from engine.calibration.step_law import StepLaw, chunk_pairs, fit_law
 
 # The tests' tiny model on this CPU: ~1 ms a step, a 512-token prefill ~2 ms.
@@ -68,3 +70,40 @@ def test_a_quiet_start_up_runs_no_step_twice_more():
     # (warm-up + 4 x2)
     assert quiet.calls == 13 + 5 + 9
     assert busy.calls == quiet.calls + 4  # the two slowed sizes, two more runs each
+
+
+def test_decode_probes_fit_a_pool_that_is_not_a_whole_number_of_blocks_per_decode():
+    """Each decode of a probe has whole blocks of its own: in a pool of 62 blocks of 16, a
+    batch of 16 decodes gets 3 blocks (48 tokens) each, not 62 tokens (4 blocks each, 64 in
+    all: more than the pool, and the start-up would fail)."""
+    runner = SimpleNamespace(num_kv_blocks=62, block_size=16, kv_caches=[],
+                             device=SimpleNamespace(type="cpu"), execute=lambda out: None)
+    prober = RunnerProbe(runner)
+    probes = measure(prober, 0.25, max_tokens=256, max_context=512,
+                     pool_tokens=prober.pool_tokens, max_batch=64, block_size=16)
+    decodes = [p.label for p in probes if p.label.startswith("decode")]
+    assert "decode 16 x 48" in decodes and prober.blocks_used <= 62
+
+
+def test_a_decode_probe_computes_the_last_token_of_its_context_inside_its_blocks():
+    """A decode probe of context c computes position c - 1 (the step a real decode is):
+    reading the other c - 1 from its own blocks, and writing inside them too."""
+    steps = []
+    runner = SimpleNamespace(num_kv_blocks=4096, block_size=16, kv_caches=[],
+                             device=SimpleNamespace(type="cpu"), execute=steps.append)
+    RunnerProbe(runner).decodes(4, 64)
+    (out,) = steps
+    assert [len(r.token_ids) for r in out.decodes] == [64] * 4
+    for req in out.decodes:
+        assert req.num_computed_tokens == 63
+        assert req.num_computed_tokens < len(req.block_ids) * 16
+
+
+def test_a_decode_probe_records_the_context_every_decode_of_its_batch_reads():
+    """`decode 16 x 1024` reads 16 contexts of 1024: the law's KV term is fitted on 16384
+    context tokens, not 1024 (which would price a batch's KV reads 16 times too high)."""
+    probes = probe(BusyAtFirst("none", 0))
+    decodes = {p.label: p for p in probes if p.label.startswith("decode")}
+    assert decodes["decode 16 x 1024"].decode_context == 16 * 1024
+    assert all(p.decode_context == p.decodes * int(label.split(" x ")[1])
+               for label, p in decodes.items())
