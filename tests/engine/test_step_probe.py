@@ -107,3 +107,14 @@ def test_a_decode_probe_records_the_context_every_decode_of_its_batch_reads():
     assert decodes["decode 16 x 1024"].decode_context == 16 * 1024
     assert all(p.decode_context == p.decodes * int(label.split(" x ")[1])
                for label, p in decodes.items())
+
+
+def test_decode_probes_may_fill_the_whole_pool():
+    """A pool of 64 blocks of 16 gives a batch of 16 decodes 4 blocks each: all 64, which
+    fit (a pool whose blocks divide evenly among the batch is the usual case)."""
+    runner = SimpleNamespace(num_kv_blocks=64, block_size=16, kv_caches=[],
+                             device=SimpleNamespace(type="cpu"), execute=lambda out: None)
+    prober = RunnerProbe(runner)
+    probes = measure(prober, 0.25, max_tokens=256, max_context=512,
+                     pool_tokens=prober.pool_tokens, max_batch=64, block_size=16)
+    assert "decode 16 x 64" in [p.label for p in probes] and prober.blocks_used == 64
