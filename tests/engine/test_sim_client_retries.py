@@ -47,6 +47,7 @@ def test_resent_requests_come_back_after_the_delay_and_keep_their_first_send():
                     if r.request_id in result.first_arrival)
     assert resent == [5.0, 10.0, 15.0]
     for r in result.records:
+        assert r.resent == (r.request_id in result.first_arrival)  # marked as its client's
         if r.request_id in result.first_arrival:
             assert result.first_arrival[r.request_id] == start
             resends = round((r.arrival_time - start) / 5.0)
