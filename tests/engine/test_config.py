@@ -92,6 +92,7 @@ def test_lanes_as_a_list():
     ({"servin": {}}, ["servin", "allowed"]),
     ({"lanes": {"interactive": {"wieght": 2}}}, ["wieght", "lanes.interactive"]),
     ({"profiles": {"degrade": {"block_size": 8}}}, ["block_size", "profiles.degrade"]),
+    ({"serving": {"version": 3}}, ["version", "serving"]),  # the engine's to assign
 ])
 def test_unknown_keys_are_errors_that_list_the_allowed_keys(data, names):
     with pytest.raises(ValueError) as exc:

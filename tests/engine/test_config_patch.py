@@ -48,6 +48,7 @@ def test_round_trip_and_diff():
     ({"tenant_lanes": {"acme": "nope"}}, "tenant_lanes.acme"),
     ({"lanes": {"interactive": None, "long_context": None, "batch": None}}, "lanes"),
     ({"surprise": 1}, "surprise"),
+    ({"version": 5}, "version"),  # assigned by the engine, not a setting: refused, not ignored
 ])
 def test_an_invalid_change_names_its_field(patch, field):
     with pytest.raises(ValueError, match=field.split(".")[-1]):
