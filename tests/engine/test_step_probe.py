@@ -118,3 +118,13 @@ def test_decode_probes_may_fill_the_whole_pool():
     probes = measure(prober, 0.25, max_tokens=256, max_context=512,
                      pool_tokens=prober.pool_tokens, max_batch=64, block_size=16)
     assert "decode 16 x 64" in [p.label for p in probes] and prober.blocks_used == 64
+
+
+def test_a_step_budget_under_two_ramp_sizes_still_probes_two_prefill_sizes():
+    """max_num_batched_tokens of 16 leaves one size of the 16, 32, ... ramp: the ramp
+    probes 8 and 16 tokens instead, so the law still has a cost per prompt token."""
+    probes = measure(BusyAtFirst("none", 0), 0.25, max_tokens=16, max_context=2048,
+                     pool_tokens=16384, max_batch=64, block_size=16)
+    assert [p.tokens for p in probes if p.label.endswith("@0")] == [8, 16]
+    law = fit_law(probes)
+    assert law.step_s(16, 0, chunk_pairs(0, 16), 0) > law.step_s(8, 0, chunk_pairs(0, 8), 0)
