@@ -6,6 +6,7 @@ no test caught then have tests of their own now."""
 from __future__ import annotations
 
 from mutant_spec import Mutant
+from mutants_config import ENGINE_CONFIG_MUTANTS
 from mutants_engine import ENGINE_MUTANTS
 from mutants_execution import EXECUTION_MUTANTS
 from mutants_first_pass import FIRST_PASS_MUTANTS
@@ -21,4 +22,4 @@ __all__ = ["MUTANTS", "Mutant"]
 
 MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS,
            *EXECUTION_MUTANTS, *SERVING_MUTANTS, *OBSERVABILITY_MUTANTS, *TRACE_MUTANTS,
-           *LOADTEST_MUTANTS, *KERNELS_MUTANTS]
+           *LOADTEST_MUTANTS, *KERNELS_MUTANTS, *ENGINE_CONFIG_MUTANTS]
