@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from engine.models import (
     resolve_model_source,
     save_checkpoint,
 )
-from engine.models.loader import max_model_len_of
+from engine.models.loader import eos_token_ids_of, max_model_len_of
 
 SUPPORTED = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM"
 
@@ -36,7 +37,8 @@ def test_checkpoint_of_unknown_architecture_fails_before_loading(tiny_llama_dir,
         load_model(directory)
 
 
-@pytest.mark.parametrize("missing", ["/no/such/checkpoint", "./nope", "model.gguf"])
+@pytest.mark.parametrize("missing", ["/no/such/checkpoint", "./nope", "model.gguf",
+                                     "~/no-such-batchpilot-checkpoint"])
 def test_missing_path_says_what_to_pass(missing):
     with pytest.raises(FileNotFoundError, match="local checkpoint directory.*gguf.*smollm2-135m"):
         load_model(missing)
@@ -55,6 +57,12 @@ def test_directory_without_config_and_non_gguf_file(tmp_path):
     weights.write_bytes(b"")
     with pytest.raises(ValueError, match="not a .gguf file"):
         resolve_model_source(weights)
+
+
+def test_a_gguf_file_with_an_upper_case_suffix_is_a_gguf_file(tmp_path):
+    model = tmp_path / "SmolLM2.Q4_1.GGUF"
+    model.write_bytes(b"")
+    assert resolve_model_source(model) == model.resolve()
 
 
 def test_alias_without_its_package_says_how_to_install(monkeypatch):
@@ -93,3 +101,31 @@ def test_max_model_len_is_capped_by_an_active_sliding_window():
     assert max_model_len_of(make_config("mistral", sliding_window=None)) == 512
     assert max_model_len_of(make_config("qwen2", sliding_window=128)) == 512  # not in use
     assert max_model_len_of(make_config("llama")) == 512
+
+
+def test_eos_ids_come_from_config_generation_config_and_tokenizer(tmp_path):
+    """Every id that ends generation, in order and once each: a chat model whose
+    generation_config.json adds <|im_end|> must stop on it."""
+    config = SimpleNamespace(eos_token_id=0)
+    tokenizer = SimpleNamespace(eos_token_id=7)
+    assert eos_token_ids_of(config, tokenizer, tmp_path) == (0, 7)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [3, 0]}))
+    assert eos_token_ids_of(config, tokenizer, tmp_path) == (0, 3, 7)
+
+
+def test_a_checkpoint_that_saved_rotary_inv_freq_loads(tiny_llama_dir):
+    """Older checkpoints carry each layer's rotary_emb.inv_freq buffer: it is recomputed
+    from the config, not refused as an unexpected weight."""
+    loaded = load_model(tiny_llama_dir)
+    state = dict(loaded.model.state_dict())
+    state["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(8)
+    model = build_model(type(loaded.model), loaded.hf_config, state, torch.float32,
+                        torch.device("cpu"))
+    assert torch.equal(model.lm_head.weight, loaded.model.lm_head.weight)
+
+
+def test_an_activation_other_than_silu_is_refused():
+    from fixtures.tiny_models import make_config
+
+    with pytest.raises(ValueError, match="hidden_act='gelu' is not supported"):
+        get_model_class("LlamaForCausalLM")(make_config("llama", hidden_act="gelu"))
