@@ -24,6 +24,8 @@ CASES = {
     "llama-linear-rope-untied": ("llama", {"rope_parameters": {"rope_type": "linear",
                                                                "rope_theta": 500.0,
                                                                "factor": 4.0}}),
+    # head_dim set apart from hidden_size // heads (Mistral Nemo: 5120 hidden, 32 x 128)
+    "llama-head-dim-wider-than-hidden-over-heads": ("llama", {"head_dim": 32}),
     "qwen2-linear-rope-tied": ("qwen2", {"tie_word_embeddings": True,
                                          "rope_parameters": {"rope_type": "linear",
                                                              "rope_theta": 1e6,
@@ -57,3 +59,4 @@ def test_bf16_model_stays_close_to_fp32():
         logits[dtype] = torch.cat([harness.step({"s": c})["s"] for c in chunks(TOKENS, [20])])
     assert logits[torch.bfloat16].dtype == torch.float32  # compute_logits upcasts
     torch.testing.assert_close(logits[torch.bfloat16], logits[torch.float32], atol=0.5, rtol=0.05)
+

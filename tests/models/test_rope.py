@@ -54,6 +54,16 @@ def test_unsupported_rope_types_are_refused_by_name(rope_type):
         rope_inv_freq(config, HEAD_DIM)
 
 
+def test_partial_rotary_is_refused():
+    """Rotating every dimension of a model trained to rotate half of each head would be
+    silently wrong text: the load fails instead."""
+    config = SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 1e4,
+                                              "partial_rotary_factor": 0.5},
+                             max_position_embeddings=128)
+    with pytest.raises(ValueError, match="partial_rotary_factor=0.5 is not supported"):
+        rope_inv_freq(config, HEAD_DIM)
+
+
 def test_rotation_preserves_norm_and_relative_position():
     config = make_config("llama")
     rope = RotaryEmbedding(config, HEAD_DIM)
