@@ -16,6 +16,7 @@ import os
 import platform
 import subprocess
 import sys
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
@@ -63,6 +64,25 @@ def test_the_environment_can_leave_malloc_alone():
     require_glibc()
     left = _probe(True, {native_heap.ENV_VAR: "0"})
     assert not left["applied"] and left["faults"] >= 2000, left
+
+
+def test_both_thresholds_are_set(monkeypatch):
+    """The mmap threshold alone keeps a freed block; without the trim threshold glibc still
+    hands the heap's free top back to the kernel, and the next step faults it in again."""
+    calls = []
+
+    def mallopt(option, value):
+        calls.append((option, value))
+        return 1
+
+    monkeypatch.setattr(native_heap.platform, "libc_ver", lambda: ("glibc", "2.36"))
+    monkeypatch.setattr(native_heap.ctypes.util, "find_library", lambda name: "libc.so.6")
+    monkeypatch.setattr(native_heap.ctypes, "CDLL", lambda name: SimpleNamespace(mallopt=mallopt))
+    monkeypatch.delenv(native_heap.ENV_VAR, raising=False)
+    assert native_heap._set_thresholds()
+    assert sorted(calls) == sorted([
+        (native_heap.M_MMAP_THRESHOLD, native_heap.MMAP_THRESHOLD_BYTES),
+        (native_heap.M_TRIM_THRESHOLD, native_heap.TRIM_THRESHOLD_BYTES)])
 
 
 def test_a_cpu_runner_asks_for_it(tiny_llama_dir):

@@ -123,3 +123,23 @@ def test_a_writable_folder_inside_a_converted_copy_is_not_used(tmp_path, cache_r
     with caplog.at_level(logging.WARNING, logger=gguf_cache.__name__):
         assert gguf_cache.lookup(gguf) is None
     assert str(shards) in caplog.text and "writable by group or others" in caplog.text
+
+
+def test_a_converted_copy_without_its_completion_marker_is_not_used(tmp_path, cache_root):
+    """A directory whose save never finished (no .complete) would load as a broken model:
+    the loader reads the GGUF instead, and the next store() replaces it."""
+    gguf = write_gguf(tmp_path / "model.gguf", 1)
+    gguf_cache.store(gguf, saver("half"))
+    (gguf_cache.lookup(gguf) / ".complete").unlink()
+    assert gguf_cache.lookup(gguf) is None
+    gguf_cache.store(gguf, saver("whole"))
+    assert (gguf_cache.lookup(gguf) / "weights.txt").read_text() == "whole"
+
+
+def test_cache_switched_off_writes_nothing(monkeypatch, tmp_path, cache_root):
+    """BATCHPILOT_GGUF_CACHE=0: no converted copy is read, and none is written to disk."""
+    monkeypatch.setenv("BATCHPILOT_GGUF_CACHE", "0")
+    gguf = write_gguf(tmp_path / "model.gguf", 1)
+    gguf_cache.store(gguf, saver("unwanted"))
+    assert not cache_root.exists()
+    assert gguf_cache.lookup(gguf) is None
