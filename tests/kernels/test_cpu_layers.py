@@ -109,6 +109,23 @@ def test_steps_the_kernel_does_not_take_run_the_torch_layers(model):
 
 
 @needs_native
+def test_a_context_block_past_the_end_of_the_cache_is_not_read_natively(model):
+    """C reads raw memory: a block table naming the block one past the cache's last (as a
+    context block, not the one the step writes) keeps the step off the native layers."""
+    ids, positions, meta, caches = decode_step(model, 2)
+    rope = rope_for_rotate(*model.model.rotary_emb(positions, torch.float32))
+    tables = meta.block_tables.clone()
+    assert meta.context_lens[1] > BLOCK_SIZE  # block index 0 of seq 1 is context only
+    tables[1, 0] = caches[0][0].shape[0]
+    bad = dataclasses.replace(meta, block_tables=tables)
+    with torch.inference_mode():
+        assert not native_decode.run_native_decode(
+            model, model.model.embed_tokens(ids), rope, caches, bad, False)
+        assert native_decode.run_native_decode(
+            model, model.model.embed_tokens(ids), rope, caches, meta, False)
+
+
+@needs_native
 @pytest.mark.parametrize("rows", [1, 3, cpu_layers.NATIVE_LOGITS_MAX_ROWS + 1])
 def test_small_steps_logits_come_from_the_native_gemv(model, rows):
     """Up to NATIVE_LOGITS_MAX_ROWS rows: lm_head by the layers' GEMV, equal to torch's
