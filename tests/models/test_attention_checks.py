@@ -1,5 +1,6 @@
 """The paged attention layer refuses the shapes it would get wrong: query heads that the KV
-heads do not divide, a sequence with fewer blocks than its context needs."""
+heads do not divide, a sequence with fewer blocks than its context needs, a query longer
+than its context."""
 
 from __future__ import annotations
 
@@ -23,3 +24,10 @@ def test_a_sequence_with_too_few_blocks_for_its_context_is_refused():
     positions, meta = build_attention_metadata([[0], [1, 2]], [4, 20], [4, 20], block_size=16)
     assert positions[4:].tolist() == list(range(20))
     assert meta.slot_mapping[4:].tolist() == [16 + i for i in range(16)] + [32, 33, 34, 35]
+
+
+def test_a_query_longer_than_its_context_is_refused():
+    """Context lengths count this step's tokens too: 5 query tokens in a context of 3
+    would place tokens at negative positions."""
+    with pytest.raises(ValueError, match="seq 0: q_len=5, ctx=3"):
+        build_attention_metadata([[0]], [3], [5], block_size=16)

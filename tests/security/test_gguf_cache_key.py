@@ -143,3 +143,13 @@ def test_cache_switched_off_writes_nothing(monkeypatch, tmp_path, cache_root):
     gguf_cache.store(gguf, saver("unwanted"))
     assert not cache_root.exists()
     assert gguf_cache.lookup(gguf) is None
+
+
+def test_a_file_rewritten_in_place_is_hashed_again(tmp_path, cache_root):
+    """Other weights written over the same path, with the same size and mtime put back
+    (a copy that keeps timestamps), must not get the old file's converted copy: the
+    in-process hash memo is keyed by the ctime too, which no user can set."""
+    gguf = write_gguf(tmp_path / "model.gguf", 1)
+    before = gguf_cache.converted_dir(gguf)
+    write_gguf(gguf, 2)
+    assert gguf_cache.converted_dir(gguf) != before
