@@ -129,3 +129,30 @@ def test_an_activation_other_than_silu_is_refused():
 
     with pytest.raises(ValueError, match="hidden_act='gelu' is not supported"):
         get_model_class("LlamaForCausalLM")(make_config("llama", hidden_act="gelu"))
+
+
+def test_only_a_float32_gguf_load_writes_the_converted_copy(tiny_llama_dir, tmp_path,
+                                                              monkeypatch):
+    """Later loads read the converted copy whatever dtype they ask for, so a bfloat16 load
+    must not write it: every float32 load after it would run bf16-rounded weights. (The
+    GGUF parsing is stood in for by the tiny checkpoint: only the file's name is a GGUF.)"""
+    import transformers
+
+    import engine.models.loader as loader
+
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF")
+    real_load_hf_model, stored = loader._load_hf_model, []
+    for auto in (transformers.AutoConfig, transformers.AutoTokenizer):
+        real = auto.from_pretrained
+        monkeypatch.setattr(auto, "from_pretrained", staticmethod(
+            lambda directory, real=real, **kwargs: real(tiny_llama_dir, local_files_only=True)))
+    monkeypatch.setattr(loader, "_load_hf_model", lambda directory, config, dtype, kwargs:
+                        real_load_hf_model(tiny_llama_dir, config, dtype,
+                                           {"local_files_only": True}))
+    monkeypatch.setattr(loader.gguf_cache, "lookup", lambda path: None)
+    monkeypatch.setattr(loader.gguf_cache, "store", lambda path, save: stored.append(path))
+    assert load_model(gguf, dtype="bfloat16").dtype == torch.bfloat16
+    assert stored == []
+    assert load_model(gguf, dtype="float32").dtype == torch.float32
+    assert stored == [gguf.resolve()]
