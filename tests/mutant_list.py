@@ -13,6 +13,7 @@ from mutants_first_pass import FIRST_PASS_MUTANTS
 from mutants_fleet import FLEET_MUTANTS
 from mutants_kernels import KERNELS_MUTANTS
 from mutants_loadtest import LOADTEST_MUTANTS
+from mutants_models import MODELS_MUTANTS
 from mutants_observability import OBSERVABILITY_MUTANTS
 from mutants_serving import SERVING_MUTANTS
 from mutants_tools import TOOLS_MUTANTS
@@ -22,4 +23,4 @@ __all__ = ["MUTANTS", "Mutant"]
 
 MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS,
            *EXECUTION_MUTANTS, *SERVING_MUTANTS, *OBSERVABILITY_MUTANTS, *TRACE_MUTANTS,
-           *LOADTEST_MUTANTS, *KERNELS_MUTANTS, *ENGINE_CONFIG_MUTANTS]
+           *LOADTEST_MUTANTS, *KERNELS_MUTANTS, *ENGINE_CONFIG_MUTANTS, *MODELS_MUTANTS]
