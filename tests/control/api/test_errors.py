@@ -8,8 +8,10 @@ import asyncio
 import pytest
 from fixtures.serving import asgi_client, make_engine, wait_until_idle
 
+from control.api.errors import rejection_error
 from control.api.response_schemas import ErrorResponse
 from engine.calibration.step_law import StepLaw
+from engine.records import AdmissionDecision
 from engine.request import SamplingParams
 
 CHAT = {"messages": [{"role": "user", "content": "Hi"}]}
@@ -283,3 +285,25 @@ def test_unexpected_error_is_an_openai_500_without_stack_trace(api, caplog):
     assert error["type"] == "server_error"
     assert "secret internals" not in resp.text
     assert "secret internals" in caplog.text  # logged for the operator
+
+
+def test_retry_after_is_the_wait_in_whole_seconds_rounded_up():
+    """A refusal's Retry-After rounds its wait up: told 2 for a wait of 2.4 s, a client
+    comes back before the server can take it; never less than 1."""
+    def header(wait):
+        decision = AdmissionDecision(False, "r", reason="queue_full", retry_after_s=wait)
+        return rejection_error(decision, {}).headers["Retry-After"]
+
+    assert [header(wait) for wait in (2.4, 2.0, 0.2, None)] == ["3", "2", "1", "1"]
+
+
+def test_a_wrong_method_is_a_405_naming_the_methods_the_route_takes(api):
+    engine, settings = api
+
+    async def scenario():
+        async with asgi_client(engine, settings, stop=False) as client:
+            return await client.get("/v1/chat/completions")
+
+    resp = asyncio.run(scenario())
+    assert _check_error(resp, 405)["type"] == "invalid_request_error"
+    assert resp.headers["allow"] == "POST"
