@@ -75,3 +75,15 @@ def test_no_error_message_leaves_longer_than_the_cap():
     body = APIError(400, "y" * (3 * MAX_MESSAGE_CHARS)).body()["error"]
     assert len(body["message"]) < MAX_MESSAGE_CHARS + 60, len(body["message"])
     assert body["message"].endswith(f"(clipped from {3 * MAX_MESSAGE_CHARS:,} characters)")
+
+
+def test_a_value_of_exactly_the_echo_limit_is_quoted_whole(api):
+    """ECHO_CHARS is what a message quotes whole: a model name of exactly that length comes
+    back as sent, one character more is clipped."""
+    at, over = "m" * ECHO_CHARS, "m" * (ECHO_CHARS + 1)
+    replies = exchange(api, [("POST", "/v1/completions", {"json": {"model": name,
+                                                                   "prompt": "x"}})
+                             for name in (at, over)])
+    messages = [reply.json()["error"]["message"] for reply in replies]
+    assert f"{at!r} does not exist" in messages[0], messages[0]
+    assert f"{at!r}... ({ECHO_CHARS + 1} characters)" in messages[1], messages[1]
