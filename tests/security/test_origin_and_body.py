@@ -134,3 +134,34 @@ def test_a_64_mb_body_is_answered_at_once_and_nobody_else_waits(tiny_loaded):
     assert reply.status_code == 413, reply.text
     assert took < 20, f"the 413 took {took:.1f} s"
     assert innocent and innocent[0] < 20
+
+
+def test_a_body_over_the_limit_names_max_body_bytes_as_its_param_and_closes(tiny_loaded):
+    """Every 413, whether its Content-Length said so or the chunks passed the limit while
+    FastAPI parsed the body, names the limit in `param` and closes the connection."""
+    engine, _, settings = make_engine(tiny_loaded, settings=ServeSettings(
+        model="tiny", limits=RequestLimits(max_body_bytes=1000)))
+
+    async def chunks():
+        for _ in range(4):
+            yield b" " * 400
+
+    replies = run(engine, settings, [
+        ("POST", "/v1/completions", {"content": b"x" * 1001, "headers": JSON}),
+        ("POST", "/v1/chat/completions", {"content": chunks(), "headers": JSON}),
+    ])
+    for reply in replies:
+        assert reply.status_code == 413, reply.text
+        assert reply.json()["error"]["param"] == "max_body_bytes", reply.text
+        assert reply.headers["connection"] == "close"
+
+
+def test_a_public_server_without_tokens_serves_any_host_name(tiny_loaded):
+    """--host 0.0.0.0 --no-control-api (no tokens, no trace: allowed) checks no Host name:
+    that check is a loopback server's, and here every client calls it by its own name."""
+    engine, _, settings = make_engine(tiny_loaded, settings=ServeSettings(
+        model="tiny", host="0.0.0.0", edge="off", control_api=False))
+    reply, = run(engine, settings, [("POST", "/v1/completions", {
+        "json": {"prompt": "hi", "max_tokens": 2},
+        "headers": {"Host": "batchpilot.internal:8000"}})])
+    assert reply.status_code == 200, reply.text
