@@ -177,3 +177,20 @@ def test_a_bound_token_may_not_export_the_config_audit_or_load_tests(served):
 
     replies = asyncio.run(scenario())
     assert [replies[t].status_code for t in replies] == [403, 403, 403, 200, 200]
+
+
+def test_a_refused_token_is_typed_as_the_clients_error(served):
+    """A 401 is typed as OpenAI types a bad API key (invalid_request_error), a 403 as
+    permission_error: never server_error, which an SDK retries as the server's fault."""
+    engine, settings = served
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            return (await client.get("/v1/trace/summary"),
+                    await client.get("/v1/trace/config_changes",
+                                     headers={"Authorization": BOUND}))
+
+    missing, bound = asyncio.run(scenario())
+    assert (missing.status_code, missing.json()["error"]["type"]) == (401,
+                                                                      "invalid_request_error")
+    assert (bound.status_code, bound.json()["error"]["type"]) == (403, "permission_error")
