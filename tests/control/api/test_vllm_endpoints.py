@@ -185,6 +185,18 @@ def test_bad_input_is_400_naming_the_field(api, path, body, param, needle):
     assert error["type"] == "invalid_request_error"
 
 
+def test_empty_values_of_unsupported_fields_count_as_not_sent(api):
+    """A client that sends `tools: []` or `chat_template_kwargs: {}` with every request
+    (nothing to pass on) gets the count it gets without them, not a 400."""
+    plain, empty = call(api, ("POST", "/tokenize", {"messages": MESSAGES}),
+                        ("POST", "/tokenize", {"messages": MESSAGES, "tools": [],
+                                               "chat_template_kwargs": {},
+                                               "chat_template": None,
+                                               "mm_processor_kwargs": {}}))
+    assert empty.status_code == 200, empty.text
+    assert empty.json()["tokens"] == plain.json()["tokens"]
+
+
 def test_wrong_model_is_the_completion_routes_404(api):
     model = {"model": "gpt-9"}
     completion, prompt, chat, detok = call(
