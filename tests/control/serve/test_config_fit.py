@@ -89,3 +89,24 @@ def test_a_profile_invalid_only_against_the_fitted_config_fails_the_start(
 def test_preflight_still_refuses_what_needs_no_model(tiny_llama_dir, tmp_path, serving, field):
     with pytest.raises(ValueError, match=re.escape(field)):
         preflight(settings_for(tiny_llama_dir, tmp_path, {"serving": serving}))
+
+
+def test_engine_overrides_win_over_the_yaml(tiny_loaded, tmp_path):
+    """ServeSettings.engine_overrides are over the YAML's values (as the checklist reads a
+    run's config back from its settings): the YAML's values give way to them."""
+    path = write_yaml(tmp_path / "serving.yaml",
+                      {"serving": {"max_active_sequences": 4, "num_kv_blocks": 128}})
+    settings = ServeSettings(model="tiny", config_path=str(path),
+                             engine_overrides={"max_num_seqs": 2, "num_kv_blocks": 256})
+    parts = build_parts(settings, loaded=tiny_loaded)
+    assert parts.static.num_kv_blocks == 256
+    assert parts.engine.live_config.max_num_seqs == 2
+
+
+def test_preflight_refuses_a_trace_file_it_could_not_write(tiny_llama_dir, tmp_path):
+    """A --trace-db in a folder that does not exist fails the start before the model is
+    loaded, naming the folder (not once the model loaded and the server bound its port)."""
+    folder = tmp_path / "gone"
+    settings = ServeSettings(model=str(tiny_llama_dir), trace_db=str(folder / "t.duckdb"))
+    with pytest.raises(ValueError, match=re.escape(f"directory {str(folder)!r} does not exist")):
+        preflight(settings)
