@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from control.admin.auth import ENV_VAR, load_tokens
+from control.api.app import create_app
 from control.api.limits import RequestLimits, parse_limit_args
 from control.cli.main import main
+from control.serve.settings import ServeSettings
 
 
 def test_a_token_file_binds_read_tokens_to_tenants(tmp_path, monkeypatch):
@@ -71,3 +73,13 @@ def test_serve_refuses_a_public_trace_without_tokens(capsys, monkeypatch, tmp_pa
     assert main(["serve", "--host", "0.0.0.0", "--no-control-api",
                  "--trace-db", str(tmp_path / "t.duckdb")]) == 2
     assert "trace API" in capsys.readouterr().err
+
+
+def test_an_app_built_in_code_refuses_a_public_trace_without_tokens(monkeypatch, tmp_path):
+    """create_app (a server run under one's own ASGI server, without `batchpilot serve`'s
+    preflight) refuses it too: anyone could read every tenant's requests."""
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    settings = ServeSettings(model="tiny", host="0.0.0.0", control_api=False,
+                             trace_db=str(tmp_path / "t.duckdb"))
+    with pytest.raises(ValueError, match="the trace API"):
+        create_app(settings)
