@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from control.serve import run_all
 from engine.calibration.step_law import StepLaw, chunk_pairs
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -142,3 +143,49 @@ def processes_with(needle: str) -> list[str]:
         if needle in text:
             found.append(text.replace("\0", " "))
     return found
+
+
+class FakeProc:
+    """A child process of run_all that has already exited with `returncode`; `stdout`: its
+    log, the server's ending with its ready line."""
+
+    pid = 2**22 + 1  # above Linux's largest pid: run_all's killpg finds no such group
+
+    def __init__(self, cmd, *args, returncode=0, lines=(), **kwargs):
+        self.cmd, self.returncode, self.stdout = list(cmd), returncode, iter(lines)
+
+    def poll(self):
+        return self.returncode
+
+    def wait(self, timeout=None):
+        return self.returncode
+
+
+def test_make_run_starts_the_server_on_its_host_and_port(monkeypatch):
+    """--host and --port reach `batchpilot serve`; the API's URL is read from its ready
+    line."""
+    started: list[FakeProc] = []
+
+    def popen(cmd, *args, **kwargs):
+        started.append(FakeProc(cmd, lines=[
+            "loading\n", "batchpilot: ready: serving tiny at http://0.0.0.0:8123\n"]))
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    args = run_all.argparse.Namespace(model="tiny", host="0.0.0.0", port=8123,
+                                      trace_db="t.duckdb")
+    _, url = run_all.start_server(args)
+    cmd = started[0].cmd
+    assert cmd[cmd.index("--host") + 1] == "0.0.0.0" and cmd[cmd.index("--port") + 1] == "8123"
+    assert cmd[cmd.index("--trace-db") + 1] == "t.duckdb"
+    assert url == "http://0.0.0.0:8123"
+
+
+def test_make_run_exits_with_the_servers_failure(monkeypatch):
+    """The server exited 3 (a bad config, a port taken): `make run` exits 3 too, not 0."""
+    server = FakeProc(["serve"], returncode=3)
+    monkeypatch.setattr(run_all, "start_server", lambda args: (server, "http://127.0.0.1:1"))
+    monkeypatch.setattr(subprocess, "Popen", FakeProc)
+    monkeypatch.setattr(run_all, "_pump", lambda proc: None)
+    monkeypatch.setattr(run_all.signal, "signal", lambda *args: None)  # pytest keeps its own
+    assert run_all.main([]) == 3
