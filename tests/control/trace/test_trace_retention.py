@@ -7,6 +7,8 @@ from __future__ import annotations
 import duckdb
 import pytest
 
+from control.api.app import open_trace
+from control.serve.settings import ServeSettings
 from control.trace.retention import Retention, apply_retention, file_bytes
 from control.trace.schema import create_schema
 
@@ -58,3 +60,15 @@ def test_retention_by_age_keeps_the_run_rows(tmp_path):
     con.execute("INSERT INTO steps (run_id, step_id, start_time) VALUES ('old', 1, 20)")
     assert apply_retention(con, path, Retention(max_age_s=100), now=1000.0) == 1
     assert con.execute("SELECT run_id, model FROM runs").fetchall() == [("old", "m")]
+
+
+def test_the_servers_trace_keeps_the_retention_it_was_given(tmp_path):
+    """--trace-max-age-s and --trace-max-bytes reach the server's trace writer: dropped on
+    the way, the trace file would grow without bound."""
+    settings = ServeSettings(model="tiny", trace_db=str(tmp_path / "t.duckdb"),
+                             trace_max_age_s=3600.0, trace_max_bytes=64 << 20)
+    writer = open_trace(settings, "run-1")
+    try:
+        assert writer.settings.retention == Retention(max_age_s=3600.0, max_bytes=64 << 20)
+    finally:
+        writer.stop()
