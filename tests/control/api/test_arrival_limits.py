@@ -118,3 +118,26 @@ def test_the_edges_elapsed_header_moves_arrival_back_within_bounds(value, moved_
     asyncio.run(StampArrival(app, behind_edge=True)(scope, None, None))
     after = time.perf_counter()
     assert before - moved_s <= seen[ARRIVAL_KEY] <= after - moved_s
+
+
+def test_only_a_server_behind_its_edge_counts_the_edges_time(tiny_loaded):
+    """The app trusts the edge's elapsed header behind its own edge (edge="on"): a request
+    that spent 3 s there has an E2E over 3 s; a server without the edge ignores a client's
+    copy of the header."""
+    engine, _, settings = make_engine(tiny_loaded)
+    body = {"prompt": "Hi", "max_tokens": 2}
+    headers = {EDGE_ELAPSED_HEADER: "3"}
+
+    async def scenario():
+        replies = []
+        for edge in ("on", "off"):
+            async with asgi_client(engine, settings.replace(edge=edge), stop=False) as client:
+                replies.append(await client.post("/v1/completions", json=body,
+                                                 headers=headers))
+        engine.stop()
+        return replies
+
+    behind, direct = asyncio.run(scenario())
+    assert behind.status_code == direct.status_code == 200, (behind.text, direct.text)
+    assert behind.json()["batchpilot"]["timing"]["e2e_s"] >= 3.0
+    assert direct.json()["batchpilot"]["timing"]["e2e_s"] < 3.0
