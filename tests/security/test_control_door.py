@@ -140,6 +140,24 @@ def test_x_priority_wins_over_the_body_and_a_routing_header_twice_is_a_400(serve
     assert twice.status_code == 400 and twice.json()["error"]["param"] == "X-Tenant"
 
 
+def test_a_body_priority_outside_32_bits_is_a_400_naming_it(served):
+    """The body's `priority` has X-Priority's range, [-2**31, 2**31): one past either end is
+    a 400 naming `priority`, as the header's is; the ends themselves are served."""
+    engine, settings = served
+    base = {"model": "tiny", "prompt": "hi", "max_tokens": 2}
+
+    async def scenario():
+        async with asgi_client(engine, settings, stop=False) as client:
+            return [await client.post("/v1/completions", json={**base, "priority": value})
+                    for value in (2**31, -2**31 - 1, 2**31 - 1)]
+
+    over, under, top = asyncio.run(scenario())
+    for reply in (over, under):
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["param"] == "priority"
+    assert top.status_code == 200 and top.json()["batchpilot"]["priority"] == 2**31 - 1
+
+
 def test_a_bad_setting_is_a_400_that_names_it(served):
     engine, settings = served
 
