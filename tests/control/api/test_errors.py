@@ -307,3 +307,17 @@ def test_a_wrong_method_is_a_405_naming_the_methods_the_route_takes(api):
     resp = asyncio.run(scenario())
     assert _check_error(resp, 405)["type"] == "invalid_request_error"
     assert resp.headers["allow"] == "POST"
+
+
+def test_a_chat_without_max_tokens_gets_what_the_kv_pool_leaves(tiny_loaded):
+    """No max_tokens: the rest of the context, and never more than the KV pool holds (here
+    8 blocks of 16 tokens, under the model's 512): served, not refused as too long."""
+    engine, _, settings = make_engine(tiny_loaded, num_kv_blocks=8)
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            return await client.post("/v1/chat/completions", json=CHAT)
+
+    resp = asyncio.run(scenario())
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["usage"]["total_tokens"] <= 8 * 16
