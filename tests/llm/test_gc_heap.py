@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import weakref
 from types import SimpleNamespace
 
 import pytest
 
 from control.serve import server as serve_module
 from engine import LLM, SamplingParams
-from engine.gc_heap import heap_frozen
+from engine.gc_heap import freeze_startup_heap, heap_frozen
 from engine.llm import PromptRejected
 from engine.models import load_model
 
@@ -81,3 +82,21 @@ def test_a_server_freezes_its_heap_once_loaded_unless_embedded(monkeypatch, free
     server.announce, server.freeze_heap, server.edge_url = False, freeze, "http://x"
     asyncio.run(server._when_ready())
     assert calls == ([1] if freeze else [])
+
+
+def test_a_server_collects_start_ups_garbage_before_freezing_the_rest(thawed):
+    """Cycles start-up dropped are collected, not frozen for the life of the process (where
+    no collection would ever reach them: memory held for nothing)."""
+    class Node:
+        pass
+
+    gc.disable()  # no automatic collection: only freeze_startup_heap's own
+    try:
+        node = Node()
+        node.self = node  # a cycle: only the collector frees it
+        gone = weakref.ref(node)
+        del node
+        freeze_startup_heap()
+        assert gone() is None
+    finally:
+        gc.enable()
