@@ -148,3 +148,37 @@ def test_request_larger_than_the_kv_pool_is_rejected_not_spun_forever():
     assert "128" in decision.message
     assert d.add("fits", prompt(2, 100), SamplingParams(max_tokens=28)).accepted
     d.run(max_steps=200)
+
+
+def test_a_request_id_in_use_is_refused_and_the_first_request_goes_on():
+    engine, _ = make_engine(live_config(ONE_LANE))
+    params = SamplingParams(max_tokens=4, ignore_eos=True)
+    assert engine.add_request("a", prompt(1, 8), params).accepted
+    with pytest.raises(ValueError, match="already in use"):
+        engine.add_request("a", prompt(2, 8), params)
+    (record,) = [r for out in engine.run_until_done() for r in out.finished]
+    assert record.request_id == "a" and record.num_output_tokens == 4
+
+
+def test_refusing_a_request_whose_id_a_running_one_uses_leaves_that_one_running():
+    """A refusal (the server draining) only records the refused request: a running one
+    that happens to use the same id keeps its stream and finishes with all its tokens."""
+    engine, _ = make_engine(live_config(ONE_LANE))
+    engine.add_request("a", prompt(1, 8), SamplingParams(max_tokens=4, ignore_eos=True))
+    engine.step()
+    decision = engine.refuse("a", prompt(2, 8), "draining", "the server is shutting down")
+    assert not decision.accepted
+    assert engine.get_request("a") is not None
+    records = [r for out in engine.run_until_done() for r in out.finished]
+    assert sorted((r.status, r.num_output_tokens) for r in records) == [
+        ("LENGTH", 4), ("REJECTED", 0)]
+
+
+def test_run_until_done_reports_a_refusal_that_is_all_there_is():
+    """The offline API steps while requests are unfinished: a refusal alone still comes
+    out, with its record, rather than an empty run."""
+    engine, _ = make_engine(live_config(ONE_LANE))
+    engine.refuse("r0", prompt(1, 8), "draining", "the server is shutting down")
+    assert engine.has_unfinished_requests()
+    records = [r for out in engine.run_until_done() for r in out.finished]
+    assert [(r.request_id, r.status) for r in records] == [("r0", "REJECTED")]
