@@ -196,3 +196,20 @@ def test_split_keeps_batch_order_and_token_counts():
     assert first.step_id == second.step_id == 9
     a, b = split(second)
     assert (a.decodes, a.prefills, b.decodes, b.prefills) == ([reqs[2]], [], [], chunks)
+
+
+def test_a_failed_steps_time_leaves_the_measured_throughput_alone():
+    """Admission's deadline estimates read the measured tokens/s: a step that failed (its
+    batch split and run again to find the culprit) says nothing of the device's speed."""
+    d, faulty = _driver(step_cost_s=0.01, prefill_token_cost_s=1e-4)
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    for i in range(3):
+        d.add(f"r{i}", prompt(i, 20), params)
+    d.step()
+    d.step()
+    measured = d.engine.throughput.tokens_per_s
+    assert measured is not None
+    faulty.add(Fault(match=lambda r: r.request_id == "huge", prefill_only=True))
+    d.add("huge", prompt(9, 200), params)
+    assert d.step().failure is not None
+    assert d.engine.throughput.tokens_per_s == measured
