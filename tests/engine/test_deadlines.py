@@ -8,7 +8,8 @@ import pytest
 from engine_helpers import Driver, live_config, make_engine, prompt, warm_engine
 
 from engine.config import LaneConfig
-from engine.request import SamplingParams
+from engine.request import Request, SamplingParams
+from engine.scheduling.deadlines import DeadlineHeap
 
 ONE_LANE = (LaneConfig("interactive"),)
 
@@ -84,3 +85,22 @@ def test_the_deadline_heap_forgets_requests_that_finished_long_before_their_dead
         d.step()
         assert len(engine.scheduler.deadlines) <= 2 + 64 + 1
     d.run()
+
+
+def test_the_measured_throughput_counts_prompt_tokens():
+    """A step that only computed a 100-token prompt in 10 ms ran 10,000 tokens/s: what
+    admission's deadline estimates read, not nothing for want of a decode."""
+    engine, _ = make_engine(live_config(ONE_LANE), step_cost_s=0.01)
+    engine.add_request("a", prompt(1, 100), SamplingParams(max_tokens=1, ignore_eos=True))
+    engine.step()
+    assert engine.throughput.tokens_per_s == pytest.approx(10_000.0)
+
+
+def test_a_deadline_passes_only_after_its_instant():
+    """Done by the deadline is on time: at that very instant a started request is not
+    due; a moment later it is."""
+    heap = DeadlineHeap()
+    req = Request("a", prompt(1, 8), SamplingParams(), 0.0, deadline=10.0)
+    heap.push(req, 1)
+    assert heap.due(10.0) == []
+    assert heap.due(10.001) == [req]
