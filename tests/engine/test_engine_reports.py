@@ -7,6 +7,7 @@ import pytest
 from engine_helpers import live_config, make_engine, prompt
 
 from engine.config import LaneConfig
+from engine.config.slo import LaneSLO
 from engine.reports import step_record
 from engine.request import SamplingParams
 
@@ -51,3 +52,30 @@ def test_tpot_is_the_mean_gap_between_output_tokens():
     assert record.num_output_tokens == 4 and len(record.token_times) == 4
     assert record.tpot_s == pytest.approx(0.25)
     assert record.decode_time_s == pytest.approx(0.75)
+
+
+def test_gauges_count_waiting_requests_under_the_reason_the_last_step_gave():
+    """After a step in which the lane's one running slot held the queue back, the gauges
+    say so, not that the requests were never looked at."""
+    engine, _ = make_engine(live_config((LaneConfig("a", max_running=1),)))
+    for i in range(3):
+        engine.add_request(f"r{i}", prompt(i, 20), PARAMS)
+    engine.step()
+    gauges = engine.gauges()
+    assert gauges.waiting_by_lane == {"a": 2}
+    assert "not_yet_scheduled" not in gauges.waiting_by_reason
+    assert sum(gauges.waiting_by_reason.values()) == 2
+
+
+def test_stats_queue_slo_share_is_the_worst_lanes():
+    """A server whose one lane's queue has used its whole TTFT target reports that share,
+    whatever an idle lane beside it shows (what the fleet's autoscaler reads)."""
+    slo = LaneSLO(ttft_s=1.0)
+    live = live_config((LaneConfig("a", max_running=1, slo=slo), LaneConfig("b", slo=slo)))
+    engine, clock = make_engine(live)
+    engine.add_request("run", prompt(1, 20), SamplingParams(max_tokens=100, ignore_eos=True),
+                       lane="a")
+    engine.step()
+    engine.add_request("queued", prompt(2, 20), PARAMS, lane="a")
+    clock.advance(0.5)
+    assert engine.stats()["queue_slo_share"] == pytest.approx(0.5)
