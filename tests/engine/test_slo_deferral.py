@@ -177,29 +177,36 @@ def test_the_device_time_deferred_requests_get_counts_from_the_requests_arrival(
     assert not d.accepted and d.reason == "slo_unreachable" and "queue timeout" in d.message
 
 
-def test_a_deferred_prompt_under_way_runs_after_a_request_that_can_meet_its_ttft():
-    """Steps until a deferred prompt is under way with nothing ahead of it, then a short
-    request that can still meet its TTFT arrives: in the next step it gets its chunk first
-    and the deferred prompt only what is left; without that rule the running prompt would
-    take the step first."""
+def deferred_prompt_under_way():
+    """The burst, stepped until a deferred prompt is under way with nothing ahead of it:
+    (engine, the executor's batches so far, that request)."""
     engine, _ = timed_engine(live())
     outs = []
     engine.executor.cost_model = lambda out: outs.append(out) or law_cost(out)
     for i in range(30):
         engine.add_request(f"r{i}", prompt(i, 600), SamplingParams(max_tokens=4))
-    lane = engine.scheduler.lanes["chat"]
+    running, lane = engine.scheduler.running, engine.scheduler.lanes["chat"]
 
     def deferred_under_way() -> Request | None:
         busy = lane.num_waiting > lane.num_deferred or any(
             not r.slo_deferred and r.num_computed_tokens < r.num_prompt_tokens
-            for r in engine.scheduler.running)
-        return None if busy else next((r for r in engine.scheduler.running if r.slo_deferred
+            for r in running)
+        return None if busy else next((r for r in running if r.slo_deferred
                                        and 0 < r.num_computed_tokens < r.num_prompt_tokens),
                                       None)
 
     while (late := deferred_under_way()) is None:
         assert engine.has_unfinished_requests()
         engine.step()
+    return engine, outs, late
+
+
+def test_a_deferred_prompt_under_way_runs_after_a_request_that_can_meet_its_ttft():
+    """Steps until a deferred prompt is under way with nothing ahead of it, then a short
+    request that can still meet its TTFT arrives: in the next step it gets its chunk first
+    and the deferred prompt only what is left; without that rule the running prompt would
+    take the step first."""
+    engine, outs, late = deferred_prompt_under_way()
     d = engine.add_request("new", prompt(77, 100), SamplingParams(max_tokens=4))
     assert d.accepted and d.reason is None  # it can meet its target
     engine.step()
@@ -235,3 +242,32 @@ def test_a_resent_request_is_served_in_its_place_when_nothing_is_deferred(change
     decision = engine.add_request("again", prompt(0, 600), SamplingParams(max_tokens=4),
                                   resent=True)
     assert decision.accepted and decision.reason is None
+
+
+def test_a_deferred_prompts_chunks_count_in_its_lanes_tokens():
+    """A deferred prompt's chunks run after the step's other work, and are its lane's
+    tokens all the same: the step's tokens by lane add up to what it ran (the fair share
+    and the per-lane token counters read them)."""
+    engine, _ = timed_engine(live())
+    for i in range(30):
+        engine.add_request(f"r{i}", prompt(i, 600), SamplingParams(max_tokens=4))
+    steps = 0
+    while engine.has_unfinished_requests():
+        rec = engine.step().record
+        if rec is not None:
+            steps += 1
+            assert sum(rec.decisions.tokens_by_lane.values()) == rec.tokens_used, rec.step_id
+    assert steps
+
+
+def test_a_deferred_prompt_that_arrived_a_queue_timeout_ago_runs_in_its_place():
+    """Its wait counts from its arrival at the server, not its admission: one that has
+    waited its lane's queue timeout since then takes the step's head like any running
+    prompt, ahead of a newcomer."""
+    engine, outs, late = deferred_prompt_under_way()
+    state = engine.scheduler
+    # it reached the server a queue timeout before it was admitted (a proxy's queue)
+    late.arrival_time = late.admitted_time - state.lanes["chat"].queue_timeout_s(state.live)
+    engine.add_request("new", prompt(77, 100), SamplingParams(max_tokens=4))
+    engine.step()
+    assert outs[-1].prefills[0].request is late
