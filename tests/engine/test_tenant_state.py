@@ -148,3 +148,20 @@ def test_a_newcomer_joins_level_with_the_queued_tenant_furthest_behind_whoever_j
     engine.add_request("c1", prompt(4, 32), ONE_OFF, tenant="c")
     assert book.vtimes["c"] == book.vtimes["b"]
     engine.check_integrity()
+
+
+def test_tenants_are_charged_the_decodes_of_a_step_too_small_for_all_of_them():
+    """max_num_seqs lowered under load: a step serves only some decodes, and their tenants
+    are charged for them all the same (else they would look idle to the fair share)."""
+    engine, _ = make_engine(live_config(LANES, max_num_seqs=8))
+    params = SamplingParams(max_tokens=50, ignore_eos=True)
+    for i, tenant in enumerate(("x", "x", "y", "y")):
+        engine.add_request(f"r{i}", prompt(i, 4), params, tenant=tenant, lane="fair")
+    engine.step()
+    engine.step()
+    engine.update_config(engine.live_config.replace(max_num_seqs=2))
+    book = engine.scheduler.lanes["fair"].tenants
+    before = dict(book.vtimes)
+    out = engine.step()
+    assert len(out.record.scheduled) == 2  # two of the four decodes
+    assert sum(book.vtimes.values()) - sum(before.values()) == pytest.approx(2.0)
