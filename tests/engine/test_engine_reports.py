@@ -79,3 +79,23 @@ def test_stats_queue_slo_share_is_the_worst_lanes():
     engine.add_request("queued", prompt(2, 20), PARAMS, lane="a")
     clock.advance(0.5)
     assert engine.stats()["queue_slo_share"] == pytest.approx(0.5)
+
+
+def test_stats_count_the_running_and_the_queued_apart():
+    """What the server's health and load figures read: one request runs, two wait."""
+    engine, _ = make_engine(live_config((LaneConfig("a", max_running=1),)))
+    for i in range(3):
+        engine.add_request(f"r{i}", prompt(i, 20), PARAMS)
+    engine.step()
+    stats = engine.stats()
+    assert (stats["running"], stats["waiting"]) == (1, 2)
+
+
+def test_a_record_carries_when_its_request_was_admitted():
+    """Arrival, admission, first schedule: the trace splits a request's wait by them."""
+    engine, clock = make_engine()
+    arrived = clock() - 2.0
+    engine.add_request("a", prompt(1, 20), PARAMS, arrival_time=arrived)
+    admitted = clock()
+    (record,) = [r for out in engine.run_until_done() for r in out.finished]
+    assert (record.arrival_time, record.admitted_time) == (arrived, admitted)
