@@ -9,7 +9,7 @@ engine's figures). A client's resend is deferred under shed and defer alike."""
 from __future__ import annotations
 
 import pytest
-from engine_helpers import prompt
+from engine_helpers import Driver, live_config, make_engine, prompt
 from fixtures.law_engine import law_cost, timed_engine
 from test_goodput_policy import live as shed_live
 from test_goodput_policy import met, run_burst
@@ -271,3 +271,22 @@ def test_a_deferred_prompt_that_arrived_a_queue_timeout_ago_runs_in_its_place():
     engine.add_request("new", prompt(77, 100), SamplingParams(max_tokens=4))
     engine.step()
     assert outs[-1].prefills[0].request is late
+
+
+def test_a_deferred_prompt_preempted_in_a_step_runs_nothing_in_it():
+    """A deferred prompt's chunk waits for the end of the step; when a decode's new block
+    preempted it meanwhile, it is queued again: no chunk, and no block held while queued."""
+    live = live_config((LaneConfig("only"),), max_num_seqs=2, prefill_chunk_size=16)
+    engine, _ = make_engine(live, num_kv_blocks=3, max_model_len=64)
+    d = Driver(engine)
+    d.add("late", prompt(1, 40), SamplingParams(max_tokens=1, ignore_eos=True), priority=1)
+    engine.get_request("late").slo_deferred = True  # as admission marks one it defers
+    d.step()
+    d.add("a", prompt(2, 16), SamplingParams(max_tokens=8, ignore_eos=True))
+    d.step()  # a starts, late takes its second chunk: the pool's three blocks are used
+    late = engine.get_request("late")
+    out = d.step()  # a's first decode needs a block: late, the lower priority, gives it
+    assert late.status.name == "PREEMPTED"
+    assert [rid for rid, _, _ in out.record.scheduled] == ["a"]
+    assert late.block_ids == [] and late.num_computed_tokens == 0
+    d.run()
