@@ -11,12 +11,16 @@ import random
 import statistics
 
 import pytest
+from engine_helpers import prompt
+from fixtures.law_engine import timed_engine
+from test_goodput_policy import live as goodput_live
 
 from engine.calibration.budget_fit import fit_step_budgets
 from engine.calibration.online_law import MAX_ADOPT_ERROR_PCT, MIN_STEPS, REFIT_EVERY, OnlineLaw
 from engine.calibration.step_law import StepLaw, chunk_pairs
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.engine import Engine
+from engine.request import SamplingParams
 from engine.sim.executor import FakeClock, SimulatedExecutor
 from engine.sim.simulate import simulate
 from engine.sim.step_cost import CostProber, CpuLikeStepCost
@@ -221,3 +225,20 @@ def test_a_refit_law_narrows_the_spread_when_decodes_got_dearer():
 
     assert spread(refit) < 0.8 * spread(slow), (spread(refit), spread(slow))
     assert max(refit) < 1.1
+
+
+def test_a_refit_not_adopted_leaves_no_law_change_in_the_step_records():
+    """Steps that cost just what the law says: the online refits find nothing better, and no
+    step record reports a law replaced (what the audit log's step_law_refit rows show)."""
+    engine, _ = timed_engine(goodput_live())
+    for i in range(64):
+        engine.add_request(f"r{i}", prompt(i, 300), SamplingParams(max_tokens=150,
+                                                                   ignore_eos=True))
+    changes = []
+    while engine.has_unfinished_requests():
+        record = engine.step().record
+        if record is not None and record.law_refit is not None:
+            changes.append(record.step_id)
+    online = engine.scheduler.online_law
+    assert online.refits >= 1 and online.adopted == 0
+    assert changes == []
