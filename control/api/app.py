@@ -119,6 +119,11 @@ def span_feed(settings: ServeSettings):
 
 def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> FastAPI:
     settings.validate()
+    # tokens guard the trace, what-if and load-test routes too: loaded whatever is on, and
+    # checked before anything opens (a refused start leaves no trace file or exporter open)
+    tokens = load_tokens(settings.control_tokens_path)
+    check_exposure(settings.host, tokens, LOOPBACK_HOSTS, control_api=settings.control_api,
+                   trace=bool(settings.trace_db))
     feed = span_feed(settings)
     metrics = ServingMetrics(settings.model_name, settings.metrics_tenants,
                              **exemplar_rule(settings, feed))
@@ -138,10 +143,7 @@ def create_app(settings: ServeSettings, engine: AsyncEngine | None = None) -> Fa
     state = ServerState(settings, engine, metrics=metrics, observer=engine.observer,
                         trace=writer, delivery=DeliveryProbe(metrics.registry,
                                                              settings.model_name))
-    # tokens guard the trace, what-if and load-test routes too: loaded whatever is on
-    state.control_tokens = load_tokens(settings.control_tokens_path)
-    check_exposure(settings.host, state.control_tokens, LOOPBACK_HOSTS,
-                   control_api=settings.control_api, trace=writer is not None)
+    state.control_tokens = tokens
     if settings.control_api:
         state.config_store = ConfigStore(engine, writer)
 

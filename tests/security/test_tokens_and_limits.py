@@ -77,9 +77,11 @@ def test_serve_refuses_a_public_trace_without_tokens(capsys, monkeypatch, tmp_pa
 
 def test_an_app_built_in_code_refuses_a_public_trace_without_tokens(monkeypatch, tmp_path):
     """create_app (a server run under one's own ASGI server, without `batchpilot serve`'s
-    preflight) refuses it too: anyone could read every tenant's requests."""
+    preflight) refuses it too: anyone could read every tenant's requests. Refused before it
+    opens anything: no trace file is left behind (or held open by the process)."""
     monkeypatch.delenv(ENV_VAR, raising=False)
     settings = ServeSettings(model="tiny", host="0.0.0.0", control_api=False,
                              trace_db=str(tmp_path / "t.duckdb"))
     with pytest.raises(ValueError, match="the trace API"):
         create_app(settings)
+    assert not (tmp_path / "t.duckdb").exists()
