@@ -374,3 +374,59 @@ def test_ctl_tokens_against_the_real_server(tiny_loaded, tmp_path, ctl, monkeypa
         code, out, _ = ctl("--token-env", "OPS_TOKEN", "set", "max_num_seqs=3")
         assert code == 0 and "applied" in out
         assert ctl("history")[1].splitlines()[-1].split()[3] == "alice"
+
+
+def test_rollback_previous_undoes_the_only_change(fake, ctl):
+    """Two versions in the history (start-up, one change): `previous` is version 1."""
+    fake.answers[("GET", "/control/history")] = (200, HISTORY)
+    fake.answers[("POST", "/control/rollback/1")] = (200, PATCHED)
+    code, _, err = ctl("rollback", "previous", "--reason", "undo")
+    assert (code, err) == (0, "")
+    assert [(m, p) for m, p, *_ in fake.seen] == [("GET", "/control/history"),
+                                                  ("POST", "/control/rollback/1")]
+
+
+# ---- a fleet's canary ----------------------------------------------------------------------
+SIDE = {"replicas": [0], "requests": 12, "ttft_p99_s": 0.4, "tpot_p99_s": 0.02,
+        "error_rate": 0.0, "goodput_share": 1.0}
+
+
+def canary_run(status: str, polls: int) -> dict[str, Any]:
+    return {"canary_id": "canary-3", "version": 8, "base_version": 7, "status": status,
+            "watch_s": 60.0, "poll_s": 5.0, "diff": {"max_num_seqs": [128, 64]},
+            "canaries": [0], "baseline": [1, 2],
+            "polls": [{"time": float(i), "elapsed_s": 10.0 * i, "canary": SIDE,
+                       "baseline": SIDE, "decision": f"continue-{i}", "why": "watching",
+                       "checks": []} for i in range(1, polls + 1)],
+            "decision": None if status == "watching" else {
+                "why": "regression: ttft_p99_s", "canary": SIDE, "baseline": SIDE,
+                "fleet_version": 7, "checks": []}}
+
+
+def test_following_a_canary_that_rolled_back_exits_4(fake, ctl):
+    """A pipeline gates on the exit code: a rolled-back change is not a success."""
+    fake.answers[("GET", "/control/canary")] = (200, {"canary": canary_run("rolled_back", 2)})
+    code, out, _ = ctl("canary", "--follow")
+    assert code == 4
+    assert "canary-3: rolled_back (regression: ttft_p99_s)" in out
+    fake.answers[("GET", "/control/canary")] = (200, {"canary": canary_run("promoted", 2)})
+    assert ctl("canary", "--follow")[0] == 0
+
+
+def test_a_running_canary_shows_its_latest_polls(fake, ctl):
+    fake.answers[("GET", "/control/canary")] = (200, {"canary": canary_run("watching", 8)})
+    code, out, _ = ctl("canary")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("canary-3: fleet version 8")
+    assert [line.split("->")[-1].strip() for line in lines[1:]] == [
+        f"continue-{i}" for i in range(4, 9)]  # the last five, oldest first
+
+
+def test_set_with_canary_and_json_prints_the_started_run_and_returns(fake, ctl):
+    """--json is for a script: the run as the ingress started it, not a followed stream."""
+    fake.answers[("POST", "/control/canary")] = (202, canary_run("watching", 0))
+    code, out, err = ctl("set", "max_num_seqs=64", "--canary", "1", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["canary_id"] == "canary-3"
+    assert [(m, p) for m, p, *_ in fake.seen] == [("GET", "/control/config"),
+                                                  ("POST", "/control/canary")]
