@@ -98,3 +98,13 @@ def test_make_run_keeps_the_dashboard_on_loopback_when_the_server_is_public(monk
     dashboard = started[-1]
     assert dashboard[dashboard.index("--host") + 1] == "0.0.0.0"
     assert "--allow-public-dashboard" in dashboard
+
+
+def test_streamlit_gets_the_token_variable_and_the_replica(launches):
+    """The Control page reads the token from the variable the operator named, and a fleet's
+    dashboard opens on the replica asked for."""
+    assert main(["dashboard", *URL, "--token-env", "OPS_TOKEN", "--replica", "1"]) == 0
+    (cmd,) = launches
+    app_args = cmd[cmd.index("--") + 1:]
+    assert app_args[app_args.index("--token-env") + 1] == "OPS_TOKEN"
+    assert app_args[app_args.index("--replica") + 1] == "1"

@@ -69,3 +69,21 @@ def test_a_public_address_without_control_tokens_is_refused(capsys, monkeypatch)
     assert main(["serve", "--model", "smollm2-135m", "--host", "0.0.0.0"]) == 2
     err = capsys.readouterr().err
     assert "--control-tokens" in err and "--no-control-api" in err
+
+
+def test_serve_options_reach_the_server_settings_in_their_units(monkeypatch):
+    """--trace-max-mb is MiB, a 'd' in --trace-max-age is days, --no-watch-config is off."""
+    from control.serve import preflight, server
+
+    started = []
+    monkeypatch.setattr(preflight, "preflight", lambda settings: None)
+    monkeypatch.setattr(preflight, "configure_logging", lambda level: None)
+    monkeypatch.setattr(server, "serve", lambda settings: started.append(settings) or 0)
+    assert main(["serve", "--trace-db", "t.duckdb", "--trace-max-mb", "2",
+                 "--trace-max-age", "7d", "--no-watch-config"]) == 0
+    (settings,) = started
+    assert settings.trace_max_bytes == 2 * 1024 * 1024
+    assert settings.trace_max_age_s == 7 * 24 * 3600
+    assert settings.watch_config is False
+    assert main(["serve", "--trace-max-age", "30m"]) == 0
+    assert started[-1].trace_max_age_s == 1800 and started[-1].watch_config is True
