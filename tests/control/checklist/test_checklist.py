@@ -349,3 +349,45 @@ def test_latency_is_judged_on_the_latest_run_only():
     got = result(ev, "latency_slo")
     assert got.status == "fail" and "run lt0 (scenario mixed) lane interactive ttft p99 9 s" \
         in got.evidence
+
+
+def test_a_malformed_evidence_row_is_needs_evidence_not_a_crash():
+    """A stored load-test run missing a column: that item says it could not decide, and the
+    rest of the checklist is still decided."""
+    ev = good()
+    del ev.loadtest_runs[0]["requests"]
+    results = evaluate(SPEC, ev)
+    got = next(r for r in results if r.id == "loadtest_run")
+    assert got.status == "needs-evidence"
+    assert got.evidence.startswith("could not decide from the evidence given: KeyError")
+    assert next(r for r in results if r.id == "tracing").status == "pass"
+
+
+def test_the_boards_panel_count_leaves_out_their_rows():
+    import json
+
+    got = result(good(), "grafana_boards")
+    for name in ("overview.json", "scheduler.json"):
+        panels = json.loads((ROOT / "grafana/dashboards" / name).read_text())["panels"]
+        rows = sum(p["type"] == "row" for p in panels)
+        assert rows > 0  # else this test shows nothing
+        assert f"{name} ({len(panels) - rows} panels)" in got.evidence, got.evidence
+
+
+def test_a_recording_rule_beside_the_alerts_is_not_a_broken_rules_file(tmp_path):
+    alerts = grafana_copy(tmp_path) / "grafana/alerts.yml"
+    rules = yaml.safe_load(alerts.read_text())
+    rules["groups"].append({"name": "recorded", "rules": [
+        {"record": "batchpilot:ttft:p99", "expr": "histogram_quantile(0.99, x)"}]})
+    alerts.write_text(yaml.safe_dump(rules))
+    got = result(dataclasses.replace(good(), repo_root=tmp_path), "alert_rules")
+    assert got.status == "pass", got.evidence
+
+
+def test_a_gauge_is_summed_over_its_labels():
+    from control.checklist.checks_ops import gauge_sum
+
+    text = ('batchpilot_kv_blocks_cached{model="m",replica="0"} 5.0\n'
+            'batchpilot_kv_blocks_cached{model="m",replica="1"} 7.0\n')
+    assert gauge_sum(text, "batchpilot_kv_blocks_cached") == 12.0
+    assert gauge_sum(text, "batchpilot_kv_blocks_used") is None
