@@ -92,6 +92,7 @@ def test_overview_shows_the_workload_and_the_scheduler_its_steps(trace_db):
     at = open_page(OVERVIEW, bp_db=trace_db)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Requests"] == "9" and metrics["Rejected"] == "1"
+    assert metrics["Timeouts + cancels"] == "1"  # r5, cancelled while queued
     assert charts_of(at) == 6  # 4 latency panels, tokens/s, failures
     at = open_page(SCHEDULER, bp_db=trace_db)
     assert charts_of(at) >= 7
@@ -403,3 +404,48 @@ def test_the_canary_page_renders_a_fleet_before_and_during_a_canary(fleet_url):
     assert not problems(at), problems(at)
     assert "canary-1: watching" in texts(at)
     assert len(at.table) >= 2  # the replicas' versions, canary against baseline
+
+
+def canary_event(n: int, decision: str, ttft_p99_s: float) -> dict:
+    side = {"replicas": [0], "requests": 20, "ttft_p50_s": 0.02, "ttft_p99_s": ttft_p99_s,
+            "tpot_p99_s": 0.01, "error_rate": 0.0, "goodput_share": 1.0, "goodput_rps": 2.0}
+    kind = "canary_promote" if decision == "promoted" else "canary_rollback"
+    return {"kind": kind, "canary_id": f"canary-{n}", "decision": decision,
+            "time": 1_700_000_000.0 + 600 * n, "why": f"decision {n}", "fleet_version": n,
+            "version": n + 1, "window_s": 300.0, "canary": side, "baseline": side,
+            "checks": [{"metric": "ttft_p99_s", "canary": ttft_p99_s, "baseline": ttft_p99_s,
+                        "limit": 0.5, "regressed": False}], "thresholds": {}}
+
+
+def test_the_canary_page_shows_the_last_decision_in_milliseconds(monkeypatch):
+    """Of two decided canaries the page shows the later one, its latencies in ms."""
+    import time
+
+    from control.cli.ctl import Client
+
+    fleet_config = {"version": 3, "converged": True, "replicas": [
+        {"replica_id": 0, "fleet_version": 3, "target_version": 3, "healthy": True}]}
+    answers = {"/control/config": fleet_config, "/control/canary": {"canary": None},
+               "/control/history": {"versions": [], "events": [
+                   canary_event(1, "promoted", 0.2), canary_event(2, "rolled_back", 0.4)]}}
+    monkeypatch.setattr(Client, "call", lambda self, method, path, *a, **kw: answers[path])
+    at = open_page(CANARY, bp_url="http://127.0.0.1:9")
+    assert [e.value for e in at.error] == [  # a rollback is shown as an error, by design
+        "decision 2. Fleet version now 2 (candidate 3); decided at"
+        f" {time.strftime('%H:%M:%S', time.localtime(1_700_001_200.0))} after 300 s of window."]
+    assert "Last decision: canary-2 rolled_back" in texts(at)
+    table = at.table[1].value
+    assert table.loc["TTFT p99", "canary"] == "400.0 ms"
+    assert table.loc["TTFT p99", "limit"] == "500.0 ms"
+
+
+def test_the_fleet_page_shows_kv_usage_as_a_percentage(monkeypatch):
+    from control.cli import http_json
+
+    ready = {"ready": True, "routing": "affinity", "decisions": {"affinity": 3},
+             "replicas": [{"replica_id": 0, "healthy": True, "kv_usage": 0.42,
+                           "fleet_version": 1, "waiting": 0, "running": 1}]}
+    monkeypatch.setattr(http_json, "request_json", lambda base, path, **kw: ready)
+    at = open_page(FLEET, bp_url="http://127.0.0.1:9")
+    assert not problems(at), problems(at)
+    assert list(at.dataframe[0].value["KV usage"]) == ["42%"]
