@@ -222,3 +222,23 @@ def test_capacity_in_words_says_at_least_only_at_the_highest_rate_swept():
         "**fewer_seqs**: carries **0.5x** the recorded rate with 90% of requests meeting"
         " their SLO",
         "**tiny**: below 90% meeting their SLO already at 0.5x"]
+
+
+def test_a_live_prediction_sends_the_operators_token(monkeypatch):
+    """POST /v1/whatif is a control route: on a server with tokens it needs the one the
+    Control page acts with ($--token-env)."""
+    from types import SimpleNamespace
+
+    sent = []
+
+    def answer(base, path, **kw):
+        sent.append((base, path, kw["headers"]))
+        return {"columns": []}
+
+    monkeypatch.setattr(whatif_panel, "request_json", answer)
+    monkeypatch.setenv("OPS_TOKEN", "adm1n-secret")
+    ctx = SimpleNamespace(control=SimpleNamespace(url="http://127.0.0.1:9"),
+                          token_env="OPS_TOKEN")
+    assert whatif_panel._from_server(ctx, {"set": {"max_num_seqs": 2}}) == {"columns": []}
+    assert sent == [("http://127.0.0.1:9", "/v1/whatif",
+                     {"Authorization": "Bearer adm1n-secret"})]
