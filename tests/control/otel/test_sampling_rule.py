@@ -36,3 +36,21 @@ def test_a_slow_first_token_is_kept_and_a_request_without_a_trace_never():
     assert keep(record("stop", ttft_s=0.5), settings) is False
     assert keep(record("error", trace=None), settings) is False
     assert keep(record("stop"), OtelSettings("http://x", sample_ratio=1.0)) is True
+
+
+def test_the_sampling_counter_counts_only_requests_that_had_a_trace():
+    """batchpilot_otel_requests_total{decision}: a request that never had a trace was not
+    sampled out; counting it would make the kept share look smaller than it is."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from control.otel.feed import OtelFeed
+    from control.trace.writer import StepItem
+
+    feed = OtelFeed(OtelSettings("http://x", sample_ratio=0.0), InMemorySpanExporter())
+    try:
+        kept = feed._on_item(StepItem(None, [record("stop"), record("stop", trace=None),
+                                             record("error")], []))
+        assert [rec.finish_reason for rec, _ in kept] == ["error"]
+        assert feed.requests == {"kept": 1, "not_sampled": 1}
+    finally:
+        feed.stop(1.0)
