@@ -430,3 +430,14 @@ def test_set_with_canary_and_json_prints_the_started_run_and_returns(fake, ctl):
     assert json.loads(out)["canary_id"] == "canary-3"
     assert [(m, p) for m, p, *_ in fake.seen] == [("GET", "/control/config"),
                                                   ("POST", "/control/canary")]
+
+
+def test_set_with_canary_sends_the_replicas_window_and_min_requests(fake, ctl):
+    """--watch defaults to 5 minutes; --min-requests reaches the ingress's rule."""
+    fake.answers[("POST", "/control/canary")] = (202, canary_run("watching", 0))
+    assert ctl("set", "max_num_seqs=64", "--canary", "2", "--detach")[0] == 0
+    assert ctl("set", "max_num_seqs=64", "--canary", "1", "--watch", "90s",
+               "--min-requests", "40", "--detach")[0] == 0
+    bodies = [body for m, p, _, _, body in fake.seen if p == "/control/canary"]
+    assert [(b["replicas"], b["watch_s"], b.get("min_requests")) for b in bodies] == [
+        (2, 300.0, None), (1, 90.0, 40)]
