@@ -391,3 +391,11 @@ def test_a_gauge_is_summed_over_its_labels():
             'batchpilot_kv_blocks_cached{model="m",replica="1"} 7.0\n')
     assert gauge_sum(text, "batchpilot_kv_blocks_cached") == 12.0
     assert gauge_sum(text, "batchpilot_kv_blocks_used") is None
+
+
+def test_a_series_the_spec_requires_is_looked_for_too():
+    """params.required: series no board queries yet (a new alert's), asked of /metrics."""
+    spec = spec_with("metrics", required=["batchpilot_not_exported_total"])
+    got = result(good(), "metrics", spec)
+    assert got.status == "fail"
+    assert "batchpilot_not_exported_total (used by the checklist spec)" in got.evidence
