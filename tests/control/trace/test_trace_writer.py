@@ -236,6 +236,32 @@ def test_time_before_admission_is_tokenize_and_engine_busy(traced):
     assert not {"tokenize", "engine_busy"} & set(rows["direct"])
 
 
+def test_a_request_preempted_twice_counts_both_requeue_waits(traced):
+    """preempted_s is every re-queued wait of the request added up, not the last one."""
+    _, obs, writer = traced
+    eng = sim_engine(num_kv_blocks=20)
+    add_workload(eng, n=6, max_tokens=250)
+    run(eng, obs)
+    assert writer.sync()
+    rows = writer.cursor().execute("""
+        SELECT r.request_id, r.num_preemptions, r.preempted_s, sum(a.wait_s)
+        FROM requests r JOIN admissions a USING (run_id, request_id)
+        WHERE a.kind = 'requeued' GROUP BY ALL""").fetchall()
+    assert any(preemptions >= 2 for _, preemptions, _, _ in rows), rows
+    for rid, _, preempted_s, requeued_s in rows:
+        assert preempted_s == pytest.approx(requeued_s, abs=1e-9), rid
+
+
+def test_tokenizing_longer_than_the_gap_is_all_of_it_and_no_more():
+    """A tokenize time measured past the engine's arrival-to-admission gap (two clocks) is
+    the whole gap: the reasons still add up to the queue delay."""
+    from control.trace.waits import before_admission
+
+    assert before_admission(0.25, 0.75) == {"tokenize": 0.25}
+    assert before_admission(0.25, -1.0) == {"engine_busy": 0.25}
+    assert before_admission(0.0, 0.5) is None
+
+
 def test_sync_and_stop_commit_everything_submitted(tmp_path):
     writer = TraceWriter(TraceSettings(str(tmp_path / "t.duckdb"), flush_interval_s=60),
                          "r", "sim").start()
