@@ -132,3 +132,31 @@ def test_waiting_predictions_past_the_limit_are_a_429_until_one_is_done(writer, 
     assert held == 1  # the running job kept its place after its client left
     assert fourth.status_code == 200, fourth.text
     assert waiting.count == 0
+
+
+def test_exactly_the_limits_proposals_and_window_are_taken():
+    """The limits are the most allowed, not the first refused."""
+    from control.whatif.bounds import check_proposals, check_window
+
+    limits = RequestLimits(max_whatif_proposals=2, max_whatif_window_s=60.0).validate()
+    check_proposals({"a": {}, "b": {}}, limits, "compare")
+    check_window(1000.0, 1060.0, limits)
+
+
+def test_a_given_since_before_the_first_request_counts_from_since():
+    """since=-30d with until open is 30 days long, however late the first request came."""
+    import duckdb
+
+    from control.api.errors import APIError
+    from control.whatif.bounds import check_span
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE requests (arrival_time DOUBLE, finished_time DOUBLE)")
+    con.execute("INSERT INTO requests VALUES (100000.0, 100001.0), (100002.0, NULL)")
+    limits = RequestLimits(max_whatif_window_s=3600.0).validate()
+    check_span(con, 100000.0 - 3000.0, None, limits)  # 3002 s: within the hour
+    with pytest.raises(APIError) as refused_:
+        check_span(con, 100000.0 - 7200.0, None, limits)
+    assert refused_.value.status == 400 and "spans 7202.0 s" in str(refused_.value)
+    with pytest.raises(APIError):
+        check_span(con, None, 100000.0 + 7200.0, limits)  # from the first arrival
