@@ -242,6 +242,14 @@ def test_bad_values_are_usage_errors_naming_what_is_wrong(db, url, capsys):
         assert "the window is empty" in err
 
 
+def test_steps_at_a_moment_with_either_end_of_a_window_is_a_usage_error(db, capsys):
+    """--at T picks the steps around T: with --since or --until as well, which one counts
+    is not said, so neither is guessed."""
+    for extra in (["--since", "5"], ["--until", "5"], ["--since", "1", "--until", "5"]):
+        code, out, err = cli(capsys, "--db", db, "steps", "--at", "10", *extra)
+        assert code == 2 and not out and "not both" in err, extra
+
+
 def test_no_time_and_no_limit_out_of_range_reaches_a_query(url):
     for path, params, named in (
             ("/v1/trace/summary", {"since": "nan"}, "not a finite number"),
@@ -268,6 +276,17 @@ def test_the_source_must_be_exactly_one_of_db_or_url(db, capsys, monkeypatch):
     assert code == 2 and "not both" in err
     code, _, err = cli(capsys, "summary", "--db", db + ".missing")  # after the subcommand
     assert code == 2 and "does not exist" in err
+
+
+def test_a_duckdb_file_that_is_not_a_trace_is_a_usage_error_naming_its_tables(capsys,
+                                                                            tmp_path):
+    other = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE steps (x INTEGER)")
+    con.close()
+    code, out, err = cli(capsys, "--db", str(other), "summary")
+    assert code == 2 and not out
+    assert "is not a batchpilot trace (missing tables: requests, kv_snapshots" in err, err
 
 
 def test_a_server_that_cannot_be_reached_exits_1_naming_the_url(capsys):

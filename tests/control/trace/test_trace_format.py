@@ -86,3 +86,10 @@ def test_a_rejection_event_carries_the_admission_message():
     tl["admissions"] = [{"time": T0, "kind": "rejected", "wait_s": None, "wait_reasons": None,
                          "message": "the prompt has 5000 tokens: at most 4096"}]
     assert "too_long: the prompt has 5000 tokens: at most 4096" in request(tl)
+
+
+def test_step_ids_print_as_ranges_of_consecutive_steps():
+    from control.trace.format import spans
+
+    assert spans([9, 3, 4, 5]) == "3-5, 9"
+    assert spans([7]) == "7"
