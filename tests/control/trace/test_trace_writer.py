@@ -252,6 +252,22 @@ def test_a_request_preempted_twice_counts_both_requeue_waits(traced):
         assert preempted_s == pytest.approx(requeued_s, abs=1e-9), rid
 
 
+def test_a_wait_row_is_written_at_the_time_the_wait_ended(traced):
+    """A queued wait's admissions row is at its end (arrival + wait), where `trace request`
+    shows 'queue wait ended', not at the arrival it started from."""
+    _, obs, writer = traced
+    eng = sim_engine()
+    add_workload(eng, n=8)
+    run(eng, obs)
+    assert writer.sync()
+    rows = writer.cursor().execute("""
+        SELECT a.request_id, a.time, a.wait_s, r.arrival_time FROM admissions a
+        JOIN requests r USING (run_id, request_id) WHERE a.kind = 'queued'""").fetchall()
+    assert any(wait_s > 0 for _, _, wait_s, _ in rows), rows
+    for rid, time, wait_s, arrival in rows:
+        assert time == pytest.approx(arrival + wait_s, abs=1e-9), rid
+
+
 def test_tokenizing_longer_than_the_gap_is_all_of_it_and_no_more():
     """A tokenize time measured past the engine's arrival-to-admission gap (two clocks) is
     the whole gap: the reasons still add up to the queue delay."""
