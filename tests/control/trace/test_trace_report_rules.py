@@ -136,3 +136,22 @@ def test_only_a_startup_row_is_no_config_change():
     ([None, 0.2], "- -> 200.0 ms")])
 def test_a_p99_change_shows_after_over_before(pair, said):
     assert _arrow(pair) == said
+
+
+def test_a_drain_or_resume_row_is_listed_but_never_judged():
+    """Admission paused and reopened (control/admin) is no config version: never a
+    suspect, whatever latency did around it."""
+    from control.trace.audit_sources import is_config_version
+
+    rows = [{"time": 5.0, "version": 1, "source": source, "actor": "ops", "change": "{}",
+             "note": ""} for source in ("drain", "resume")]
+    source = window_source([])
+    source.answers["config_changes"] = rows
+    got = build_report(source)
+    assert got["judged"] == 0 and len(got["changes"]) == 2
+    assert all("verdict" not in c for c in got["changes"])
+    for audit in ("drain", "resume", "whatif", "step_law_refit", "canary_start",
+                  "autoscale_scale_up"):
+        assert not is_config_version(audit), audit
+    for version in ("startup", "api", None):
+        assert is_config_version(version), version
