@@ -87,6 +87,20 @@ def test_parallel_replays_match_sequential(window):
         _same(one[name], two[name])
 
 
+def test_parallel_replays_on_a_fleet_replay_on_the_fleet(window):
+    """--workers 2 with --replicas 2: each config on two replicas, as in one process (a
+    fleet whose replicas split the load preempts less than one replica given all of it)."""
+    model = calibrate(window.samples)
+    configs = {"a": CONFIGS["tight_kv"], "b": CONFIGS["recorded"]}
+    one = replays(window, model, configs, replicas=2)
+    two = replays(window, model, configs, workers=2, replicas=2)
+    single = replays(window, model, {"a": CONFIGS["tight_kv"]})["a"]
+    assert one["a"].preempted != single.preempted
+    for name in configs:
+        assert two[name].records == one[name].records
+        assert two[name].preempted == one[name].preempted
+
+
 @pytest.mark.parametrize("law", [(0.004, 2e-5, 3e-4, 1e-8, 1e-4), (0.004, 2e-5, 0.0, 0.0, 3e-4)])
 def test_qr_reduced_fit_equals_the_direct_fit(law):
     """NNLS on R of X = QR has the solution NNLS on X's rows has (a bound-active law too:
