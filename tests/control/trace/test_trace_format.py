@@ -93,3 +93,10 @@ def test_step_ids_print_as_ranges_of_consecutive_steps():
 
     assert spans([9, 3, 4, 5]) == "3-5, 9"
     assert spans([7]) == "7"
+
+
+def test_durations_print_in_us_ms_or_s_by_size():
+    from control.trace.format import dur
+
+    assert [dur(s) for s in (0.0005, 0.25, 2.5, -0.002, 0, None)] == [
+        "500 us", "250.0 ms", "2.50 s", "-2.0 ms", "0", "-"]

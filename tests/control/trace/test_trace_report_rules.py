@@ -155,3 +155,11 @@ def test_a_drain_or_resume_row_is_listed_but_never_judged():
         assert not is_config_version(audit), audit
     for version in ("startup", "api", None):
         assert is_config_version(version), version
+
+
+def test_too_few_requests_says_how_many_arrived_on_each_side():
+    from control.trace.report_format import _effect
+
+    change = {"source": "api", "verdict": "too few requests", "before": {"ttft_s_n": 3},
+              "after": {"ttft_s_n": 40}}
+    assert _effect(change) == "too few requests to judge (3 before, 40 after)"
