@@ -6,6 +6,7 @@ no test caught then have tests of their own now."""
 from __future__ import annotations
 
 from mutant_spec import Mutant
+from mutants_cli import CLI_MUTANTS
 from mutants_config import ENGINE_CONFIG_MUTANTS
 from mutants_engine import ENGINE_MUTANTS
 from mutants_engine_core import ENGINE_CORE_MUTANTS
@@ -20,10 +21,11 @@ from mutants_server_edge import SERVER_EDGE_MUTANTS
 from mutants_serving import SERVING_MUTANTS
 from mutants_tools import TOOLS_MUTANTS
 from mutants_trace import TRACE_MUTANTS
+from mutants_trace_views import TRACE_VIEWS_MUTANTS
 
 __all__ = ["MUTANTS", "Mutant"]
 
 MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS, *EXECUTION_MUTANTS,
            *SERVING_MUTANTS, *OBSERVABILITY_MUTANTS, *TRACE_MUTANTS, *LOADTEST_MUTANTS,
            *KERNELS_MUTANTS, *ENGINE_CONFIG_MUTANTS, *MODELS_MUTANTS, *SERVER_EDGE_MUTANTS,
-           *ENGINE_CORE_MUTANTS]
+           *ENGINE_CORE_MUTANTS, *CLI_MUTANTS, *TRACE_VIEWS_MUTANTS]
