@@ -52,8 +52,8 @@ SERVER_EDGE_MUTANTS: list[Mutant] = [
             "_name",),
            "a public server without tokens answers 421 to every client that names its host"),
     Mutant("app-skips-trace-exposure", "control/api/app.py",
-           "control_api=settings.control_api, trace=writer is not None)",
-           "control_api=settings.control_api, trace=False)",
+           "control_api=settings.control_api,\n                   trace=bool(settings.trace_db))",
+           "control_api=settings.control_api,\n                   trace=False)",
            (SEC + "test_tokens_and_limits.py::test_an_app_built_in_code_refuses_a_public_trace"
             "_without_tokens",),
            "create_app on 0.0.0.0 with a trace and no tokens lets anyone read every tenant"),
