@@ -11,6 +11,7 @@ from fixtures.fleet_fakes import FakeReplica, good_window, until
 
 from control.admin.auth import Token
 from control.admin.config_store import ChangeError
+from control.fleet.canary_run import poll_every
 from control.fleet.ingress import FleetIngress, build_app
 from control.fleet.local import LocalHandle, wait_healthy
 from control.fleet.router import RoutingPolicy
@@ -20,11 +21,11 @@ from engine.config.patch import apply_patch, live_to_dict
 
 
 def run_fleet(scenario, n: int = 3, tokens: tuple[Token, ...] = (),
-              replica: type[FakeReplica] = FakeReplica):
+              replica: type[FakeReplica] = FakeReplica, control_api: bool = True):
     async def main():
         fakes = [replica(i) for i in range(n)]
         fleet = FleetIngress([LocalHandle(f) for f in fakes], RoutingPolicy(), poll_s=0.02,
-                             control_tokens=tokens)
+                             control_tokens=tokens, control_api=control_api)
         fleet.start_polls()
         await wait_healthy(lambda: all(v.healthy for v in fleet.table.views))
         transport = httpx.ASGITransport(app=build_app(fleet))
@@ -120,7 +121,24 @@ def test_the_fleet_control_api_checks_tokens_as_one_server_does():
         assert done.status_code == 200
         history = (await c.get("/control/history", headers=read)).json()["versions"]
         assert history[-1]["actor"] == "alice"
+        # the canary's state and the autoscaler's settings are behind the same tokens
+        assert (await c.get("/control/canary")).status_code == 401
+        assert (await c.get("/control/canary", headers=read)).status_code == 200
+        scale = await c.patch("/control/fleet/autoscale", headers=read,
+                              json={"changes": {"up_waiting": 2}})
+        assert scale.status_code == 403, scale.text  # a read token changes no rule
     run_fleet(scenario, tokens=tokens)
+
+
+def test_a_fleet_without_its_control_api_has_no_control_route():
+    """--no-control-api: every /control route, the canary's state among them, is a 404."""
+    async def scenario(c, fakes, fleet):
+        for path in ("/control/config", "/control/canary", "/control/history",
+                     "/control/fleet/autoscale"):
+            off = await c.get(path)
+            assert off.status_code == 404, (path, off.text)
+            assert off.json()["error"]["code"] == "control_off", path
+    run_fleet(scenario, control_api=False)
 
 
 def test_a_route_relayed_to_a_named_replica_checks_the_callers_scope_first():
@@ -228,6 +246,77 @@ def test_a_canary_with_too_few_requests_extends_then_rolls_back():
             assert refused.status_code == 400, (odd, refused.text)
             assert refused.json()["error"]["param"] == next(iter(odd)), refused.text
     run_fleet(scenario)
+
+
+def test_a_canary_takes_its_own_min_requests_and_a_poll_period_from_its_window():
+    """min_requests in the body is the rule the canary runs (and shows); without poll_s the
+    window is compared about ten times, 1 to 15 s apart."""
+    async def scenario(c, fakes, fleet):
+        fakes[0].windows[1] = good_window(2, ttft=0.05)  # 2 requests: enough for this rule
+        for f in fakes[1:]:
+            f.windows[0] = good_window(2, ttft=0.05)
+        started = await start_canary(c, watch_s=0.3, min_requests=2)
+        assert started.status_code == 202, started.text
+        assert started.json()["thresholds"]["min_requests"] == 2
+        assert started.json()["poll_s"] == 1.0  # 0.3 s / 10, at least 1 s
+        run = await wait_decided(c)
+        assert run["status"] == "promoted" and run["extensions"] == 0, run["decision"]
+    run_fleet(scenario)
+    assert [poll_every(w) for w in (5.0, 60.0, 3600.0)] == [1.0, 6.0, 15.0]
+
+
+def test_a_canary_is_refused_on_a_named_replica_or_without_a_healthy_baseline():
+    """A canary is the fleet's: X-Batchpilot-Replica gets 409 fleet_managed; and with only
+    the canaries themselves healthy (every baseline replica down) there is nothing to
+    compare them with: 503, nothing pinned or pushed."""
+    async def scenario(c, fakes, fleet):
+        named = await c.post("/control/canary", headers={"If-Match": "0",
+                                                         "X-Batchpilot-Replica": "0"},
+                             json={"changes": {"max_num_seqs": 1}, "replicas": 1})
+        assert named.status_code == 409 and named.json()["error"]["code"] == "fleet_managed"
+        for f in fakes[1:]:
+            f.ready = False
+        await until(lambda: [v.healthy for v in fleet.table.views] == [True, False, False])
+        alone = await start_canary(c)
+        assert alone.status_code == 503, alone.text
+        assert alone.json()["error"]["code"] == "no_replica"
+        assert (await c.get("/control/canary")).json()["canary"] is None
+        assert [f.installs for f in fakes] == [[], [], []]
+    run_fleet(scenario)
+
+
+class DrainableReplica(FakeReplica):
+    """Answers a relayed HTTP call as EngineReplica.http does; replica 1's call fails."""
+
+    async def http(self, method, path, query, headers, body):
+        if self.replica_id == 1:
+            raise RuntimeError("replica 1 died")
+        yield {"accepted": self.replica_id}
+        yield {"status": 200, "headers": [["content-type", "application/json"]]}
+        yield {"body": b'{"admission": "draining"}'}
+
+    async def drain(self, grace_s: float) -> int:
+        return 0
+
+
+def test_a_drain_one_replica_missed_is_mixed_and_a_draining_fleet_says_so():
+    """POST /control/drain answers "draining" only when every replica took it (else 502,
+    "mixed", each replica's answer); a fleet that drains (shutting down) shows it in
+    /control/config and /readyz, and refuses new requests with a 503 and Retry-After."""
+    async def scenario(c, fakes, fleet):
+        drained = await c.post("/control/drain", json={})
+        assert drained.status_code == 502, drained.text
+        assert drained.json()["admission"] == "mixed"
+        assert [r["status"] for r in drained.json()["replicas"]] == [200, 0, 200]
+        assert (await c.get("/control/config")).json()["admission"] == "open"
+        await fleet.drain(0.1)
+        assert (await c.get("/control/config")).json()["admission"] == "draining"
+        ready = await c.get("/readyz")
+        assert ready.status_code == 503 and ready.headers["retry-after"] == "5"
+        refused = await c.post("/v1/completions", json={"prompt": "hi"})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "draining"
+    run_fleet(scenario, replica=DrainableReplica)
 
 
 class SlowInstall(FakeReplica):
