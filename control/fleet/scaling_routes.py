@@ -13,15 +13,18 @@ event (GET /control/history) with its actor and reason.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from control.admin.config_store import ChangeError
 from control.api.errors import APIError
 from control.fleet.control_routes import fleet_caller
 
+log = logging.getLogger("batchpilot.fleet")
 MAX_REASON = 500
 
 
@@ -30,6 +33,16 @@ class AutoscaleChange(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     changes: dict[str, float | int] = Field(max_length=16)
     reason: str = Field(default="", max_length=MAX_REASON)
+
+
+async def history_of(control: Any) -> Any:
+    """The fleet's versions and events (built from a replica at first use), or None when no
+    replica can give them now (the change applies all the same)."""
+    try:
+        return await control.ready()
+    except (APIError, ChangeError) as exc:
+        log.warning("autoscale change not recorded in the fleet's history: %s", exc)
+        return None
 
 
 def scaling_router(fleet: Any) -> APIRouter:
@@ -62,8 +75,11 @@ def scaling_router(fleet: Any) -> APIRouter:
         old, scaling.config = scaling.config.to_dict(), new
         diff = {k: [old[k], v] for k, v in new.to_dict().items() if old[k] != v}
         event = {"time": time.time(), "actor": actor, "reason": body.reason, "diff": diff}
-        if fleet.control.versions is not None:
-            fleet.control.versions.event("autoscale_config", **event)
+        # the fleet's history is built on its first use: a change made before any other
+        # /control call was left out of GET /control/history
+        versions = await history_of(fleet.control)
+        if versions is not None:
+            versions.event("autoscale_config", **event)
         scaling.config_changes.append(event)
         return {"applied": bool(diff), "diff": diff, "config": new.to_dict()}
 

@@ -201,6 +201,10 @@ def test_the_autoscale_settings_change_live_and_refuse_what_they_cannot_be():
                     and s.config.up_waiting == 3.0)  # what Serve's policy reads next
         change = (await c.get("/control/fleet/autoscale", headers=READ)).json()
         assert change["config_changes"][-1]["actor"] == "ops"
+        events = (await c.get("/control/history", headers=READ)).json()["events"]
+        (audit,) = [e for e in events if e["kind"] == "autoscale_config"]
+        assert audit["actor"] == "ops" and audit["reason"] == "slower to shrink"
+        assert audit["diff"]["up_waiting"] == [2.0, 3.0]
     run_fleet(scenario)
 
 
