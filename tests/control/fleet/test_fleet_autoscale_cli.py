@@ -12,6 +12,7 @@ from fixtures.ports import listen_port
 from control.cli.main import main
 from control.fleet.autoscale import AutoscaleConfig, SlotState
 from control.fleet.autoscale_board import MemoryBoard, publish_slot
+from control.fleet.autoscale_cli import EVENTS_SHOWN, show
 
 
 def test_it_shows_phases_and_events_and_changes_the_rule_live(capsys):
@@ -51,3 +52,18 @@ def test_a_fixed_fleet_says_so():
         url = f"http://127.0.0.1:{port}"
         assert main(["fleet", "autoscale", "--url", url]) == 0
         assert main(["fleet", "autoscale", "--url", url, "--set", "up_waiting=3"]) == 2
+
+
+def test_it_shows_the_latest_scale_events_not_the_first():
+    """A long-running fleet has many scale events: the last EVENTS_SHOWN are printed."""
+    cfg = {**AutoscaleConfig(1, 3).to_dict()}
+    events = [{"time": 1_000.0 + i, "replica_id": 1, "event": f"event_{i}", "from": "off",
+               "to": "starting", "reason": "waiting", "routed_replicas": 1}
+              for i in range(EVENTS_SHOWN + 3)]
+    state = {"enabled": True, "config": cfg, "wanted": None, "events": events,
+             "slots": [{"replica_id": 0, "phase": "on", "fixed": True}]}
+    lines: list[str] = []
+    show(state, lines.append)
+    shown = [line for line in lines if "replica 1: event_" in line]
+    assert len(shown) == EVENTS_SHOWN
+    assert f"event_{EVENTS_SHOWN + 2} " in shown[-1] and "event_3 " in shown[0], shown
