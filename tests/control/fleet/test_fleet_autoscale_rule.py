@@ -187,3 +187,24 @@ def test_a_burst_starts_every_slot_it_needs_at_once():
         n, state = run(slot, 0, None, burst[0], 0.0)
         n, state = run(slot, 0, state, burst[1], 5.0)
         assert n == 1 and state.phase == "starting" and state.reason == "waiting", slot
+
+
+def test_the_policy_reads_fresh_signals_after_the_clock_steps_back():
+    """Serve's policy caches the board's signals READ_CACHE_S; a cache stamped in the future
+    (the wall clock stepped back, NTP) is stale, not fresh for as long as the step."""
+    from control.fleet.autoscale_board import MemoryBoard, policy_tick, publish_signals
+
+    class CountingBoard(MemoryBoard):
+        reads = 0
+
+        def get(self, key: str) -> bytes | None:
+            self.reads += key.endswith("/signals")
+            return super().get(key)
+
+    board, app = CountingBoard(), "clock-step-fleet"
+    publish_signals(board, app, signals(on(0), at=1000.0))
+    policy_tick(board, app, 1, 0, {}, 1000.0)
+    policy_tick(board, app, 1, 0, {}, 1000.1)  # within the cache: not read again
+    assert board.reads == 1
+    policy_tick(board, app, 1, 0, {}, 400.0)  # the clock went back 10 minutes
+    assert board.reads == 2

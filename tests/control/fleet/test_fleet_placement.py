@@ -59,3 +59,19 @@ def test_a_failed_replica_is_named_with_its_own_error():
     assert deploy_failure(status, "app") == (
         "replica-0: ValueError: directory /nope does not exist")
     assert deploy_failure(status, "other") is None
+
+
+def test_a_cpu_replica_runs_one_torch_thread_fewer_than_its_whole_cpus():
+    """OMP threads beside the replica's own event loop: floor(cpus) - 1, at least 1."""
+    from control.fleet.app import replica_torch_threads
+
+    assert [replica_torch_threads(c) for c in (0.75, 1.0, 2.0, 2.5, 4.9)] == [1, 1, 1, 1, 3]
+
+
+def test_an_autoscaled_fleet_deploys_exactly_its_max_replicas_slots():
+    from control.fleet.autoscale import AutoscaleConfig
+
+    fleet(replicas=3, autoscale=AutoscaleConfig(1, 3)).validate()
+    for replicas in (2, 4):  # fewer slots than the rule may run, or slots it never runs
+        with pytest.raises(ValueError, match="must equal replicas"):
+            fleet(replicas=replicas, autoscale=AutoscaleConfig(1, 3)).validate()

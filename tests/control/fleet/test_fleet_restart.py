@@ -9,14 +9,16 @@ import asyncio
 import socket
 
 import httpx
+import pytest
 from fixtures.fleet_fakes import FakeReplica, fake_fleet_server, until
 
 from control.admin.auth import Token
+from control.cli.ctl_error import CtlError
 from control.cli.main import main
 from control.fleet.ingress import FleetIngress, build_app
 from control.fleet.local import LocalHandle, wait_healthy
 from control.fleet.restart import RestartBody, start_restart
-from control.fleet.restart_cli import ABORTED_EXIT
+from control.fleet.restart_cli import ABORTED_EXIT, _body, add_restart_parser
 from control.fleet.router import RoutingPolicy
 
 
@@ -228,3 +230,19 @@ def test_no_replica_is_retired_while_no_other_one_is_routable():
         assert "another replica to serve while replica 0 restarts" in run.error
         assert fakes[0].retires == [] and log == []
     run_fleet(scenario, n=2)
+
+
+def test_the_cli_sends_its_grace_timeout_and_replicas_as_given():
+    """--timeout is how long a replica may take to come back, --grace its requests' time."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_restart_parser(parser.add_subparsers())
+    args = parser.parse_args(["restart", "--grace", "5", "--timeout", "60", "--replicas",
+                              "2,0", "--reason", "kernel update"])
+    assert _body(args) == {"grace_s": 5.0, "ready_timeout_s": 60.0, "replicas": [2, 0],
+                           "reason": "kernel update"}
+    bad = parser.parse_args(["restart", "--replicas", "0,x"])
+    with pytest.raises(CtlError) as refused:
+        _body(bad)
+    assert refused.value.code == 2
