@@ -222,3 +222,61 @@ def test_an_edge_that_cannot_bind_fails_the_start(tiny_llama_dir, tmp_path):
         assert "before it listened" in server.log()
     finally:
         taken.close()
+
+
+def test_the_edge_refuses_too_many_chat_messages_without_asking_the_server(monkeypatch):
+    """max_messages is checked at the edge, for chat completions and chat tokenize alike: a
+    request over it never reaches the server (the 400 names `messages`)."""
+    import asyncio
+
+    from control.api.limits import RequestLimits
+    from control.edge import app as edge_app
+    from control.edge.forward import Upstream
+
+    seen: list[str] = []
+
+    async def body():
+        yield b'{"ok": true}'
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return httpx.Response(200, content=body(), headers={"content-type": "application/json"})
+
+    class StandIn(Upstream):
+        def __init__(self, uds: str):
+            self.client = httpx.AsyncClient(transport=httpx.MockTransport(server),
+                                            base_url="http://batchpilot")
+
+    messages = [{"role": "user", "content": "hi"}] * 3
+
+    async def go() -> list[httpx.Response]:
+        app = edge_app.create_edge_app("/nonexistent.sock", RequestLimits(max_messages=2))
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://edge") as client:
+            return [await client.post(path, json={"messages": messages, **extra})
+                    for path, extra in (("/v1/chat/completions", {}), ("/tokenize", {}),
+                                        ("/v1/chat/completions", {"n": 1, "messages":
+                                                                  messages[:2]}))]
+
+    monkeypatch.setattr(edge_app, "Upstream", StandIn)
+    over_chat, over_tokenize, within = asyncio.run(go())
+    for reply in (over_chat, over_tokenize):
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == "messages"
+    assert within.status_code == 200 and seen == ["/v1/chat/completions"]
+
+
+def test_an_edge_that_could_not_listen_exits_non_zero(monkeypatch):
+    """The port was taken (uvicorn logged why): the edge exits 1, so the server's wait for
+    its ready line reports the failure instead of a clean exit."""
+    from control.edge import __main__ as edge_main
+
+    class NeverStarted:
+        def __init__(self, config, parent, host):
+            self.started = False
+
+        def run(self) -> None:
+            """uvicorn gave up before it listened."""
+
+    monkeypatch.setattr(edge_main, "EdgeServer", NeverStarted)
+    assert edge_main.main(["--uds", "/tmp/none.sock", "--host", "127.0.0.1", "--port", "1",
+                           "--limits", "{}", "--parent", "1"]) == 1
