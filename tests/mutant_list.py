@@ -13,6 +13,7 @@ from mutants_engine_core import ENGINE_CORE_MUTANTS
 from mutants_execution import EXECUTION_MUTANTS
 from mutants_first_pass import FIRST_PASS_MUTANTS
 from mutants_fleet import FLEET_MUTANTS
+from mutants_fleet_control import FLEET_CONTROL_MUTANTS
 from mutants_kernels import KERNELS_MUTANTS
 from mutants_loadtest import LOADTEST_MUTANTS
 from mutants_models import MODELS_MUTANTS
@@ -28,4 +29,4 @@ __all__ = ["MUTANTS", "Mutant"]
 MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS, *EXECUTION_MUTANTS,
            *SERVING_MUTANTS, *OBSERVABILITY_MUTANTS, *TRACE_MUTANTS, *LOADTEST_MUTANTS,
            *KERNELS_MUTANTS, *ENGINE_CONFIG_MUTANTS, *MODELS_MUTANTS, *SERVER_EDGE_MUTANTS,
-           *ENGINE_CORE_MUTANTS, *CLI_MUTANTS, *TRACE_VIEWS_MUTANTS]
+           *ENGINE_CORE_MUTANTS, *CLI_MUTANTS, *TRACE_VIEWS_MUTANTS, *FLEET_CONTROL_MUTANTS]
