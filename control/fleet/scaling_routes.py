@@ -80,6 +80,8 @@ def scaling_router(fleet: Any) -> APIRouter:
         if versions is not None:
             versions.event("autoscale_config", **event)
         scaling.config_changes.append(event)
-        return {"applied": bool(diff), "diff": diff, "config": new.to_dict()}
+        # recorded: false says the history missed it (no replica could build it), not hidden
+        return {"applied": bool(diff), "diff": diff, "config": new.to_dict(),
+                "recorded": versions is not None}
 
     return router

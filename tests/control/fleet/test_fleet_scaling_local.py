@@ -197,6 +197,7 @@ def test_the_autoscale_settings_change_live_and_refuse_what_they_cannot_be():
                                  "reason": "slower to shrink"})
         assert ok.status_code == 200, ok.text
         assert ok.json()["diff"] == {"up_waiting": [2.0, 3.0], "downscale_delay_s": [0.4, 60.0]}
+        assert ok.json()["recorded"] is True  # in the fleet's history (below)
         await until(lambda: (s := read_signals(board, APP)) is not None
                     and s.config.up_waiting == 3.0)  # what Serve's policy reads next
         change = (await c.get("/control/fleet/autoscale", headers=READ)).json()
@@ -215,3 +216,17 @@ def test_fleet_text_shows_each_replicas_version_target_health_and_off_slots():
              "live": False}]
     assert fleet_text({"converged": False, "replicas": rows}) == (
         "fleet converging   replicas 0:v3  1:v2->v3(down)  2:off")
+
+
+def test_an_autoscale_change_no_replica_can_record_is_applied_and_says_so(caplog):
+    """The fleet's history is built from a replica at first use: when none answers, the
+    change is not refused (the autoscaler must still get it) and the miss is logged."""
+    from control.fleet.scaling_routes import history_of
+
+    class NoReplica:
+        async def ready(self):
+            raise RuntimeError("no replica answered")
+
+    with caplog.at_level("WARNING", logger="batchpilot.fleet"):
+        assert asyncio.run(history_of(NoReplica())) is None
+    assert "not recorded in the fleet's history" in caplog.text
