@@ -251,8 +251,9 @@ def spans(ids: list[int], most: int = 8) -> str:
         else:
             out.append([i, i])
     text = [f"{a}-{b}" if b > a else str(a) for a, b in out]
-    if len(text) > most:
-        text = text[:most - 1] + [f"... {len(text) - most + 1} more ranges", text[-1]]
+    if len(text) > most:  # the first most-1 and the last shown: len - most hidden
+        hidden = len(text) - most
+        text = text[:most - 1] + [f"... {hidden} more range{'s' * (hidden > 1)}", text[-1]]
     return ", ".join(text)
 
 

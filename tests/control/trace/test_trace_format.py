@@ -93,6 +93,9 @@ def test_step_ids_print_as_ranges_of_consecutive_steps():
 
     assert spans([9, 3, 4, 5]) == "3-5, 9"
     assert spans([7]) == "7"
+    # past `most` ranges: the first most-1, how many are hidden, the last
+    assert spans(list(range(0, 20, 2)), most=8) == "0, 2, 4, 6, 8, 10, 12, ... 2 more ranges, 18"
+    assert spans(list(range(0, 18, 2)), most=8) == "0, 2, 4, 6, 8, 10, 12, ... 1 more range, 16"
 
 
 def test_durations_print_in_us_ms_or_s_by_size():
