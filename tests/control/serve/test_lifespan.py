@@ -50,7 +50,7 @@ def test_the_run_settings_keep_the_budgets_fitted_at_start_up(tiny_loaded, tmp_p
 
     async def scenario():
         async with app.router.lifespan_context(app):
-            writer, deadline = app.state.serving.trace, time.monotonic() + 10
+            writer, deadline = app.state.serving.trace, time.monotonic() + 60
             while True:
                 writer.sync()
                 con = writer.cursor()
