@@ -106,10 +106,11 @@ def pytest_configure(config):
                             " alone (a report judged on p99 latency; tests/run_suites.py)")
 
 
-# Also the dashboard's and Grafana's tests (headless Chromium, Streamlit, Prometheus) and
-# the control API's: only to balance the two, which ran 465 s and 638 s without the first
-# two, then 645 s and 699 s without control/admin (clean clones, 2 cores).
-BALANCE_FOLDERS = ("dashboard", "grafana", "admin")
+# Also the dashboard's and Grafana's tests (headless Chromium, Streamlit, Prometheus), the
+# control API's, the docs' and the playbooks': only to balance the two, which ran 465 s and
+# 638 s without the first two, 645 s and 699 s without control/admin, then 641 s and 689 s
+# without docs and playbooks (~20 s alone; clean clones, 2 cores).
+BALANCE_FOLDERS = ("dashboard", "grafana", "admin", "docs", "playbooks")
 
 
 def _uses_ray(item) -> bool:
