@@ -65,10 +65,10 @@ screenshots: $(STAMP) system-deps
 bench: $(STAMP)
 	$(PY) -m bench.scheduler_overhead
 
-# Plant each known bug of tests/mutant_list.py in a copy of the tree and check its tests
+# Plant each known bug of tests/mutation/mutant_list.py in a copy of the tree and check its tests
 # fail on it (minutes; not part of make test, which checks the list is current).
 mutants: $(STAMP)
-	$(PY) tests/mutants.py
+	$(PY) tests/mutation/mutants.py
 
 # Every benchmark with --smoke and gpu_check.sh's CPU dry run (tests/bench; `make test`
 # runs them too).

@@ -1,5 +1,5 @@
-"""The bugs `make mutants` plants (tests/mutants.py), gathered from the lists of each pass
-by area (tests/mutants_*.py): each one exact piece of a source file, replaced by a
+"""The bugs `make mutants` plants (tests/mutation/mutants.py), gathered from the lists of each pass
+by area (tests/mutation/mutants_*.py): each one exact piece of a source file, replaced by a
 plausible mistake, and the tests that must fail on it. Each was planted by hand; the ones
 no test caught then have tests of their own now."""
 

@@ -1,4 +1,4 @@
-"""`make mutants`' list (tests/mutant_list.py) stays current: each piece it replaces is in
+"""`make mutants`' list (tests/mutation/mutant_list.py) stays current: each piece it replaces is in
 its file exactly once, each test it names exists, and the names are unique. (Planting
 them is `make mutants`, minutes; this is the part that can rot silently.)"""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mutant_list import MUTANTS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_names_are_unique_and_each_says_why():

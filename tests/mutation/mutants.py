@@ -1,9 +1,9 @@
 """`make mutants`: plant known bugs one at a time in a copy of the tree and check that the
 tests named for each fail, so a test that quietly stops testing its feature is seen.
 
-    python tests/mutants.py [--only NAME[,NAME]] [--list]
+    python tests/mutation/mutants.py [--only NAME[,NAME]] [--list]
 
-Each mutant (tests/mutant_list.py) replaces one exact piece of a source file with a bug a
+Each mutant (tests/mutation/mutant_list.py) replaces one exact piece of a source file with a bug a
 person could plausibly write: a comparison flipped, a check skipped, an off-by-one. The
 copy is of the checkout's files (tracked, or new and not ignored) in a temporary folder,
 so the working tree is never touched; first the named tests run once on the copy as it is
@@ -13,12 +13,12 @@ out again.
     killed     a named test failed on the bug: the tests see it
     SURVIVED   they all passed: the feature is not tested where the mutant says
     stale      the piece to replace is not in the file exactly once (the code moved:
-               update the mutant; tests/test_mutant_list.py fails on this too)
+               update the mutant; tests/mutation/test_mutant_list.py fails on this too)
     error      pytest could not run the tests (collection, usage)
 
 Exit status 0 when every mutant was killed. Not part of `make test` (it runs the named
 tests once per mutant: ~10 s a mutant, over an hour for the whole list);
-tests/test_mutant_list.py keeps the list current.
+tests/mutation/test_mutant_list.py keeps the list current.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutant_list import MUTANTS, Mutant  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
 ENV = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 TIMEOUT_S = 600

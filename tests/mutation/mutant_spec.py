@@ -1,5 +1,5 @@
-"""What one planted bug of `make mutants` is (tests/mutants.py), for the lists that name
-them (tests/mutant_list.py and the area lists it gathers)."""
+"""What one planted bug of `make mutants` is (tests/mutation/mutants.py), for the lists that name
+them (tests/mutation/mutant_list.py and the area lists it gathers)."""
 
 from __future__ import annotations
 
