@@ -88,7 +88,7 @@ def test_a_server_collects_start_ups_garbage_before_freezing_the_rest(thawed):
     """Cycles start-up dropped are collected, not frozen for the life of the process (where
     no collection would ever reach them: memory held for nothing)."""
     class Node:
-        pass
+        """A member of a reference cycle."""
 
     gc.disable()  # no automatic collection: only freeze_startup_heap's own
     try:

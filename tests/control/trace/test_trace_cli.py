@@ -16,18 +16,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import duckdb
 import httpx
 import pytest
 import uvicorn
-from fastapi import FastAPI
-from fixtures.trace_data import fill_trace
+from fixtures.trace_data import fill_trace, trace_routes_app
 
-from control.api.errors import install_error_handlers
 from control.cli.main import main
-from control.trace import routes as trace_routes
 from control.trace.audit_sources import NOT_VERSION_PREFIXES, NOT_VERSIONS
 from control.trace.schema import TABLES
 
@@ -45,10 +41,7 @@ def db(tmp_path_factory) -> str:
 def url(tmp_path_factory):
     """The real trace routes over a second trace, held by a started writer, in uvicorn."""
     writer = fill_trace(str(tmp_path_factory.mktemp("served") / "trace.duckdb"))
-    app = FastAPI()
-    install_error_handlers(app)
-    app.include_router(trace_routes.router)
-    app.state.serving = SimpleNamespace(trace=writer, metrics=None, control_tokens=())
+    app = trace_routes_app(writer)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
                                            log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)

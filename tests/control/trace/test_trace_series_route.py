@@ -4,25 +4,17 @@ only; on any other series it is a 400 naming it, never silently ignored."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from fixtures.trace_data import fill_trace
-
-from control.api.errors import install_error_handlers
-from control.trace import routes as trace_routes
+from fixtures.trace_data import fill_trace, trace_routes_app
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     writer = fill_trace(str(tmp_path_factory.mktemp("series") / "trace.duckdb"))
-    served = FastAPI()
-    install_error_handlers(served)
-    served.include_router(trace_routes.router)
-    served.state.serving = SimpleNamespace(trace=writer, metrics=None, control_tokens=())
-    yield served
+    yield trace_routes_app(writer)
     writer.stop()
 
 
