@@ -115,8 +115,9 @@ def run(args: argparse.Namespace, model: str) -> dict[str, Any]:
     try:
         start(settings)
         wait_ready(url, settings.replicas)
-        out: dict[str, Any] = {"bench": "fleet_control", "pairs": args.pairs,
-                               "clients": args.clients}
+        out: dict[str, Any] = {"bench": "fleet_control", "smoke": args.smoke,
+                               "pairs": args.pairs, "clients": args.clients,
+                               "watch_s": args.watch}
         rows: dict[str, list[dict[str, float]]] = {"idle": [], "loaded": []}
         with httpx.Client(base_url=url, timeout=60) as client:
             for pair in range(args.pairs):

@@ -190,7 +190,10 @@ def summarize(rows: list[dict[str, dict]], c1: float) -> dict[str, Any]:
             ratios[f"{key}_b_over_a"] = spread(found)
     ratios["c2_over_c1"] = spread([r["B"]["burst"]["request_rps"]
                                    / r["A"]["burst"]["request_rps"] for r in rows])
-    return {"c1_rps": round(c1, 3), "sides": sides, "ratios": ratios}
+    # per side, each pair's requests routed to each replica (burst, then the rate run)
+    splits = {side: [{run: r[side][run]["split"] for run in ("burst", "at_c1")} for r in rows]
+              for side in SIDES}
+    return {"c1_rps": round(c1, 3), "sides": sides, "ratios": ratios, "splits": splits}
 
 
 def run(args: argparse.Namespace, model: str, out: Path) -> dict[str, Any]:
