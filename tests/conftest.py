@@ -96,15 +96,14 @@ def one_torch_thread():
 ONE_PROCESS = "one_process"
 
 
-# tests whose verdict is a p99 of the server under test: run after the suites, not beside
-QUIET = "quiet"
+QUIET = "quiet"  # tests whose verdict is a p99 of the server under test: run alone
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{ONE_PROCESS}: run by the first of make test's two"
                             " pytest processes (tests/run_suites.py)")
     config.addinivalue_line("markers", f"{QUIET}: run by make test after both processes,"
-                            " without them (a report judged on p99 latency; tests/run_suites.py)")
+                            " alone (a report judged on p99 latency; tests/run_suites.py)")
 
 
 # Also the dashboard's and Grafana's tests (headless Chromium, Streamlit, Prometheus), the

@@ -7,9 +7,8 @@ Most tests use one core (one Python process, a server starting, a subprocess imp
 torch): the suite one after the other kept a 2-core machine under half busy. The tests
 marked one_process (tests/conftest.py: the bench smokes' pool and the Ray fleet's tests)
 run in one process and everything else in the other, both over the whole `tests` folder,
-so a test lands in exactly one of them. Then the tests marked quiet (reports judged
-on a live server's p99 latency) without them, as two processes: the Ray fleet's files and
-the others. Each writes its own log; the runner prints a line
+so a test lands in exactly one of them. Then the tests marked quiet run alone (reports
+judged on a live server's p99 latency). Each writes its own log; the runner prints a line
 as each ends and the logs after (CI shows them in full).
 """
 
@@ -26,14 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SUITES = {"one_process (bench smokes, Ray fleet)": ["-m", "one_process and not quiet"],
           "everything else": ["-m", "not one_process and not quiet"]}
-# then without the suites: verdicts judged on the p99 of a live server's requests (the
-# scripted incident of tests/fixtures/incident.py, the fleet's canaries), which the suites'
-# load moved. The Ray fleet's files and the in-process servers' files still run side by
-# side: alone each phase kept the machine ~65% idle (93 s), together they took 63 s and
-# passed 3 of 3 runs (each uses under one core; the suites kept 4-6 processes runnable).
-QUIET = {"quiet, Ray fleet (judged on p99 latency)": lambda path: path.stem.endswith("_ray"),
-         "quiet, in-process servers (judged on p99 latency)":
-             lambda path: not path.stem.endswith("_ray")}
+# then alone: verdicts judged on the p99 of a live server's requests (the scripted incident
+# of tests/fixtures/incident.py, the fleet's canaries), which a neighbour's load moved
+ALONE = {"quiet (judged on p99 latency)": ["-m", "quiet"]}
 QUIET_MARK = re.compile(r"^pytestmark\s*=.*\bpytest\.mark\.quiet\b", re.M)
 DURATIONS = ["--durations=25", "--durations-min=5"]
 NO_TESTS = 5  # pytest's exit status when a selection (-k, a path) leaves a suite empty
@@ -48,13 +42,10 @@ SUITE_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 def main(args: list[str]) -> int:
     started = time.monotonic()
-    codes = run_side_by_side({name: (marks, ["tests"]) for name, marks in SUITES.items()},
-                             args, started)
+    codes = run_side_by_side(SUITES, args, started, ["tests"])
     # only the files that mark themselves quiet: collecting all of tests/ for them costs
-    # a process ~13 s of the phase that runs without the suites
-    quiet = {name: (["-m", "quiet"], [f for f in quiet_files() if keep(Path(f))])
-             for name, keep in QUIET.items()}
-    codes.update(run_side_by_side({k: v for k, v in quiet.items() if v[1]}, args, started))
+    # a process ~13 s of the phase that runs alone
+    codes.update(run_side_by_side(ALONE, args, started, quiet_files()))
     failed = [name for name, code in codes.items() if code not in (0, NO_TESTS)]
     print(f"\n{len(codes) - len(failed)} of {len(codes)} suites passed in"
           f" {time.monotonic() - started:.0f} s" + (f"; failed: {failed}" if failed else ""))
@@ -67,13 +58,13 @@ def quiet_files() -> list[str]:
                   if QUIET_MARK.search(p.read_text()))
 
 
-def run_side_by_side(suites: dict[str, tuple[list[str], list[str]]], args: list[str],
-                     started: float) -> dict[str, int]:
-    """Each suite (name -> (its pytest marks, its paths)) a pytest process, all at once;
-    each one's log printed once all ended."""
+def run_side_by_side(suites: dict[str, list[str]], args: list[str], started: float,
+                     paths: list[str]) -> dict[str, int]:
+    """Each suite a pytest process over `paths`, all at once; each one's log printed once
+    all ended."""
     with tempfile.TemporaryDirectory(prefix="batchpilot-suites-") as tmp:
         runs = {}
-        for i, (name, (marks, paths)) in enumerate(suites.items()):
+        for i, (name, marks) in enumerate(suites.items()):
             log = Path(tmp) / f"suite-{i}.log"
             with log.open("w") as out:
                 # the slowest tests in the log: where the next cut to make test's time is

@@ -22,7 +22,7 @@ from fixtures.runbook_steps import RUNBOOKS, TUNING, Step, all_runbooks, runbook
 
 from control.cli.main import main
 
-# judged on p99s of a few hundred requests: run after the suites (tests/run_suites.py)
+# judged on p99s of a few hundred requests: run with nothing beside it (tests/run_suites.py)
 pytestmark = pytest.mark.quiet
 
 SERVING = Path(__file__).resolve().parents[2] / "playbooks" / "serving.yaml"

@@ -22,7 +22,7 @@ from fixtures.trace_data import fill_trace
 from control.cli.main import main
 from control.trace.report import JUDGED, pick_suspect
 
-# judged on p99s of a few hundred requests: run after the suites (tests/run_suites.py)
+# judged on p99s of a few hundred requests: run with nothing beside it (tests/run_suites.py)
 pytestmark = pytest.mark.quiet
 
 
