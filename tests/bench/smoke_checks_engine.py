@@ -185,11 +185,17 @@ def check_native_layers_ab(result: dict) -> None:
 
 
 def check_kernel_compile(result: dict) -> None:
-    """The smoke's variants compiled for sm_90 by the installed Triton, none over its limits
-    (--strict exits 1 on one; asserted here to show which). The printed line has no
-    per-variant figures: those are in the --json file only."""
+    """The smoke's variants (its --json file) compiled for sm_90 by the installed Triton,
+    none over its limits (--strict exits 1 on one; asserted here to show which): each
+    kernel's shared memory within the H100's, its registers within a thread's 255."""
     assert result["arch"] == 90 and result["failures"] == [], result
     assert result["triton"] == importlib.metadata.version("triton"), result
+    variants = result["variants"]
+    assert {v["kernel"] for v in variants} == {"_decode_kernel", "_prefill_kernel"}, variants
+    for v in variants:
+        assert 0 < v["smem"] <= 232448, v  # sm_90's opt-in maximum per block
+        assert v["regs"] is None or 0 < v["regs"] <= 255, v  # None: ptxas did not say
+        assert all(n >= 0 for n in v["ops"].values()), v
 
 
 def check_offline_throughput(result: dict) -> None:
