@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from apptest_pages import open_page, texts
 from fixtures.serving import LiveServer, make_engine
-from test_dashboard import open_page, texts
 from whatif_server import REQUESTS, sim, whatif_server
 
 from control.serve.settings import ServeSettings

@@ -95,18 +95,18 @@ CLI_MUTANTS: list[Mutant] = [
            "one stored row missing a column crashes the whole checklist with a traceback"),
     Mutant("canary-page-seconds-as-ms", "dashboard/views/canary.py",
            '        return f"{value * 1000:,.1f} ms"', '        return f"{value:,.1f} ms"',
-           ("tests/dashboard/test_dashboard.py::test_the_canary_page_shows_the_last_decision"
+           ("tests/dashboard/test_dashboard_fleet_pages.py::test_the_canary_page_shows_the_last_decision"
             "_in_milliseconds",),
            "the Canary page shows a 400 ms TTFT p99 as 0.4 ms"),
     Mutant("canary-page-first-decision", "dashboard/views/canary.py",
            "    decision_section(decided[-1])", "    decision_section(decided[0])",
-           ("tests/dashboard/test_dashboard.py::test_the_canary_page_shows_the_last_decision"
+           ("tests/dashboard/test_dashboard_fleet_pages.py::test_the_canary_page_shows_the_last_decision"
             "_in_milliseconds",),
            "the Canary page's 'Last decision' is the fleet's first canary, not its latest"),
     Mutant("fleet-page-kv-ratio-as-percent", "dashboard/views/fleet.py",
            "\"KV usage\": f\"{100 * r['kv_usage']:.0f}%\"",
            "\"KV usage\": f\"{r['kv_usage']:.0f}%\"",
-           ("tests/dashboard/test_dashboard.py::test_the_fleet_page_shows_kv_usage_as_a"
+           ("tests/dashboard/test_dashboard_fleet_pages.py::test_the_fleet_page_shows_kv_usage_as_a"
             "_percentage",),
            "the Fleet page shows every replica's KV usage as 0% or 1%"),
     Mutant("overview-cancels-uncounted", "dashboard/views/overview.py",

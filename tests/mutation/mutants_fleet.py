@@ -93,11 +93,11 @@ FLEET_MUTANTS: list[Mutant] = [
             "_only_at_the_highest_rate_swept",), "a config's capacity ceiling reads as a floor"),
     Mutant("dashboard-label-without-replica", "dashboard/context.py",
            'f"server {url}{one}"', 'f"server {url}"',
-           ("tests/dashboard/test_dashboard.py::test_one_replicas_answers_are_not_served_for"
+           ("tests/dashboard/test_dashboard_fleet_pages.py::test_one_replicas_answers_are_not_served_for"
             "_the_whole_fleet",), "one replica's cached answers are shown for the whole fleet"),
     Mutant("dashboard-readyz-503-no-replicas", "dashboard/context.py",
            "ready = exc.body if exc.status == 503 else {}", "ready = {}",
-           ("tests/dashboard/test_dashboard.py::test_the_replica_picker_lists_a_fleet_with_no"
+           ("tests/dashboard/test_dashboard_fleet_pages.py::test_the_replica_picker_lists_a_fleet_with_no"
             "_replica_ready",), "in an outage the dashboard cannot pick one replica's trace"),
     Mutant("latency-series-counts-rejected", "control/trace/series.py",
            "FROM requests WHERE {where} AND outcome <> 'rejected'\n        GROUP BY ALL",
