@@ -12,26 +12,26 @@ CLI_MUTANTS: list[Mutant] = [
            "`ctl rollback previous` refuses to undo the only change since start-up"),
     Mutant("ctl-canary-exit-code-lost", "control/cli/ctl.py",
            "return code[0] if code else 0", "return 0",
-           (CTL + "cli/test_ctl_cli.py::test_following_a_canary_that_rolled_back_exits_4",),
+           (CTL + "cli/test_ctl_canary.py::test_following_a_canary_that_rolled_back_exits_4",),
            "a canary that rolled the change back exits 0: a pipeline takes it as a success"),
     Mutant("ctl-canary-oldest-polls", "control/cli/ctl_canary.py",
            'poll_line(r, p) for p in r["polls"][-5:])',
            'poll_line(r, p) for p in r["polls"][:5])',
-           (CTL + "cli/test_ctl_cli.py::test_a_running_canary_shows_its_latest_polls",),
+           (CTL + "cli/test_ctl_canary.py::test_a_running_canary_shows_its_latest_polls",),
            "`ctl canary` shows a running canary's first five polls, never the latest"),
     Mutant("ctl-canary-json-follows", "control/cli/ctl_canary.py",
            "    if args.detach or args.json:", "    if args.detach:",
-           (CTL + "cli/test_ctl_cli.py::test_set_with_canary_and_json_prints_the_started"
+           (CTL + "cli/test_ctl_canary.py::test_set_with_canary_and_json_prints_the_started"
             "_run_and_returns",),
            "`ctl set --canary N --json` prints text lines and blocks instead of the JSON run"),
     Mutant("ctl-canary-min-requests-dropped", "control/cli/ctl_canary.py",
            '        body["min_requests"] = args.min_requests', "        pass",
-           (CTL + "cli/test_ctl_cli.py::test_set_with_canary_sends_the_replicas_window_and"
+           (CTL + "cli/test_ctl_canary.py::test_set_with_canary_sends_the_replicas_window_and"
             "_min_requests",),
            "--min-requests is ignored: a canary decides on the default 10 requests a side"),
     Mutant("ctl-canary-default-watch-30s", "control/cli/ctl_canary.py",
            'parse_duration(args.watch or "5m")', 'parse_duration(args.watch or "30s")',
-           (CTL + "cli/test_ctl_cli.py::test_set_with_canary_sends_the_replicas_window_and"
+           (CTL + "cli/test_ctl_canary.py::test_set_with_canary_sends_the_replicas_window_and"
             "_min_requests",),
            "a canary without --watch is judged on 30 s of traffic, not the documented 5 min"),
     Mutant("redirect-suggests-the-asked-path", "control/cli/http_json.py",
