@@ -15,8 +15,9 @@ import httpx
 import pytest
 from fixtures.browser import CHROMIUM, NO_CHROMIUM, dashboard, free_port
 from fixtures.fleet_fakes import FakeReplica, fake_fleet_server, good_window
+from fixtures.requires import require_module
 
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = require_module("playwright.sync_api", "pip install -e '.[test]'")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 SHOTS = Path(os.environ.get("CANARY_SHOTS", "/tmp/canary-ui"))
 DONE = ("!document.querySelector('[data-testid=stStatusWidget]')"

@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 from fixtures.browser import CHROMIUM, NO_CHROMIUM, dashboard
+from fixtures.requires import require_module
 from fixtures.trace_data import fill_goodput_trace, fill_trace
 
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = require_module("playwright.sync_api", "pip install -e '.[test]'")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 DEPLOY = "[data-testid=stAppDeployButton]"
 MENU = "[data-testid=stMainMenu]"

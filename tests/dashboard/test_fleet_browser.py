@@ -21,12 +21,13 @@ from fixtures.browser import CHROMIUM, NO_CHROMIUM, dashboard
 from fixtures.fleet_fakes import FakeReplica, fake_fleet_server
 from fixtures.local_fleet import LocalFleet
 from fixtures.ports import listen_port
+from fixtures.requires import require_module
 from fixtures.trace_data import fill_trace
 
 from control.fleet.autoscale import AutoscaleConfig, SlotState
 from control.fleet.autoscale_board import MemoryBoard, publish_slot
 
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = require_module("playwright.sync_api", "pip install -e '.[test]'")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 SHOTS = Path(os.environ.get("FLEET_SHOTS", "/tmp/fleet-ui"))
 DONE = ("!document.querySelector('[data-testid=stStatusWidget]')"

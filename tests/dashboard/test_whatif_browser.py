@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 from fixtures.browser import CHROMIUM, NO_CHROMIUM, dashboard
+from fixtures.requires import require_module
 from whatif_server import whatif_server
 
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = require_module("playwright.sync_api", "pip install -e '.[test]'")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 SHOTS = Path(os.environ.get("WHATIF_SHOTS", "/tmp/whatif-ui"))
 DONE = ("!document.querySelector('[data-testid=stStatusWidget]')"

@@ -8,23 +8,16 @@ of cases; this runs a few per operation, the same ones every time (derandomized)
 from __future__ import annotations
 
 import math
-import os
 
-import pytest
-
-try:
-    import schemathesis  # noqa: F401
-except ImportError:
-    if os.environ.get("CI", "").lower() in ("true", "1"):
-        raise  # CI installs the test extra: a missing fuzzer is a failure, never a skip
-    pytest.skip("schemathesis is not installed: pip install -e '.[test]'",
-                allow_module_level=True)
-
+from fixtures.requires import require_module
 from fixtures.serving import make_engine
 
-from bench.openapi_fuzz import EXCLUDED, FUZZ_ENGINE, fuzz_app, fuzz_settings
-from control.api.app import create_app
-from control.api.errors import install_error_handlers
+# before bench.openapi_fuzz, which imports it
+require_module("schemathesis", "pip install -e '.[test]'")
+
+from bench.openapi_fuzz import EXCLUDED, FUZZ_ENGINE, fuzz_app, fuzz_settings  # noqa: E402
+from control.api.app import create_app  # noqa: E402
+from control.api.errors import install_error_handlers  # noqa: E402
 
 CASES_PER_OPERATION = 12  # about 250 cases (inputless operations get 1), ~9 s on 2 cores
 

@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 from fixtures.ports import listen_port
+from fixtures.requires import require_module
 
 
 def _free_port() -> int:
@@ -56,8 +57,8 @@ def _stop_fleet() -> None:
 @pytest.fixture(scope="session")
 def fleet(tiny_llama_dir, fleet_trace_dir):
     """The fleet's ingress URL."""
-    ray = pytest.importorskip("ray")
-    serve = pytest.importorskip("ray.serve")
+    ray = require_module("ray", "pip install -e '.[fleet]'")
+    serve = require_module("ray.serve", "pip install -e '.[fleet]'")
     from control.fleet.app import FleetSettings, start
     from control.fleet.router import RoutingPolicy
     from control.serve.settings import ServeSettings

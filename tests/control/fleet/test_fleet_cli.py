@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fixtures.requires import require_module
 
 from control.cli.main import main
 
@@ -25,7 +26,7 @@ from control.cli.main import main
 ])
 def test_fleet_rejects_bad_settings_with_an_actionable_message(args, message, capsys,
                                                               tiny_llama_dir):
-    pytest.importorskip("ray")
+    require_module("ray", "pip install -e '.[fleet]'")
     assert main(["fleet", "--model", str(tiny_llama_dir), *args]) == 2
     assert message in capsys.readouterr().err
 

@@ -16,15 +16,9 @@ import time
 
 import httpx
 import pytest
+from fixtures.requires import require_module
 
-try:
-    import ray  # noqa: F401  (the fleet fixture is conftest.py's)
-except ImportError:
-    if os.environ.get("CI"):
-        raise RuntimeError("CI without Ray Serve: `make test` installs the fleet extra"
-                           " (pip install -e '.[fleet]')") from None
-    pytest.skip("Ray Serve is not installed (pip install -e '.[fleet]')",
-                allow_module_level=True)
+ray = require_module("ray", "pip install -e '.[fleet]'")  # the fleet fixture: conftest.py's
 
 pytestmark = pytest.mark.timeout(240)
 LONG_TOKENS = 360  # + the 124-token prompt fits max_model_len 512; seconds a stream

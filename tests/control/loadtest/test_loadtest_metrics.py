@@ -23,6 +23,7 @@ import duckdb
 import numpy as np
 import pytest
 from fixtures.loadtest import FIXTURE, load_recorded
+from fixtures.requires import require_module
 
 from control.loadtest.metrics import (
     Dist,
@@ -261,7 +262,7 @@ def test_markdown_report_has_every_section(pair):
 
 
 def test_plot_percentiles_writes_a_png(pair, tmp_path):
-    pytest.importorskip("matplotlib")
+    require_module("matplotlib", "pip install -e .")
     path = tmp_path / "percentiles.png"
     assert plot_percentiles(pair, path) == path
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
