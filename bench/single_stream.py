@@ -116,8 +116,9 @@ def measure(model_name: str, args) -> dict:
             seconds, ids = run()
             rates[name].append(len(ids) / seconds)
             tokens[name] = ids
-    result = {name: {"tok_s": statistics.median(v), "min": min(v), "max": max(v)}
-              for name, v in rates.items()}
+    # generated: the last round's token count (the rates divide it; each must be --tokens)
+    result = {name: {"tok_s": statistics.median(v), "min": min(v), "max": max(v),
+                     "generated": len(tokens[name])} for name, v in rates.items()}
     for name, side in result.items():
         log(f"  {name:<10} {side['tok_s']:6.1f} tok/s [{side['min']:.1f}-{side['max']:.1f}]")
     ratios = {f"gguf/{name}": result["gguf"]["tok_s"] / result[name]["tok_s"]

@@ -218,14 +218,16 @@ def check_offline_throughput(result: dict) -> None:
 
 def check_single_stream(result: dict) -> None:
     """Both engine sides (on the GGUF blocks, and on the bf16 copies beside them) ran their
-    2 rounds of 8 tokens at positive rates, the ratio their medians' quotient; llama.cpp is
-    always left out of a smoke (the tiny model is no GGUF file it can load)."""
+    2 rounds of 8 tokens (each generated all 8) at positive rates, the ratio their medians'
+    quotient; llama.cpp is always left out of a smoke (the tiny model is no GGUF file it
+    can load)."""
     assert (result["tokens"], result["rounds"]) == (8, 2), result
     sides = result["sides"]
     assert set(sides) == {"gguf", "bf16"} and result["tokens_equal_to_llama_cpp"] is None
     assert result["note"].startswith("llama_cpp left out"), result
     for side in sides.values():
         assert 0 < side["min"] <= side["tok_s"] <= side["max"] < math.inf, side
+        assert side["generated"] == result["tokens"], side  # ignore_eos: every token
     quotient = sides["gguf"]["tok_s"] / sides["bf16"]["tok_s"]
     assert result["ratios"] == pytest.approx({"gguf/bf16": quotient}), result
 
