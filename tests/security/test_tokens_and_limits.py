@@ -1,8 +1,13 @@
 """Tokens as an operator writes them (a file, YAML, the environment; bound to tenants or
 not) and limits as `--limit NAME=VALUE`: what is accepted, and what is refused with a
-message that says what to fix, before anything starts."""
+message that says what to fix, before anything starts; each limit's default is the one
+docs/security.md gives."""
 
 from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +16,8 @@ from control.api.app import create_app
 from control.api.limits import RequestLimits, parse_limit_args
 from control.cli.main import main
 from control.serve.settings import ServeSettings
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_a_token_file_binds_read_tokens_to_tenants(tmp_path, monkeypatch):
@@ -61,6 +68,35 @@ def test_limits_from_the_command_line():
                          (["max_body_bytes"], "NAME=VALUE")):
         with pytest.raises(ValueError, match=message):
             RequestLimits().with_values(parse_limit_args(bad))
+
+
+def test_a_limit_given_as_true_in_code_is_refused():
+    """A server built in code (create_app validates its settings) with `max_messages=True`
+    would otherwise run with a limit of 1 message, which no one meant."""
+    with pytest.raises(ValueError, match="max_messages=True must be a number > 0"):
+        ServeSettings(model="tiny", limits=RequestLimits(max_messages=True)).validate()
+
+
+def documented_defaults() -> dict[str, str]:
+    """docs/security.md's limits table: limit name -> its `default` cell."""
+    rows = (DOCS / "security.md").read_text().splitlines()
+    cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows
+             if row.startswith("| `")]
+    return {c[0].strip("`"): c[1] for c in cells if len(c) >= 2}
+
+
+def test_every_limit_is_documented_with_the_default_it_has():
+    """An operator sizes a host by the table's defaults (a body buffered, compiles at once,
+    tokens one request may hold): the server must enforce what it says."""
+    documented = documented_defaults()
+    for f in dataclasses.fields(RequestLimits):
+        assert f.name in documented, f"docs/security.md's limits table lacks {f.name}"
+        if f.default is None:  # derived from the model: the cell says how
+            continue
+        match = re.match(r"([\d.]+)( days| s\b)?", documented[f.name])
+        assert match, (f.name, documented[f.name])  # a default starts with its figure
+        scale = {" days": 86400, " s": 1, None: 1}[match.group(2)]
+        assert float(match.group(1)) * scale == f.default, (f.name, documented[f.name])
 
 
 def test_serve_refuses_a_bad_limit_before_loading_anything(capsys):
