@@ -130,6 +130,24 @@ def test_a_query_parameter_the_route_does_not_take_is_a_400_after_the_token(serv
             "message"], (route, error)
 
 
+def test_a_query_parameter_in_another_case_is_unknown(served):
+    """FastAPI matches `since` as spelt: `?Since=-15m` would be ignored and the summary cover
+    all time, so it is refused like any other parameter the route does not take."""
+    engine, settings = served
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            client.app.state.serving.trace.start()
+            reply = await client.get("/v1/trace/summary", params={"Since": "-15m"},
+                                     headers={"Authorization": READ})
+            client.app.state.serving.trace.stop()
+            return reply
+
+    reply = asyncio.run(scenario())
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "Since"
+
+
 def test_the_control_api_refuses_an_unknown_query_parameter_and_openai_routes_ignore_it(
         served):
     engine, settings = served

@@ -39,3 +39,12 @@ def test_the_ingress_drops_a_clients_routing_header():
     raw = [(b"x-tenant", b"acme"), (b"X-Batchpilot-Routed", b"reason=random; blocks=9"),
            (b"host", b"x")]
     assert upstream_headers(raw) == [(b"x-tenant", b"acme")]
+
+
+def test_a_precise_route_to_a_cold_replica_says_it_matched_no_blocks():
+    """0 matched blocks is a fact of precise routing (the prompt was cached nowhere), not
+    "unknown": the trace must tell it apart from routing that does not count blocks."""
+    header = routed_value("precise", 0).decode()
+    assert header == "reason=precise; blocks=0"
+    assert routing_of(routed_attributes({ROUTED_HEADER: header}, fleet_replica=True)) == (
+        "precise", 0)
