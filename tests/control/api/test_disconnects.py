@@ -4,10 +4,21 @@ aborts its request, frees its KV blocks and is counted; a queued request never r
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import httpx
-from fixtures.serving import LiveServer, asgi_client, kv_in_use, make_engine, wait_until_idle
+from fixtures.serving import (
+    LiveServer,
+    asgi_client,
+    kv_in_use,
+    make_engine,
+    requests_ended,
+    wait_until_idle,
+)
+
+from control.serve.streams import Submission
+from engine import SamplingParams
 
 NUM_STREAMS = 50
 MAX_TOKENS = 60
@@ -86,11 +97,15 @@ def test_a_queued_request_whose_client_leaves_never_runs(tiny_loaded):
             await _until(lambda: engine.abort_counts["client_disconnect"] == 1, 30)
             how, events = await first
             await wait_until_idle(engine)
-            return queued_id, how, events, await kv_in_use(engine)
+            metrics = (await client.get(f"{url}/metrics")).text
+            return queued_id, how, events, await kv_in_use(engine), metrics
 
     with LiveServer(engine, settings) as url:
-        queued_id, how, events, used = asyncio.run(scenario(url))
+        queued_id, how, events, used, metrics = asyncio.run(scenario(url))
     assert how == "read" and events[-1] == "[DONE]"
+    # the dashboards count it as a client that left, not as a request out of time
+    assert requests_ended(metrics, "cancelled", "client_disconnected") == 1
+    assert requests_ended(metrics, "timeout", "client_disconnected") == 0
     assert queued_id not in spy.ran  # never scheduled, not even a prefill chunk
     assert len(spy.ran) == 1
     assert engine.abort_counts == {"client_disconnect": 1}
@@ -112,3 +127,29 @@ def test_an_abort_that_comes_after_the_request_finished_is_not_counted(tiny_load
 
     ready = asyncio.run(scenario())
     assert ready.json()["aborts"] == {}
+
+
+def test_a_client_that_leaves_before_admission_leaves_no_error_in_the_log(tiny_loaded,
+                                                                          caplog):
+    """The engine thread answers an admission whose caller has left (the client went away
+    while the engine was busy): the answer is dropped, where raising it on the event loop
+    would log an asyncio error with a traceback for every such client."""
+    engine, _, _ = make_engine(tiny_loaded)
+    sub = Submission("cmpl-left", "Hi", [1, 2, 3], SamplingParams(max_tokens=2))
+
+    async def scenario():
+        busy = asyncio.ensure_future(engine.call(lambda e: time.sleep(0.3)))
+        await asyncio.sleep(0.05)  # the engine thread is in that call
+        adding = asyncio.ensure_future(engine.add(sub))
+        await asyncio.sleep(0.05)
+        adding.cancel()  # the client leaves while its admission waits
+        await busy
+        await wait_until_idle(engine)  # answered after the add: its answer has run
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        try:
+            asyncio.run(scenario())
+        finally:
+            engine.stop()
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
+    assert engine.abort_counts == {"client_disconnect": 1}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fixtures.serving import asgi_client, make_engine, wait_until_idle
+from fixtures.serving import asgi_client, make_engine, requests_ended, wait_until_idle
 
 from control.api.errors import rejection_error
 from control.api.response_schemas import ErrorResponse
@@ -244,11 +244,14 @@ def test_a_request_the_shutdown_cuts_is_503_with_retry_after(tiny_loaded):
                 assert not pending.done(), pending.result().text
                 await asyncio.sleep(0.01)
             engine.abort_all("shutdown")
-            return await pending
+            return await pending, (await client.get("/metrics")).text
 
-    resp = asyncio.run(scenario())
+    resp, metrics = asyncio.run(scenario())
     assert _check_error(resp, 503, "shutting down", "retry")["code"] == "server_shutdown"
     assert int(resp.headers["retry-after"]) >= 1
+    # cut by the operator's shutdown, not failed by the engine: no engine-error alert fires
+    assert requests_ended(metrics, "cancelled", "server_shutting_down") == 1
+    assert requests_ended(metrics, "error", "server_shutting_down") == 0
 
 
 def test_readyz_counts_refusals_by_reason(tiny_loaded):
