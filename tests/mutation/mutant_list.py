@@ -8,6 +8,7 @@ from __future__ import annotations
 from mutant_spec import Mutant
 from mutants_cli import CLI_MUTANTS
 from mutants_config import ENGINE_CONFIG_MUTANTS
+from mutants_edge_limits import EDGE_LIMITS_MUTANTS
 from mutants_engine import ENGINE_MUTANTS
 from mutants_engine_core import ENGINE_CORE_MUTANTS
 from mutants_execution import EXECUTION_MUTANTS
@@ -29,4 +30,5 @@ __all__ = ["MUTANTS", "Mutant"]
 MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS, *EXECUTION_MUTANTS,
            *SERVING_MUTANTS, *OBSERVABILITY_MUTANTS, *TRACE_MUTANTS, *LOADTEST_MUTANTS,
            *KERNELS_MUTANTS, *ENGINE_CONFIG_MUTANTS, *MODELS_MUTANTS, *SERVER_EDGE_MUTANTS,
-           *ENGINE_CORE_MUTANTS, *CLI_MUTANTS, *TRACE_VIEWS_MUTANTS, *FLEET_CONTROL_MUTANTS]
+           *ENGINE_CORE_MUTANTS, *CLI_MUTANTS, *TRACE_VIEWS_MUTANTS, *FLEET_CONTROL_MUTANTS,
+           *EDGE_LIMITS_MUTANTS]
