@@ -76,11 +76,7 @@ def request_json(base: str, path: str, *, method: str = "GET", body: Any = None,
     except urllib.error.HTTPError as exc:
         if is_redirect(exc):
             raise HTTPFailure(exc.code, redirect_message(exc, base, method, path)) from None
-        try:
-            error_body = json.loads(exc.read())
-            message = error_body["error"]["message"]
-        except Exception:  # not our JSON error: say what HTTP said
-            error_body, message = {}, str(exc.reason)
+        error_body, message = _error_of(exc)
         raise HTTPFailure(exc.code, message, error_body) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -90,3 +86,18 @@ def request_json(base: str, path: str, *, method: str = "GET", body: Any = None,
     except ValueError:
         raise HTTPFailure(None, f"{method} {path} did not answer with JSON; is {base} a"
                           " batchpilot server?") from None
+
+
+def _error_of(exc: urllib.error.HTTPError) -> tuple[dict[str, Any], str]:
+    """(its JSON body, its message) of an HTTP error: our error's message, else what HTTP
+    said. A JSON object of another shape is kept as the body: a fleet ingress's 503 /readyz
+    lists its replicas (the trace CLI and the dashboard read one replica through it)."""
+    try:
+        body = json.loads(exc.read())
+    except Exception:  # not JSON
+        return {}, str(exc.reason)
+    if not isinstance(body, dict):
+        return {}, str(exc.reason)
+    error = body.get("error")
+    message = error.get("message") if isinstance(error, dict) else None
+    return body, message if isinstance(message, str) else str(exc.reason)

@@ -40,7 +40,8 @@ def parse_time(text: str | float | None, now: float | None = None) -> float | No
     try:
         if _CLOCK.match(value):
             today = datetime.fromtimestamp(now).date().isoformat()
-            return datetime.fromisoformat(f"{today}T{value}").timestamp()
+            wall = value if value.index(":") == 2 else "0" + value  # ISO wants 09:05
+            return datetime.fromisoformat(f"{today}T{wall}").timestamp()
         return datetime.fromisoformat(value).timestamp()
     except ValueError:
         raise ValueError(
