@@ -7,15 +7,19 @@ test_otlp_export.py, whose servers all export this way.)"""
 from __future__ import annotations
 
 import os
+import socket
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from test_span_phases import LINK, finished
 
-from control.otel.export import SpanExport
+from control.otel.export import BATCH_SPANS, SpanExport
 from control.otel.settings import OtelSettings
-from control.otel.span_process import CHILD_NICE, SpanProcess
+from control.otel.span_process import CHILD_NICE, STOP_SLACK_S, SpanProcess
 
 NOBODY = OtelSettings("http://127.0.0.1:9/v1/traces")  # the discard port: nothing listens
 
@@ -101,3 +105,57 @@ def test_only_batches_the_collector_took_are_reported_delivered():
         time.sleep(0.05)
     export.stop(1.0)
     assert delivered == taken
+
+
+class _Takes(BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector that takes every batch."""
+
+    def do_POST(self):  # noqa: N802  (http.server's name)
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        """Quiet: http.server would print every request to stderr."""
+
+
+# a full batch of one request's spans: the child exports it at once, not after a second
+FULL_BATCH = [(finished("r", 1.0, (0.5,)), None)] * BATCH_SPANS
+
+
+def test_the_counters_and_deliveries_reach_the_server_while_the_child_runs():
+    """/metrics and the exemplars read what the child reports as it goes, not only what it
+    says when the server stops."""
+    collector = ThreadingHTTPServer(("127.0.0.1", 0), _Takes)
+    threading.Thread(target=collector.serve_forever, args=(0.05,), daemon=True).start()
+    spans = SpanProcess(OtelSettings(f"http://127.0.0.1:{collector.server_address[1]}/v1/"
+                                     "traces"))
+    try:
+        spans.start(wait_s=30)
+        spans.send(FULL_BATCH)
+        deadline = time.monotonic() + 10
+        while spans.counts["exported"] < BATCH_SPANS:
+            assert time.monotonic() < deadline, spans.counts
+            time.sleep(0.05)
+        assert LINK.trace_id in spans.delivered
+    finally:
+        spans.stop(1.0)
+        collector.shutdown()
+        collector.server_close()
+
+
+def test_a_stopping_span_process_reports_within_the_stop_timeout():
+    """A collector that never answers: the server's stop(t) gives the child t to export and
+    returns once the child reports; it does not wait out the child's own 5 s export
+    timeout (then the slack, then a kill: the last counts lost)."""
+    with socket.socket() as held:  # listens, never accepts: an export hangs on it
+        held.bind(("127.0.0.1", 0))
+        held.listen(8)
+        spans = SpanProcess(OtelSettings(f"http://127.0.0.1:{held.getsockname()[1]}/v1/traces"))
+        spans.start(wait_s=30)
+        spans.send(FULL_BATCH)
+        started = time.monotonic()
+        spans.stop(0.5)
+        assert time.monotonic() - started < 0.5 + STOP_SLACK_S
+

@@ -8,6 +8,7 @@ but wall-clock figures (step durations, run start) agrees between them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import socket
@@ -215,10 +216,12 @@ def test_json_of_the_other_subcommands_parses(db, capsys, tmp_path, argv):
 
 # ---- errors ----------------------------------------------------------------------------
 def test_an_unknown_request_exits_1_from_either_source(db, url, capsys):
-    for source in (["--db", db], ["--url", url]):
-        code, out, err = cli(capsys, *source, "request", "no-such-id")
+    # 'r1#x' and 'r1?x=1' are ids of their own, not r1 with a fragment or a query
+    for rid, source in itertools.product(("no-such-id", "r1#x", "r1?x=1"),
+                                         (["--db", db], ["--url", url])):
+        code, out, err = cli(capsys, *source, "request", rid)
         assert code == 1 and not out
-        assert "'no-such-id' is not in the trace" in err
+        assert f"{rid!r} is not in the trace" in err
 
 
 def test_bad_values_are_usage_errors_naming_what_is_wrong(db, url, capsys):

@@ -73,6 +73,8 @@ def test_rows_name_their_replica_and_merge_in_order(fleet_dir, capsys):
     assert len(around) == 5 and sum(s["start_time"] <= at for s in around) == 2
     timeline = ask_json(capsys, "--db", glob, "request", "r3")
     assert timeline["replica"] in ("0", "1") and timeline["steps"]
+    code, out, err = cli(capsys, "--db", glob, "request", "no-such-id", "--json")
+    assert code == 1 and not out and "'no-such-id' is not in the trace" in err
 
 
 def test_replica_reads_one_file(fleet_dir, capsys):
@@ -85,6 +87,10 @@ def test_replica_reads_one_file(fleet_dir, capsys):
     assert slow and {r["replica"] for r in slow} == {"1"}
     code, _, err = cli(capsys, "--db", glob, "--replica", "5", "summary")
     assert code == 2 and "replica='5' must be one of 0, 1" in err
+    # one file named with --replica: it must be that replica's, not read as if it were
+    code, _, err = cli(capsys, "--db", str(fleet_dir / "replica-0.duckdb"), "--replica", "1",
+                       "summary")
+    assert code == 2 and "replica='1' must be one of 0" in err
 
 
 def test_export_of_a_fleet_carries_the_replica_column(fleet_dir, capsys, tmp_path):

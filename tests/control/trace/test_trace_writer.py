@@ -305,3 +305,22 @@ def test_an_observer_failure_is_counted_and_never_raises(tmp_path):
                  "batchpilot_observer_errors_engine_thread_total") == 1
     item = StepItem(None, [], [])
     assert item.kv_row is None
+
+
+def test_after_a_restart_each_request_keeps_its_own_steps(tmp_path):
+    """Two runs in one file (a restart): request numbers start again at 0 in each run, so
+    `step_requests` must match a step's numbers within its own run: one row per request
+    per step it ran in, never also the other run's request of the same number."""
+    path = str(tmp_path / "t.duckdb")
+    for run_id in ("before", "after"):
+        writer = TraceWriter(TraceSettings(path), run_id, "sim").start()
+        eng = sim_engine()
+        add_workload(eng, n=3, max_tokens=5)
+        run(eng, Observer(None, writer))
+        writer.stop()
+    con = duckdb.connect(path, read_only=True)
+    ran = dict(con.execute("SELECT run_id, sum(len(decode_seqs) + len(prefill_seqs))"
+                           " FROM steps GROUP BY run_id").fetchall())
+    rows = dict(con.execute("SELECT run_id, count(*) FROM step_requests GROUP BY run_id")
+                .fetchall())
+    assert rows == ran and set(ran) == {"before", "after"}

@@ -101,3 +101,38 @@ def test_a_proposal_of_the_windows_own_values_is_recorded_when_the_live_config_m
     got = next(r for r in evaluate(load_spec(), Evidence(config_changes=[*rows, applied]))
                if r.id == "change_predicted")
     assert got.status == "pass", got.evidence
+
+
+def test_each_compared_config_notes_its_own_ratios_and_warnings(served):
+    app, writer = served
+    before = len(audit_rows(writer))
+    resp = _post(app, {"since": START, "set": {"max_num_seqs": 2},
+                       "compare": {"wide": {"max_num_seqs": 16}}})
+    assert resp.status_code == 200, resp.text
+    result = resp.json()
+    notes = {r["note"].split("'")[1]: r["note"] for r in audit_rows(writer)[before:]}
+    assert set(notes) == {"proposed", "wide"}
+    ttft = next(r for r in result["rows"] if r["metric"] == "ttft_p99_s")["ratios"]
+    assert f"{ttft['proposed']:.2f}" != f"{ttft['wide']:.2f}"  # else the test proves nothing
+    warnings = f"; {len(result['warnings'])} warning(s)"
+    assert len(result["warnings"]) != len(result["notes"]), result
+    for name, note in notes.items():
+        assert f"ttft_p99_s {ttft[name]:.2f}x" in note and note.endswith(warnings), note
+
+
+def test_a_proposal_for_a_lane_the_live_config_dropped_is_still_recorded(served):
+    """The window ran with a "batch" lane, the server runs without it now: a proposal that
+    sends a tenant there is replayed on the window's config, and recorded as its own diff
+    (it does not apply to the live config), not refused with a 500."""
+    app, writer = served
+    engine, before = app.state.serving.engine, len(audit_rows(writer))
+    app.state.serving.config_store = SimpleNamespace(history=[SimpleNamespace(
+        version=LIVE.version, live=LIVE)])
+    engine.live_config = LIVE.replace(lanes=LIVE.lanes[:1], version=LIVE.version + 2)
+    try:
+        resp = _post(app, {"since": START, "set": {"tenant_lanes": {"chat": "batch"}}})
+    finally:
+        engine.live_config, app.state.serving.config_store = LIVE, None
+    assert resp.status_code == 200, resp.text
+    rows = audit_rows(writer)[before:]
+    assert [json.loads(r["change"]) for r in rows] == [{"tenant_lanes.chat": [None, "batch"]}]
