@@ -30,11 +30,13 @@ class _StandIn(BaseHTTPRequestHandler):
     asked: list[tuple[str, str | None]] = []
 
     def do_GET(self):  # noqa: N802  (http.server's name)
-        self.asked.append((self.path, self.headers.get(REPLICA_HEADER)))
-        if self.path == "/readyz":
+        # the path as sent: http.server folds a leading '//' that a server's router does not
+        path = self.requestline.split()[1]
+        self.asked.append((path, self.headers.get(REPLICA_HEADER)))
+        if path == "/readyz":
             self._answer(*self.readyz)
-        elif self.path != "/v1/trace/summary":
-            self._answer(404, {"error": {"message": f"no route {self.path}"}})
+        elif path != "/v1/trace/summary":
+            self._answer(404, {"error": {"message": f"no route {path}"}})
         elif self.needs_token and self.headers.get("Authorization") != f"Bearer {TOKEN}":
             self._answer(401, {"error": {"message": "a read token is required"}})
         else:
