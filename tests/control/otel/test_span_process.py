@@ -158,4 +158,3 @@ def test_a_stopping_span_process_reports_within_the_stop_timeout():
         started = time.monotonic()
         spans.stop(0.5)
         assert time.monotonic() - started < 0.5 + STOP_SLACK_S
-
