@@ -8,6 +8,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -88,12 +89,19 @@ def test_a_header_cannot_split_the_request():
     assert b"Host: [::1]:9\r\n" in request_bytes("::1", 9, "/p", b"{}", {})
     with pytest.raises(ValueError, match="line break"):
         request_bytes("h", 1, "/p", b"{}", {"X-Tenant": "acme\r\nX-Admin: 1"})
+    with pytest.raises(ValueError, match="line break"):
+        request_bytes("h", 1, "/p", b"{}", {"X-Admin: 1\r\nX-Tenant": "acme"})
+
+
+PIECE_GAP_S = 0.05  # between two pieces of a reply sent as a list
 
 
 @pytest.fixture
 def silent_server():
     """A TCP server that accepts one connection, reads (the request is appended to
-    `reply`), sends `reply[0]`, then stays silent (or closes, when `reply[1]`)."""
+    `reply`), sends `reply[0]` (a list: its pieces PIECE_GAP_S apart), then stays silent,
+    or closes when `reply[1]` (when "if asked": only if the request said Connection: close,
+    as an HTTP/1.1 server keeps a connection open unless told)."""
     sock = socket.create_server(("127.0.0.1", 0))
     reply: list = [b"", False]
     conns = []
@@ -102,8 +110,17 @@ def silent_server():
         conn, _ = sock.accept()
         conns.append(conn)
         reply.append(conn.recv(65536))
-        conn.sendall(reply[0])
-        if reply[1]:
+        pieces = reply[0] if isinstance(reply[0], list) else [reply[0]]
+        try:
+            for i, piece in enumerate(pieces):
+                time.sleep(PIECE_GAP_S if i else 0)
+                conn.sendall(piece)
+        except OSError:  # the client closed first (a reply over its size bound)
+            return
+        if reply[1] == "if asked":
+            if b"connection: close\r\n" in reply[2].lower():
+                conn.close()
+        elif reply[1]:
             conn.close()
 
     thread = threading.Thread(target=serve, daemon=True)
@@ -121,6 +138,17 @@ def test_a_server_that_stops_sending_times_out_between_reads(silent_server):
     request = request_bytes("127.0.0.1", port, "/v1/completions", b"{}", {})
     with pytest.raises(ReplyTimeout, match="0.3 s"):
         asyncio.run(post("127.0.0.1", port, request, timeout_s=0.3))
+
+
+def test_a_stream_longer_than_the_timeout_is_read_while_its_chunks_keep_coming(silent_server):
+    """timeout_s bounds the silence between reads, not the whole reply."""
+    port, reply = silent_server
+    reply[:] = [[HEAD, *(chunk(sse({"n": i})) for i in range(10)), b"0\r\n\r\n"], True]
+    request = request_bytes("127.0.0.1", port, "/v1/completions", b"{}", {})
+    started = time.monotonic()
+    reads = asyncio.run(post("127.0.0.1", port, request, timeout_s=0.3))
+    assert time.monotonic() - started > 0.3  # eleven pieces 0.05 s apart
+    assert parse(reads).complete and len(parse(reads).data_lines) == 10
 
 
 def test_a_refused_connection_is_an_os_error():
@@ -182,6 +210,24 @@ def test_a_reply_past_the_size_bound_is_cut_and_named(silent_server):
     request = request_bytes("127.0.0.1", port, "/v1/completions", b"{}", {})
     with pytest.raises(ReplyError, match="passed 1000 bytes"):
         asyncio.run(post("127.0.0.1", port, request, timeout_s=5.0, max_bytes=1000))
+
+
+def test_a_reply_of_many_small_reads_is_bounded_by_their_sum(silent_server):
+    port, reply = silent_server
+    reply[:] = [[HEAD, *(chunk(b"data: " + b"x" * 200 + b"\n\n") for _ in range(10))], True]
+    request = request_bytes("127.0.0.1", port, "/v1/completions", b"{}", {})
+    with pytest.raises(ReplyError, match="passed 1000 bytes"):
+        asyncio.run(post("127.0.0.1", port, request, timeout_s=5.0, max_bytes=1000))
+
+
+def test_a_server_that_keeps_connections_open_ends_the_reply_when_asked(silent_server):
+    """The transport reads a reply to the close, so each request says Connection: close:
+    a server keeping the connection open would hold every stream to its timeout."""
+    port, reply = silent_server
+    done = sse({"choices": [{"text": "a", "finish_reason": "length"}]}) + b"data: [DONE]\n\n"
+    reply[:] = [HEAD + chunk(done) + b"0\r\n\r\n", "if asked"]
+    result = one_stream(port, timeout_s=2.0)
+    assert result.outcome == "ok" and result.e2e_s < 1.0
 
 
 def test_a_first_send_says_it_is_no_resend(silent_server):
