@@ -1,10 +1,11 @@
 """The load test's note on its own CPU, and when it warns."""
 
+import os
 import socket
 
 import pytest
 
-from control.loadtest.client_cost import ClientCost, cost_notes, same_machine
+from control.loadtest.client_cost import ClientCost, cost_notes, same_machine, usable_cores
 
 
 @pytest.mark.parametrize("url, expected", [
@@ -32,3 +33,10 @@ def test_no_warning_for_a_remote_server_or_an_idle_client():
     idle = ClientCost(cpu_s=0.1, wall_s=5.0, cores=2)  # 1%
     assert cost_notes(idle, "http://127.0.0.1:8000")[1] is None
     assert ClientCost(cpu_s=0.0, wall_s=0.0, cores=2).machine_share == 0.0
+
+
+def test_cores_are_those_this_process_may_run_on_not_the_machines(monkeypatch):
+    """In a container pinned to 1 of 64 CPUs the client's share is of that one core."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert usable_cores() == 1
