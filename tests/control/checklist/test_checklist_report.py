@@ -1,6 +1,6 @@
 """The checklist's verdict as a reader sees it (control/checklist/report.py): an item that
 needs evidence keeps the deployment from being "ready", the summary says why, and the
-Markdown table holds evidence with a `|` in one cell."""
+Markdown table holds evidence with a `|` in one cell; the JSON keeps why each item matters."""
 
 from __future__ import annotations
 
@@ -29,3 +29,8 @@ def test_a_pipe_in_the_evidence_stays_in_its_markdown_cell():
     row = next(line for line in md.splitlines() if "`a`" in line)
     assert "interactive\\|batch" in row
     assert row.replace("\\|", "").count("|") == 5  # four cells
+
+
+def test_the_json_report_says_why_each_item_matters():
+    item = ItemResult("a", "Section", "title a", FAIL, "seen", why="a stalled engine pages no one")
+    assert json.loads(to_json([item]))["items"][0]["why"] == "a stalled engine pages no one"
