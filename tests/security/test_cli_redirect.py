@@ -4,13 +4,13 @@ which records the Authorization header of whatever reaches it."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fixtures.http_stub import reply
 
 from control.checklist.client import ControlClient
 from control.checklist.result import ChecklistError
@@ -40,12 +40,7 @@ def servers() -> Iterator[tuple[str, str, list[str | None]]]:
     class Target(BaseHTTPRequestHandler):
         def _answer(self) -> None:
             received.append(self.headers.get("Authorization"))
-            body = json.dumps({"version": 1, "config": {}, "admission": "open"}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            reply(self, 200, {"version": 1, "config": {}, "admission": "open"})
 
         do_GET = do_POST = do_PATCH = _answer
 

@@ -8,6 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fixtures.http_stub import reply
 
 from control.checklist.client import ControlClient, Unavailable, only_replica
 from control.checklist.result import ChecklistError
@@ -21,11 +22,7 @@ class _Answers(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802  (http.server's name)
         self.replicas.append(self.headers.get(REPLICA_HEADER))
         body = b"[]" if self.path == "/control/history" else b""
-        self.send_response(self.statuses.get(self.path, 404))
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        reply(self, self.statuses.get(self.path, 404), body)
 
     def log_message(self, *args):
         """Quiet: http.server would print every request to stderr."""

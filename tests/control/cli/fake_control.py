@@ -8,6 +8,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from fixtures.http_stub import reply
+
 LANES = {"interactive": {"weight": 4.0, "max_running": None, "max_waiting": None,
                          "policy": "priority", "tenant_fair_share": False,
                          "queue_timeout_ms": None, "preempt_first": False, "batching": None,
@@ -60,12 +62,7 @@ class FakeControl:
                                   json.loads(raw) if raw else None))
                 status, body = fake.answers.get((self.command, url.path),
                                                 (404, refusal("no such route")))
-                payload = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                reply(self, status, body)
 
             do_GET = do_POST = do_PATCH = answer
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 
 import pytest
+from fixtures.http_stub import reply
 
 from control.cli.ctl_canary import ROLLED_BACK_EXIT, exit_for, follow, parse_duration
 from control.cli.main import main
@@ -63,18 +64,12 @@ def test_watch_without_canary_is_a_usage_error(capsys):
 
 
 def test_a_canary_on_a_single_server_says_it_needs_a_fleet(capsys):
-    import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class OneServer(BaseHTTPRequestHandler):  # has /control/config, no /control/canary
         def _send(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply(self, status, body)
 
         def do_GET(self):  # noqa: N802
             self._send(200, {"version": 3, "config": {}})

@@ -10,13 +10,13 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from fixtures.loadtest import small_scenario
 
 from control.loadtest.prompts import PromptMaker, load_tokenizer
 from control.loadtest.scenario import (
     load_scenario,
     plan,
     scale_rate,
-    scenario_from_dict,
     with_rate,
 )
 from engine.sim.workload import load_trace
@@ -26,11 +26,7 @@ N = 5000  # samples for the distribution checks
 
 
 def _scenario(**overrides):
-    data = {"name": "t", "seed": 0, "requests": N,
-            "arrival": {"process": "poisson", "rate": 4.0},
-            "prompt": {"dist": "fixed", "value": 100}, "output": {"dist": "fixed", "value": 10}}
-    data.update(overrides)
-    return scenario_from_dict(data, "test.yaml")
+    return small_scenario(**{"requests": N, "seed": 0, **overrides})
 
 
 def _gaps(planned):

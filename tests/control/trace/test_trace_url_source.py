@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fixtures.http_stub import reply
 
 from control.cli.main import main
 from control.trace.sources import REPLICA_HEADER
@@ -43,12 +44,7 @@ class _StandIn(BaseHTTPRequestHandler):
             self._answer(200, {"replica": self.headers.get(REPLICA_HEADER, "all")})
 
     def _answer(self, status: int, body: dict) -> None:
-        raw = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        reply(self, status, body)
 
     def log_message(self, *args):
         """Quiet: http.server would print every request to stderr."""
