@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from fixtures.http_stub import reply
+from fixtures.http_stub import QuietHandler, reply
 
 from control.checklist.client import ControlClient
 from control.checklist.result import ChecklistError
@@ -37,18 +37,15 @@ def servers() -> Iterator[tuple[str, str, list[str | None]]]:
     """(origin URL, target URL, the Authorization headers the target received)."""
     received: list[str | None] = []
 
-    class Target(BaseHTTPRequestHandler):
+    class Target(QuietHandler):
         def _answer(self) -> None:
             received.append(self.headers.get("Authorization"))
             reply(self, 200, {"version": 1, "config": {}, "admission": "open"})
 
         do_GET = do_POST = do_PATCH = _answer
 
-        def log_message(self, *args) -> None:
-            pass
-
     with serve(Target) as target:
-        class Origin(BaseHTTPRequestHandler):
+        class Origin(QuietHandler):
             def _redirect(self) -> None:
                 self.send_response(302)
                 self.send_header("Location", target + self.path)
@@ -56,9 +53,6 @@ def servers() -> Iterator[tuple[str, str, list[str | None]]]:
                 self.end_headers()
 
             do_GET = do_POST = do_PATCH = _redirect
-
-            def log_message(self, *args) -> None:
-                pass
 
         with serve(Origin) as origin:
             yield origin, target, received

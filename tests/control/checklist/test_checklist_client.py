@@ -5,17 +5,17 @@ ends it; a fleet's /metrics narrowed to one replica keeps that replica's samples
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
-from fixtures.http_stub import reply
+from fixtures.http_stub import QuietHandler, reply
 
 from control.checklist.client import ControlClient, Unavailable, only_replica
 from control.checklist.result import ChecklistError
 from control.trace.sources import REPLICA_HEADER
 
 
-class _Answers(BaseHTTPRequestHandler):
+class _Answers(QuietHandler):
     statuses = {"/metrics": 503, "/control/config": 500, "/control/history": 200}
     replicas: list[str | None] = []  # the replica header of each request
 
@@ -23,9 +23,6 @@ class _Answers(BaseHTTPRequestHandler):
         self.replicas.append(self.headers.get(REPLICA_HEADER))
         body = b"[]" if self.path == "/control/history" else b""
         reply(self, self.statuses.get(self.path, 404), body)
-
-    def log_message(self, *args):
-        """Quiet: http.server would print every request to stderr."""
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
-from fixtures.http_stub import reply
+from fixtures.http_stub import QuietHandler, reply
 
 LANES = {"interactive": {"weight": 4.0, "max_running": None, "max_waiting": None,
                          "policy": "priority", "tenant_fair_share": False,
@@ -53,7 +53,7 @@ class FakeControl:
         self.seen: list[tuple[str, str, str, dict[str, str], Any]] = []
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def answer(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 url = urllib.parse.urlsplit(self.path)
@@ -65,9 +65,6 @@ class FakeControl:
                 reply(self, status, body)
 
             do_GET = do_POST = do_PATCH = answer
-
-            def log_message(self, *args: Any) -> None:
-                pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

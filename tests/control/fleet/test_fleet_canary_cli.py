@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from fixtures.http_stub import reply
+from fixtures.http_stub import QuietHandler, reply
 
 from control.cli.ctl_canary import ROLLED_BACK_EXIT, exit_for, follow, parse_duration
 from control.cli.main import main
@@ -65,22 +65,16 @@ def test_watch_without_canary_is_a_usage_error(capsys):
 
 def test_a_canary_on_a_single_server_says_it_needs_a_fleet(capsys):
     import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
 
-    class OneServer(BaseHTTPRequestHandler):  # has /control/config, no /control/canary
-        def _send(self, status: int, body: dict) -> None:
-            reply(self, status, body)
-
+    class OneServer(QuietHandler):  # has /control/config, no /control/canary
         def do_GET(self):  # noqa: N802
-            self._send(200, {"version": 3, "config": {}})
+            reply(self, 200, {"version": 3, "config": {}})
 
         def do_POST(self):  # noqa: N802
             self.rfile.read(int(self.headers["Content-Length"]))
-            self._send(404, {"error": {"message": "Not Found", "type": "invalid_request_error",
+            reply(self, 404, {"error": {"message": "Not Found", "type": "invalid_request_error",
                                        "param": None, "code": "not_found"}})
-
-        def log_message(self, *args):
-            return None
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), OneServer)
     threading.Thread(target=server.serve_forever, daemon=True).start()

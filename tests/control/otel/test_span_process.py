@@ -10,9 +10,10 @@ import os
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+from fixtures.http_stub import QuietHandler
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from test_span_phases import LINK, finished
@@ -107,7 +108,7 @@ def test_only_batches_the_collector_took_are_reported_delivered():
     assert delivered == taken
 
 
-class _Takes(BaseHTTPRequestHandler):
+class _Takes(QuietHandler):
     """An OTLP/HTTP collector that takes every batch."""
 
     def do_POST(self):  # noqa: N802  (http.server's name)
@@ -115,9 +116,6 @@ class _Takes(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
-
-    def log_message(self, *args):
-        """Quiet: http.server would print every request to stderr."""
 
 
 # a full batch of one request's spans: the child exports it at once, not after a second

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
-from fixtures.http_stub import reply
+from fixtures.http_stub import QuietHandler, reply
 
 from control.cli.main import main
 from control.trace.sources import REPLICA_HEADER
@@ -21,7 +21,7 @@ FLEET = {"status": "ready", "replicas": [{"replica_id": 0}, {"replica_id": 1}]}
 TOKEN = "read-secret-1"
 
 
-class _StandIn(BaseHTTPRequestHandler):
+class _StandIn(QuietHandler):
     """/readyz answers `readyz`; /v1/trace/summary answers which replica it was asked for
     (all: no header), or 401 without the bearer token when `needs_token`; anything else 404.
     Each request's (path, replica header) goes to `asked`."""
@@ -45,9 +45,6 @@ class _StandIn(BaseHTTPRequestHandler):
 
     def _answer(self, status: int, body: dict) -> None:
         reply(self, status, body)
-
-    def log_message(self, *args):
-        """Quiet: http.server would print every request to stderr."""
 
 
 @pytest.fixture
