@@ -103,7 +103,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", f"{ONE_PROCESS}: run by the first of make test's two"
                             " pytest processes (tests/run_suites.py)")
     config.addinivalue_line("markers", f"{QUIET}: run by make test after both processes,"
-                            " alone (a report judged on p99 latency; tests/run_suites.py)")
+                            " alone (a report judged on p99 latency); quiet(light=True):"
+                            " beside the other light ones only (tests/run_suites.py)")
 
 
 # Also the dashboard's and Grafana's tests (headless Chromium, Streamlit, Prometheus), the

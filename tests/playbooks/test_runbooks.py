@@ -22,8 +22,9 @@ from fixtures.runbook_steps import RUNBOOKS, TUNING, Step, all_runbooks, runbook
 
 from control.cli.main import main
 
-# judged on p99s of a few hundred requests: run with nothing beside it (tests/run_suites.py)
-pytestmark = pytest.mark.quiet
+# judged on p99s of a few hundred requests: no suite beside it, only the other light
+# quiet file (one in-process server each; tests/run_suites.py)
+pytestmark = pytest.mark.quiet(light=True)
 
 SERVING = Path(__file__).resolve().parents[2] / "playbooks" / "serving.yaml"
 

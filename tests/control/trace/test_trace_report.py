@@ -22,8 +22,9 @@ from fixtures.trace_data import fill_trace
 from control.cli.main import main
 from control.trace.report import JUDGED, pick_suspect
 
-# judged on p99s of a few hundred requests: run with nothing beside it (tests/run_suites.py)
-pytestmark = pytest.mark.quiet
+# judged on p99s of a few hundred requests: no suite beside it, only the other light
+# quiet file (one in-process server each; tests/run_suites.py)
+pytestmark = pytest.mark.quiet(light=True)
 
 
 def report(*argv: str) -> tuple[int, str, str]:
