@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -44,6 +45,12 @@ log = logging.getLogger("batchpilot.fleet")
 APP_NAME = "batchpilot-fleet"
 MAX_ONGOING = 4096  # Serve's per-replica cap; the engine's own admission is the real limit
 READY_LINE = "batchpilot fleet: ready"
+# NOTE: Serve polls a stopping replica for requests left this often (its default 2 s): a
+# replica is drained by then (ours, stop() and restart.py), so each poll was a wait
+SHUTDOWN_POLL_S = 0.25
+# Serve replaces a replica after 3 failed health checks in a row: a retired one (a rolling
+# restart) or a broken one is gone ~3 periods after it fails; a check is one actor call
+HEALTH_CHECK_S = 1.0
 REACH_CHECK_S = 0.5  # after a stop signal: time for the local Ray's processes to exit on it
 
 
@@ -147,12 +154,13 @@ def build_application(settings: FleetSettings) -> Any:
         deployment = serve.deployment(
             _ServeReplica, name=f"replica-{i}", **_slot_size(settings, i),
             max_ongoing_requests=MAX_ONGOING, ray_actor_options=replica_options,
-            health_check_period_s=2.0, health_check_timeout_s=30.0,
-            graceful_shutdown_timeout_s=settings.serve.shutdown_grace_s + 5.0)
+            health_check_period_s=HEALTH_CHECK_S, health_check_timeout_s=30.0,
+            graceful_shutdown_timeout_s=settings.serve.shutdown_grace_s + 5.0,
+            graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S)
         handles.append(deployment.bind(settings.replica_settings(i, prefix), i))
     ingress = serve.deployment(
         serve.ingress()(_ServeIngress), name="ingress", num_replicas=1,
-        max_ongoing_requests=MAX_ONGOING,
+        max_ongoing_requests=MAX_ONGOING, graceful_shutdown_wait_loop_s=SHUTDOWN_POLL_S,
         ray_actor_options={"num_cpus": settings.ingress_cpus})
     # the caller's token is checked at the ingress, and passed on to the replicas (which
     # load the same tokens); loaded whatever is on: they guard the trace and what-if too
@@ -229,6 +237,11 @@ def sized(settings: FleetSettings) -> FleetSettings:
     import torch
 
     settings.validate()
+    cuda = torch.cuda.is_available()
+    if not ray.is_initialized() and not settings.address and not cuda:
+        # a local Ray has at most the machine's CPUs: a fleet that cannot fit those fails
+        # here, before Ray starts (seconds and a dozen processes); fitted again below
+        fit_to_cluster(settings, settings.num_cpus or os.cpu_count() or math.inf, 0.0, False)
     if not ray.is_initialized():
         if settings.address:
             try:
@@ -242,8 +255,7 @@ def sized(settings: FleetSettings) -> FleetSettings:
             ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=False,
                      log_to_driver=False)
     have = ray.cluster_resources()
-    return fit_to_cluster(settings, have.get("CPU", 0.0), have.get("GPU", 0.0),
-                          torch.cuda.is_available())
+    return fit_to_cluster(settings, have.get("CPU", 0.0), have.get("GPU", 0.0), cuda)
 
 
 def stop(ingress: Any, grace_s: float) -> int:

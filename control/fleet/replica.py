@@ -169,7 +169,7 @@ class EngineReplica:
         every health check, so Serve stops it (gracefully: `__del__` flushes the trace) and
         starts a new one with a new `incarnation`. -> requests that had to be aborted.
         NOTE: Serve replaces a replica after REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD (3)
-        failed checks in a row, `health_check_period_s` apart (app.py: 2 s)."""
+        failed checks in a row, `health_check_period_s` apart (app.py: HEALTH_CHECK_S)."""
         aborted = await self.drain(grace_s)
         self.retired = True
         return aborted

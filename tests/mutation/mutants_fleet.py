@@ -108,4 +108,10 @@ FLEET_MUTANTS: list[Mutant] = [
            "max(kv_usage) AS kv_usage_max", "avg(kv_usage) AS kv_usage_max",
            (CTL + "trace/test_trace_series.py::test_the_kv_series_max_is_each_buckets_peak",),
            "the KV chart hides the peaks that cross a watermark"),
+    Mutant("local-fleet-fits-after-ray-only", "control/fleet/app.py",
+           "    if not ray.is_initialized() and not settings.address and not cuda:\n",
+           "    if False:\n",
+           (CTL + "fleet/test_fleet_placement.py::test_a_local_fleet_that_cannot_fit_fails"
+            "_before_ray_starts",),
+           "a fleet that cannot fit starts Ray (seconds, a dozen processes) to find out"),
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from fixtures.requires import require_module
 
 from control.fleet.app import FleetSettings
 from control.fleet.placement import deploy_failure, fit_to_cluster
@@ -75,3 +76,25 @@ def test_an_autoscaled_fleet_deploys_exactly_its_max_replicas_slots():
     for replicas in (2, 4):  # fewer slots than the rule may run, or slots it never runs
         with pytest.raises(ValueError, match="must equal replicas"):
             fleet(replicas=replicas, autoscale=AutoscaleConfig(1, 3)).validate()
+
+
+def test_a_local_fleet_that_cannot_fit_fails_before_ray_starts(monkeypatch):
+    """`sized` checks a local fleet against the CPUs it was given (or the machine's)
+    before ray.init: Ray's start-up (seconds, a dozen processes) is not spent on a
+    fleet that cannot run; one that fits is fitted again to what Ray reports."""
+    ray = require_module("ray", "pip install -e '.[fleet]'")
+    from control.fleet import app
+
+    started = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: started.append(kw))
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    with pytest.raises(ValueError, match=r"= 2.5 CPUs, but Ray has 2"):
+        app.sized(fleet(replica_cpus=1.0, num_cpus=2))
+    assert started == []
+    monkeypatch.setattr(app.os, "cpu_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"= 2.5 CPUs, but Ray has 2"):
+        app.sized(fleet(replica_cpus=1.0))  # the machine's 2 cores
+    assert started == []
+    assert app.sized(fleet(num_cpus=2)).replica_cpus == 0.75
+    assert [kw["num_cpus"] for kw in started] == [2]
