@@ -1,17 +1,28 @@
 """The Ray fleet shared by the Ray tests of this folder (test_fleet_ray.py,
-test_fleet_canary_ray.py, test_fleet_restart_ray.py): one local Ray and one 2-replica fleet
-of the tiny model for the whole session (Ray ~6-10 s, Serve and the replicas ~10-30 s on
-the shared 2-core VM; a Ray cannot be started twice in one process cheaply). Its modules
-skip without Ray Serve, except under CI (`make test` installs the `fleet` extra)."""
+test_fleet_canary_ray.py, test_fleet_restart_ray.py, test_fleet_trace_ray.py and the
+newcomer's test_fleet_newcomer_ray.py): `batchpilot fleet --replicas 2` started as a user
+starts it, in a process of its own, once a session (Ray ~6-10 s, Serve and the replicas
+~10-30 s on the shared 2-core VM). Its modules skip without Ray Serve, except under CI
+(`make test` installs the `fleet` extra)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
 from fixtures.ports import listen_port
 from fixtures.requires import require_module
+
+from control.fleet.app import READY_LINE
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _free_port() -> int:
@@ -28,8 +39,9 @@ def _healthy_replicas(url: str) -> int:
 
 @pytest.fixture(scope="session")
 def fleet_trace_dir(tmp_path_factory):
-    """Where the Ray fleet's replicas write their traces (replica-<id>.duckdb)."""
-    return tmp_path_factory.mktemp("fleet-trace")
+    """Where the Ray fleet's replicas write their traces (replica-<id>.duckdb); a folder
+    that does not exist yet, as a newcomer's (the fleet creates it)."""
+    return tmp_path_factory.mktemp("fleet") / "traces" / "not-yet"
 
 
 # NOTE: session-scoped so the Ray test modules share one fleet, but stopped after the last
@@ -54,33 +66,72 @@ def _stop_fleet() -> None:
         _STOPS.pop()()
 
 
-@pytest.fixture(scope="session")
-def fleet(tiny_llama_dir, fleet_trace_dir):
-    """The fleet's ingress URL."""
-    ray = require_module("ray", "pip install -e '.[fleet]'")
-    serve = require_module("ray.serve", "pip install -e '.[fleet]'")
-    from control.fleet.app import FleetSettings, start
-    from control.fleet.router import RoutingPolicy
-    from control.serve.settings import ServeSettings
+@dataclass
+class FleetProcess:
+    """`batchpilot fleet` running in a process of its own: its URL, the line it printed
+    when ready, and its log (stdout and stderr)."""
 
-    port = _free_port()
-    settings = FleetSettings(
-        ServeSettings(model=str(tiny_llama_dir), port=port, shutdown_grace_s=2.0,
-                      engine_overrides={"num_kv_blocks": 256}),
-        replicas=2, num_cpus=2, replica_cpus=0.5, ingress_cpus=0.25,
-        trace_dir=str(fleet_trace_dir),
-        # precise: KV events and the ingress's index on Ray (a new prefix still goes by
-        # affinity's hash, so what the affinity tests hold holds here too)
-        policy=RoutingPolicy(mode="precise"))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    _STOPS.append(lambda: (serve.shutdown(), ray.shutdown()))
+    url: str
+    ready_line: str
+    log: Path
+
+
+@pytest.fixture(scope="session")
+def fleet_process(tiny_llama_dir, fleet_trace_dir, tmp_path_factory):
+    """`batchpilot fleet --replicas 2` as docs/fleet.md gives it, with its defaults on
+    this machine (0.75 CPU a replica and 0.5 for the ingress on 2 cores), the tiny model,
+    precise routing (KV events and the ingress's index; a new prefix still goes by
+    affinity's hash, so what the affinity tests hold holds here too) and a trace folder
+    that does not exist yet. Stopped with SIGTERM, as a user stops it: it must exit 0."""
+    require_module("ray", "pip install -e '.[fleet]'")
+    require_module("ray.serve", "pip install -e '.[fleet]'")
+    log = tmp_path_factory.mktemp("fleet-log") / "fleet.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "control.cli.main", "fleet", "--replicas", "2",
+             "--model", str(tiny_llama_dir), "--port", str(_free_port()), "--routing",
+             "precise", "--trace-dir", str(fleet_trace_dir), "--shutdown-grace-s", "2"],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    _STOPS.append(lambda: _sigterm(proc, log))
     try:
-        start(settings)  # Serve's proxy dying at start-up under load: start retries it
-        url = f"http://127.0.0.1:{port}"
+        ready = _ready_line(proc, log, timeout_s=240)
+        url = ready.rsplit(" at ", 1)[1].strip()
         deadline = time.monotonic() + 60
         while _healthy_replicas(url) != 2:
             assert time.monotonic() < deadline, "timed out waiting for both replicas healthy"
             time.sleep(0.1)
-        yield url
+        yield FleetProcess(url, ready, log)
     finally:
         _stop_fleet()  # unless pytest_runtest_teardown did, after the fleet's last user
+
+
+@pytest.fixture(scope="session")
+def fleet(fleet_process):
+    """The fleet's ingress URL."""
+    return fleet_process.url
+
+
+def _ready_line(proc: subprocess.Popen, log: Path, timeout_s: float) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith(READY_LINE):
+                return line
+        tail = "".join(log.read_text(errors="replace").splitlines(True)[-40:])
+        assert proc.poll() is None, f"exited {proc.returncode} before ready:\n{tail}"
+        assert time.monotonic() < deadline, f"not ready in {timeout_s} s:\n{tail}"
+        time.sleep(0.2)
+
+
+def _sigterm(proc: subprocess.Popen, log: Path) -> None:
+    """SIGTERM, as a user stops it: it drains and exits 0 within the wait."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(30)
+        raise
+    tail = "".join(log.read_text(errors="replace").splitlines(True)[-40:])
+    assert code == 0, f"batchpilot fleet exited {code} on SIGTERM:\n{tail}"
