@@ -2,7 +2,7 @@
 replica, and what the canary decides on a bad change and on a good one.
 
     python -m bench.fleet_control            # tiny model, 2 replicas, 5 pairs, 2 canaries
-    python -m bench.fleet_control --smoke    # 2 pairs, short canary windows
+    python -m bench.fleet_control --smoke    # 2 pairs, 3 clients, 6 s canary windows
 
 A 2-replica `batchpilot fleet` (control/fleet/app.py, as the CLI starts it) on a local Ray.
 Convergence: PATCH /control/config alternating max_num_seqs between two values, pairs of
@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8123)
     args = parser.parse_args()
     if args.smoke:
-        args.pairs, args.watch = 2, 6.0
+        args.pairs, args.watch, args.clients = 2, 6.0, 3
     with contextlib.ExitStack() as stack:
         model = args.model
         if model is None:
