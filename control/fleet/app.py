@@ -289,11 +289,14 @@ def run(settings: FleetSettings) -> int:
     scale = settings.autoscale
     count = (f"{scale.min_replicas}-{scale.max_replicas} replicas (autoscaled, {scale.min_replicas}"
              " running)") if settings.autoscaled and scale else f"{settings.replicas} replicas"
+    ray_children = {} if settings.address else child_processes()
+    # before the ready line: a supervisor may stop us as soon as it reads it (a SIGTERM in
+    # between met Ray's own handler, which exited 15 without draining)
+    stop_requested = stop_on_signals()
     print(f"{READY_LINE}: {count}{cpus} of {settings.serve.model_name}"
           f" at {url}\n  probes: {url}/healthz {url}/readyz   metrics: {url}/metrics\n"
           f"  stop: Ctrl+C or SIGTERM (drains first)", flush=True)
-    ray_children = {} if settings.address else child_processes()
-    wait_for_stop(stop_on_signals())
+    wait_for_stop(stop_requested)
     if ray_children:
         time.sleep(REACH_CHECK_S)  # the same signal reaches them at the same moment
         gone = exited(ray_children)

@@ -75,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         [sys.executable, "-m", "control.cli.main", "dashboard", "--url", url,
          "--host", args.dashboard_host, "--port", str(args.dashboard_port), *public],
         stdout=subprocess.DEVNULL, start_new_session=True)
+    # SIGHUP: the terminal closed (the server, in a session of its own, does not get it);
+    # before the URLs are printed: a signal sent on reading them must stop both, cleanly
+    stop = stop_on_signals((signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
     print(f"\n  API        {url}   (OpenAI-compatible; /metrics; /control)\n"
           f"  dashboard  http://{args.dashboard_host}:{args.dashboard_port}\n"
           f"  trace      {args.trace_db}\n\nCtrl+C stops both.", flush=True)
-    # SIGHUP: the terminal closed (the server, in a session of its own, does not get it)
-    stop = stop_on_signals((signal.SIGTERM, signal.SIGINT, signal.SIGHUP))
     threading.Thread(target=_pump, args=(server,), name="server-log", daemon=True).start()
     try:
         wait_for_stop(stop, lambda: server.poll() is None and dashboard.poll() is None)
