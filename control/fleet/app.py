@@ -238,10 +238,6 @@ def sized(settings: FleetSettings) -> FleetSettings:
 
     settings.validate()
     cuda = torch.cuda.is_available()
-    if not ray.is_initialized() and not settings.address and not cuda:
-        # a local Ray has at most the machine's CPUs: a fleet that cannot fit those fails
-        # here, before Ray starts (seconds and a dozen processes); fitted again below
-        fit_to_cluster(settings, settings.num_cpus or os.cpu_count() or math.inf, 0.0, False)
     if not ray.is_initialized():
         if settings.address:
             try:
@@ -251,6 +247,11 @@ def sized(settings: FleetSettings) -> FleetSettings:
                                  " `ray start --head`, or leave --address out to start a"
                                  " local Ray)") from None
         else:
+            # a local Ray has at most the machine's CPUs: a fleet that cannot fit those
+            # fails before Ray starts (seconds, a dozen processes); fitted again below
+            if not cuda:
+                fit_to_cluster(settings, settings.num_cpus or os.cpu_count() or math.inf,
+                               0.0, False)
             # "local": a Ray of our own, never a stray one another process left running
             ray.init(address="local", num_cpus=settings.num_cpus, include_dashboard=False,
                      log_to_driver=False)

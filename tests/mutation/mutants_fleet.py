@@ -109,8 +109,8 @@ FLEET_MUTANTS: list[Mutant] = [
            (CTL + "trace/test_trace_series.py::test_the_kv_series_max_is_each_buckets_peak",),
            "the KV chart hides the peaks that cross a watermark"),
     Mutant("local-fleet-fits-after-ray-only", "control/fleet/app.py",
-           "    if not ray.is_initialized() and not settings.address and not cuda:\n",
-           "    if False:\n",
+           "            if not cuda:\n                fit_to_cluster(",
+           "            if False:\n                fit_to_cluster(",
            (CTL + "fleet/test_fleet_placement.py::test_a_local_fleet_that_cannot_fit_fails"
             "_before_ray_starts",),
            "a fleet that cannot fit starts Ray (seconds, a dozen processes) to find out"),

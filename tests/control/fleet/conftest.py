@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fixtures.ports import listen_port
+from fixtures.process_log import log_tail, wait_for_line
 from fixtures.requires import require_module
 
 from control.fleet.app import READY_LINE
@@ -68,12 +69,11 @@ def _stop_fleet() -> None:
 
 @dataclass
 class FleetProcess:
-    """`batchpilot fleet` running in a process of its own: its URL, the line it printed
-    when ready, and its log (stdout and stderr)."""
+    """`batchpilot fleet` running in a process of its own: its URL and the line it
+    printed when ready."""
 
     url: str
     ready_line: str
-    log: Path
 
 
 @pytest.fixture(scope="session")
@@ -95,13 +95,13 @@ def fleet_process(tiny_llama_dir, fleet_trace_dir, tmp_path_factory):
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     _STOPS.append(lambda: _sigterm(proc, log))
     try:
-        ready = _ready_line(proc, log, timeout_s=240)
+        ready = wait_for_line(proc, log, READY_LINE, 240, what="batchpilot fleet")
         url = ready.rsplit(" at ", 1)[1].strip()
         deadline = time.monotonic() + 60
         while _healthy_replicas(url) != 2:
             assert time.monotonic() < deadline, "timed out waiting for both replicas healthy"
             time.sleep(0.1)
-        yield FleetProcess(url, ready, log)
+        yield FleetProcess(url, ready)
     finally:
         _stop_fleet()  # unless pytest_runtest_teardown did, after the fleet's last user
 
@@ -110,18 +110,6 @@ def fleet_process(tiny_llama_dir, fleet_trace_dir, tmp_path_factory):
 def fleet(fleet_process):
     """The fleet's ingress URL."""
     return fleet_process.url
-
-
-def _ready_line(proc: subprocess.Popen, log: Path, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith(READY_LINE):
-                return line
-        tail = "".join(log.read_text(errors="replace").splitlines(True)[-40:])
-        assert proc.poll() is None, f"exited {proc.returncode} before ready:\n{tail}"
-        assert time.monotonic() < deadline, f"not ready in {timeout_s} s:\n{tail}"
-        time.sleep(0.2)
 
 
 def _sigterm(proc: subprocess.Popen, log: Path) -> None:
@@ -133,5 +121,4 @@ def _sigterm(proc: subprocess.Popen, log: Path) -> None:
         proc.kill()
         proc.wait(30)
         raise
-    tail = "".join(log.read_text(errors="replace").splitlines(True)[-40:])
-    assert code == 0, f"batchpilot fleet exited {code} on SIGTERM:\n{tail}"
+    assert code == 0, f"batchpilot fleet exited {code} on SIGTERM:\n{log_tail(log)}"
