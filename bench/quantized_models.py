@@ -30,23 +30,28 @@ from engine.models.gguf_blocks import (
 
 
 def quantize_to_gguf(model, path: str | Path, layer_type: str = "Q4_1",
-                     head_type: str | None = "Q8_0") -> Path:
+                     head_type: str | None = "Q8_0",
+                     tensor_types: dict[str, str] | None = None) -> Path:
     """Round `model` (our Llama, float32, in place) to GGUF blocks and write them to
-    `path`; head_type None leaves lm_head float32 and out of the file. Dimensions must be
+    `path`; head_type None leaves lm_head float32 and out of the file. `tensor_types`
+    gives some tensors another type than layer_type, by name without ".weight"
+    ("blk.1.attn_v"), as llama.cpp's per-tensor overrides do. Dimensions must be
     multiples of 32. Drops any bf16 copies (call keep_bf16_copies again to remake them)."""
     from gguf import GGMLQuantizationType, GGUFWriter
 
     writer = GGUFWriter(str(path), "llama")
     config, rotary = model.config, rotary_heads(model.config)
-    qtype = getattr(GGMLQuantizationType, layer_type)
+    tensor_types = tensor_types or {}
     for i, layer in enumerate(model.model.layers):
         for attr, parts in PROJECTION_PARTS:
             proj = layer.get_submodule(attr)
             pieces = proj.weight.detach().split(_part_sizes(model, parts), dim=0)
             decoded = []
             for part, piece in zip(parts, pieces, strict=True):
+                name = f"blk.{i}.{part}"
+                qtype = getattr(GGMLQuantizationType, tensor_types.get(name, layer_type))
                 blocks, weights = _round(piece.numpy(), qtype)
-                writer.add_tensor(f"blk.{i}.{part}.weight",
+                writer.add_tensor(f"{name}.weight",
                                   rotary_order(blocks, rotary.get(part), to_gguf=True),
                                   raw_dtype=qtype)
                 decoded.append(torch.from_numpy(weights))

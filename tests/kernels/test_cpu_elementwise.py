@@ -15,7 +15,7 @@ from fixtures.native_steps import BLOCK_SIZE, paged_step
 
 from engine.models import fused_layers
 from engine.models.llama import rope_for_rotate, rotate
-from kernels import cpu_elementwise, cpu_layers
+from kernels import cpu_elementwise, cpu_layers, use_attention_backend
 
 # skips where the library did not build, fails under CI (conftest.py)
 pytestmark = pytest.mark.usefixtures("native_library")
@@ -196,5 +196,24 @@ def test_a_step_with_a_slot_outside_the_cache_is_not_fused(model, monkeypatch):
             assert not fused_layers.run_fused_layers(
                 model, model.model.embed_tokens(ids), rope, caches, bad, False)
     with torch.inference_mode():  # the same step with its own slots is fused
+        assert fused_layers.run_fused_layers(
+            model, model.model.embed_tokens(ids), rope, caches, meta, False)
+
+
+def test_a_model_on_another_attention_backend_is_not_fused(model, monkeypatch):
+    """The fused layers call the "cpu" backend's paged attention with its own out_dtype:
+    a model pointed at another backend (the reference one here; Triton alike) keeps the
+    torch layers, which call the backend it was given."""
+    monkeypatch.setattr(fused_layers, "FUSE_FLOAT32_STEPS", True)  # the float32 model
+    ids, positions, caches, meta = mixed_step(model, [5, 1], seed=6)
+    rope = rope_for_rotate(*model.model.rotary_emb(positions, torch.float32))
+    use_attention_backend(model, "reference")
+    try:
+        with torch.inference_mode():
+            assert not fused_layers.run_fused_layers(
+                model, model.model.embed_tokens(ids), rope, caches, meta, False)
+    finally:
+        use_attention_backend(model, "cpu")
+    with torch.inference_mode():
         assert fused_layers.run_fused_layers(
             model, model.model.embed_tokens(ids), rope, caches, meta, False)

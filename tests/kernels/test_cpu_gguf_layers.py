@@ -15,7 +15,7 @@ from gguf import GGMLQuantizationType, quants
 
 from bench.quantized_models import quantize_to_gguf
 from engine.models import load_model
-from engine.models.gguf_blocks import attach_gguf_blocks
+from engine.models.gguf_blocks import PROJECTION_PARTS, attach_gguf_blocks
 from kernels import cpu_layers
 
 # skips where the library did not build, fails under CI (conftest.py)
@@ -107,3 +107,23 @@ def test_blocks_that_do_not_decode_to_the_weights_are_not_attached(quantized):
     assert attach_gguf_blocks(model, path) is None
     assert model.gguf_layers_type is None
     assert all(layer.mlp.down_proj.weight_gguf is None for layer in model.model.layers)
+
+
+@pytest.mark.parametrize("overrides", ["within_a_projection", "between_layers"])
+def test_a_file_that_mixes_block_types_keeps_the_model_off_the_blocks(
+        overrides, tiny_llama_dir, tmp_path):
+    """llama.cpp can give single tensors another type (its per-tensor overrides): a fused
+    projection whose parts differ cannot be one table of blocks, and layers of two types
+    cannot run one kernel; either way the file's blocks are left alone and the model loads
+    (its float32 weights, exactly what the file holds) instead of failing."""
+    model = load_model(tiny_llama_dir, dtype=torch.float32).model
+    last = len(model.model.layers) - 1
+    assert last >= 1, "the tiny model needs two layers for this test"
+    tensor_types = ({"blk.0.attn_v": "Q8_0"} if overrides == "within_a_projection" else
+                    {f"blk.{last}.{part}": "Q8_0" for _, parts in PROJECTION_PARTS
+                     for part in parts})
+    path = quantize_to_gguf(model, tmp_path / "mixed.gguf", tensor_types=tensor_types)
+    assert attach_gguf_blocks(model, path) is None
+    assert model.gguf_layers_type is None
+    assert all(proj.weight_gguf is None for layer in model.model.layers
+               for proj in (layer.self_attn.qkv_proj, layer.mlp.down_proj))

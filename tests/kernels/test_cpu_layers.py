@@ -147,3 +147,19 @@ def test_small_steps_logits_come_from_the_native_gemv(model, rows):
     if native:
         rounded = weight.to(torch.bfloat16).float()
         torch.testing.assert_close(got_bf16, hidden @ rounded.T, atol=2e-5, rtol=2e-5)
+
+
+@needs_native
+def test_what_the_kernel_cannot_read_is_refused_before_c_reads_it():
+    """C reads raw pointers: a cache of another element type, or more rows than its
+    buffers hold, must be a ValueError here, not garbage or a read past the end."""
+    weight, x = torch.randn(8, 32), torch.randn(cpu_layers.MAX_ROWS + 1, 32)
+    torch.testing.assert_close(cpu_layers.project_rows(weight, None, x[:3]), x[:3] @ weight.T,
+                               atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=f"must be in 1..{cpu_layers.MAX_ROWS}"):
+        cpu_layers.project_rows(weight, None, x)
+    cache = torch.zeros(2, 16, 1, 8, dtype=torch.float16)
+    layer = cpu_layers.LayerTensors(weight, weight, weight, weight, None, None, None, None,
+                                    torch.ones(32), torch.ones(32), cache, cache)
+    with pytest.raises(ValueError, match="float32 or bfloat16 only"):
+        cpu_layers.layer_table([layer])

@@ -8,6 +8,7 @@ from __future__ import annotations
 from mutant_spec import Mutant
 from mutants_cli import CLI_MUTANTS
 from mutants_config import ENGINE_CONFIG_MUTANTS
+from mutants_cpu_weights import CPU_WEIGHTS_MUTANTS
 from mutants_edge_limits import EDGE_LIMITS_MUTANTS
 from mutants_engine import ENGINE_MUTANTS
 from mutants_engine_core import ENGINE_CORE_MUTANTS
@@ -35,4 +36,4 @@ MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS,
            *KERNELS_MUTANTS, *ENGINE_CONFIG_MUTANTS, *MODELS_MUTANTS, *SERVER_EDGE_MUTANTS,
            *ENGINE_CORE_MUTANTS, *CLI_MUTANTS, *TRACE_VIEWS_MUTANTS, *FLEET_CONTROL_MUTANTS,
            *EDGE_LIMITS_MUTANTS, *TRACE_SOURCES_MUTANTS, *LOADTEST_PARTS_MUTANTS,
-           *FLEET_CHECKLIST_MUTANTS]
+           *FLEET_CHECKLIST_MUTANTS, *CPU_WEIGHTS_MUTANTS]
