@@ -22,12 +22,14 @@ from mutants_loadtest import LOADTEST_MUTANTS
 from mutants_loadtest_parts import LOADTEST_PARTS_MUTANTS
 from mutants_models import MODELS_MUTANTS
 from mutants_observability import OBSERVABILITY_MUTANTS
+from mutants_scheduling_routing import SCHEDULING_ROUTING_MUTANTS
 from mutants_server_edge import SERVER_EDGE_MUTANTS
 from mutants_serving import SERVING_MUTANTS
 from mutants_tools import TOOLS_MUTANTS
 from mutants_trace import TRACE_MUTANTS
 from mutants_trace_sources import TRACE_SOURCES_MUTANTS
 from mutants_trace_views import TRACE_VIEWS_MUTANTS
+from mutants_trust_config import TRUST_CONFIG_MUTANTS
 
 __all__ = ["MUTANTS", "Mutant"]
 
@@ -36,4 +38,5 @@ MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS,
            *KERNELS_MUTANTS, *ENGINE_CONFIG_MUTANTS, *MODELS_MUTANTS, *SERVER_EDGE_MUTANTS,
            *ENGINE_CORE_MUTANTS, *CLI_MUTANTS, *TRACE_VIEWS_MUTANTS, *FLEET_CONTROL_MUTANTS,
            *EDGE_LIMITS_MUTANTS, *TRACE_SOURCES_MUTANTS, *LOADTEST_PARTS_MUTANTS,
-           *FLEET_CHECKLIST_MUTANTS, *CPU_WEIGHTS_MUTANTS]
+           *FLEET_CHECKLIST_MUTANTS, *CPU_WEIGHTS_MUTANTS,
+           *SCHEDULING_ROUTING_MUTANTS, *TRUST_CONFIG_MUTANTS]

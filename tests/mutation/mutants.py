@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
 ENV = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 TIMEOUT_S = 600
+TIMED_OUT = -1000  # run_tests' status for a run it stopped
 
 
 def copy_tree(dest: Path) -> None:
@@ -56,9 +57,14 @@ def copy_tree(dest: Path) -> None:
 
 
 def run_tests(tree: Path, tests: tuple[str, ...]) -> tuple[int, str]:
-    """(pytest's exit status, the first failing test's line, else its last line)."""
-    done = subprocess.run([*PYTEST, "-rf", *tests], cwd=tree, env=ENV, capture_output=True,
-                          text=True, timeout=TIMEOUT_S)
+    """(pytest's exit status, the first failing test's line, else its last line); a run
+    past TIMEOUT_S is stopped and reads as TIMED_OUT (an error: a test that hangs on a bug
+    instead of failing costs CI its whole timeout)."""
+    try:
+        done = subprocess.run([*PYTEST, "-rf", *tests], cwd=tree, env=ENV,
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return TIMED_OUT, f"timed out after {TIMEOUT_S} s"
     lines = (done.stdout + done.stderr).strip().splitlines()
     failed = [line for line in lines if line.startswith("FAILED ")]
     return done.returncode, (failed or lines or [""])[0 if failed else -1][:160]

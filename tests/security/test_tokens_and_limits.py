@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from control.admin.auth import ENV_VAR, load_tokens
+from control.admin.auth import ENV_VAR, Token, known_token, load_tokens
 from control.api.app import create_app
+from control.api.errors import APIError
 from control.api.limits import RequestLimits, parse_limit_args
 from control.cli.main import main
 from control.serve.settings import ServeSettings
@@ -105,8 +106,13 @@ def test_serve_refuses_a_bad_limit_before_loading_anything(capsys):
 
 
 def test_serve_refuses_a_public_trace_without_tokens(capsys, monkeypatch, tmp_path):
+    """Refused before the model loads: an empty .gguf passes the preflight's model check
+    and would fail its load with another message, so a missing exposure check fails here
+    at once instead of serving on 0.0.0.0 until the test's timeout."""
     monkeypatch.delenv(ENV_VAR, raising=False)
-    assert main(["serve", "--host", "0.0.0.0", "--no-control-api",
+    (tmp_path / "empty.gguf").touch()
+    assert main(["serve", "--model", str(tmp_path / "empty.gguf"), "--host", "0.0.0.0",
+                 "--no-control-api",
                  "--trace-db", str(tmp_path / "t.duckdb")]) == 2
     assert "trace API" in capsys.readouterr().err
 
@@ -121,3 +127,42 @@ def test_an_app_built_in_code_refuses_a_public_trace_without_tokens(monkeypatch,
     with pytest.raises(ValueError, match="the trace API"):
         create_app(settings)
     assert not (tmp_path / "t.duckdb").exists()
+
+
+@pytest.mark.parametrize("yaml_text,message", [
+    ("tokens:\n  - {name: acme-ro, scope: read, secret: s3cret-acme, tenant: acme}\n",
+     "keys are name, scope, secret, tenants"),  # singular: would load unbound, reading all
+    ("tokens:\n  - {name: acme-ro, scope: read, secret: s3cret-acme, tenants: acme}\n",
+     "tenants must be a list"),  # a string: would bind tenants a, c, m, e
+    ("tokens:\n  - {name: bob, scope: read, secret: s3cret-bob1}\n"
+     "  - {name: bob, scope: admin, secret: s3cret-bob2}\n", "names must be unique"),
+])
+def test_a_yaml_token_the_server_would_misread_is_refused(tmp_path, monkeypatch, yaml_text,
+                                                          message):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    path = tmp_path / "tokens.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ValueError, match=message):
+        load_tokens(str(path))
+
+
+@pytest.mark.parametrize("env,message", [
+    # a name with no colon binds tenants only after a token that has begun its list
+    ("grafana:read:s3cret-graf,stray", "expected 'name scope secret"),
+    ("alice:admin:s3cret-alice,alice:read:s3cret-other", "names must be unique"),
+])
+def test_an_environment_token_list_the_server_would_misread_is_refused(monkeypatch, env,
+                                                                        message):
+    monkeypatch.setenv(ENV_VAR, env)
+    with pytest.raises(ValueError, match=message):
+        load_tokens(None)
+
+
+@pytest.mark.parametrize("header", ["Basic s3cret-alice", "s3cret-alice", "Bearer ",
+                                    "Bearer s3cret-other"])
+def test_only_a_bearer_header_with_a_known_secret_names_a_token(header):
+    tokens = (Token("alice", "admin", "s3cret-alice"),)
+    assert known_token("bearer s3cret-alice", tokens).name == "alice"  # the scheme's case
+    with pytest.raises(APIError) as refused:
+        known_token(header, tokens)
+    assert refused.value.status == 401
