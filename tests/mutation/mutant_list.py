@@ -8,6 +8,7 @@ from __future__ import annotations
 from mutant_spec import Mutant
 from mutants_cli import CLI_MUTANTS
 from mutants_config import ENGINE_CONFIG_MUTANTS
+from mutants_config_autoscale import CONFIG_AUTOSCALE_MUTANTS
 from mutants_cpu_weights import CPU_WEIGHTS_MUTANTS
 from mutants_edge_limits import EDGE_LIMITS_MUTANTS
 from mutants_engine import ENGINE_MUTANTS
@@ -22,6 +23,7 @@ from mutants_loadtest import LOADTEST_MUTANTS
 from mutants_loadtest_parts import LOADTEST_PARTS_MUTANTS
 from mutants_models import MODELS_MUTANTS
 from mutants_observability import OBSERVABILITY_MUTANTS
+from mutants_routes import ROUTES_MUTANTS
 from mutants_scheduling_routing import SCHEDULING_ROUTING_MUTANTS
 from mutants_server_edge import SERVER_EDGE_MUTANTS
 from mutants_serving import SERVING_MUTANTS
@@ -39,4 +41,5 @@ MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS,
            *ENGINE_CORE_MUTANTS, *CLI_MUTANTS, *TRACE_VIEWS_MUTANTS, *FLEET_CONTROL_MUTANTS,
            *EDGE_LIMITS_MUTANTS, *TRACE_SOURCES_MUTANTS, *LOADTEST_PARTS_MUTANTS,
            *FLEET_CHECKLIST_MUTANTS, *CPU_WEIGHTS_MUTANTS,
-           *SCHEDULING_ROUTING_MUTANTS, *TRUST_CONFIG_MUTANTS]
+           *SCHEDULING_ROUTING_MUTANTS, *TRUST_CONFIG_MUTANTS,
+           *CONFIG_AUTOSCALE_MUTANTS, *ROUTES_MUTANTS]

@@ -24,7 +24,9 @@ from control.trace.fleet_db import expand
 NOT_ASCII_DIGITS = ["²", "³", "¹"]  # str.isdigit() says yes to each; int() raises
 
 
-def ask_fleet(path: str, replica_header: bytes) -> httpx.Response:
+def ask_fleet(path: str, replica_header: bytes | list[bytes]) -> httpx.Response:
+    """GET `path` at a 2-replica fleet with X-Batchpilot-Replica (each of a list sent)."""
+    values = replica_header if isinstance(replica_header, list) else [replica_header]
     async def main() -> httpx.Response:
         fleet = FleetIngress([LocalHandle(FakeReplica(i)) for i in range(2)],
                              RoutingPolicy(), poll_s=0.02)
@@ -33,7 +35,7 @@ def ask_fleet(path: str, replica_header: bytes) -> httpx.Response:
         transport = httpx.ASGITransport(app=build_app(fleet))
         try:
             async with httpx.AsyncClient(transport=transport, base_url="http://fleet") as c:
-                return await c.get(path, headers={"X-Batchpilot-Replica": replica_header})
+                return await c.get(path, headers=[("X-Batchpilot-Replica", v) for v in values])
         finally:
             await fleet.stop_polls()
     return asyncio.run(main())
@@ -47,6 +49,17 @@ def test_a_superscript_replica_id_is_a_400_naming_the_header(path, value):
     error = reply.json()["error"]
     assert error["param"] == "X-Batchpilot-Replica"
     assert "X-Batchpilot-Replica=" in error["message"] and "0..1" in error["message"]
+
+
+@pytest.mark.parametrize("value", [b"2", b"0000000", b"1" + b"0" * 4999, [b"0", b"1"]],
+                         ids=["past-the-fleet", "seven-digits", "past-int-limit", "twice"])
+def test_a_replica_id_the_fleet_does_not_have_is_a_400_naming_the_header(value):
+    """One id in 0..N-1 as at most 6 ASCII digits, sent once: N itself would index past
+    the handles, a 5,000-digit id is past int()'s limit (both were 500s), and a second
+    header (a proxy's) must not lose to the first silently."""
+    reply = ask_fleet("/control/config", value)
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "X-Batchpilot-Replica"
 
 
 def test_a_fleet_trace_glob_with_a_superscript_replica_file_still_reads(tmp_path):

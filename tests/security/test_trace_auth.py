@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import re
+from types import SimpleNamespace
 
 import pytest
 from fixtures.app_routes import api_routes
 from fixtures.serving import asgi_client, make_engine
+from starlette.requests import Request
 
-from control.admin.auth import ENV_VAR
+from control.admin.auth import ENV_VAR, parse_tokens
+from control.api.errors import APIError
 from control.loadtest.metrics import summarize
 from control.loadtest.records import PlannedRequest, RequestResult
 from control.loadtest.store import rows_for_api
 from control.serve.settings import ServeSettings
+from control.trace.routes import trace_admin, trace_reader
 
 GUARDED = ("/v1/trace", "/v1/loadtest", "/v1/whatif")
 ADMIN_ONLY = {("POST", "/v1/loadtest/results")}
@@ -212,3 +216,46 @@ def test_a_refused_token_is_typed_as_the_clients_error(served):
     assert (missing.status_code, missing.json()["error"]["type"]) == (401,
                                                                       "invalid_request_error")
     assert (bound.status_code, bound.json()["error"]["type"]) == (403, "permission_error")
+
+
+def test_the_results_route_checks_the_admin_scope_itself_behind_the_guard():
+    """The origin guard refuses a read token on POST /v1/loadtest/results before the body
+    is read (the test above); the route's own dependency refuses it too, so a path left
+    out of the guard's prefixes stays closed."""
+    tokens = parse_tokens(["ops admin ops-secret-1", "viewer read view-secret-1"],
+                          "test")
+
+    def request(auth: str) -> Request:
+        app = SimpleNamespace(state=SimpleNamespace(serving=SimpleNamespace(
+            control_tokens=tokens)))
+        return Request({"type": "http", "method": "POST", "path": "/v1/loadtest/results",
+                        "headers": [(b"authorization", auth.encode())], "query_string": b"",
+                        "app": app})
+
+    assert trace_admin(request(ADMIN)).name == "ops"
+    assert trace_reader(request(READ)).name == "viewer"
+    with pytest.raises(APIError) as refused:
+        trace_admin(request(READ))
+    assert refused.value.status == 403
+
+
+def test_results_with_a_value_of_the_wrong_type_are_a_400_and_store_nothing(served):
+    """A string where the trace stores a number fails in the insert (pyarrow's TypeError
+    or ValueError, not DuckDB's): a 400 naming `runs`, never a 500 or a half-stored run."""
+    engine, settings = served
+    body = _results_body()
+    body["runs"][0]["loadtest_requests"][0]["ttft_s"] = "fast"
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            client.app.state.serving.trace.start()
+            reply = await client.post("/v1/loadtest/results", json=body,
+                                      headers={"Authorization": ADMIN})
+            runs = await client.get("/v1/loadtest/runs", headers={"Authorization": ADMIN})
+            client.app.state.serving.trace.stop()
+            return reply, runs
+
+    reply, runs = asyncio.run(scenario())
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "runs"
+    assert runs.status_code == 200 and runs.json() == [], runs.text

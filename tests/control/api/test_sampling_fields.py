@@ -111,6 +111,14 @@ def test_without_min_p_that_seed_samples_another_text(api):
         api, "/v1/completions", {**PROMPT, **GREEDY})[0]
 
 
+def test_top_k_minus_one_is_off_as_in_vllm(api):
+    """vLLM's clients send top_k -1 for "no top-k" (and 0 means the same here): it samples
+    exactly as 0 does with the same seed, never a 400."""
+    sampled = {**PROMPT, **GREEDY, "temperature": 1.5, "seed": 3}
+    assert generate(api, "/v1/completions", {**sampled, "top_k": -1}) == generate(
+        api, "/v1/completions", {**sampled, "top_k": 0})
+
+
 def test_max_completion_tokens_is_max_tokens(api):
     assert generate(api, "/v1/chat/completions", {
         **CHAT, "ignore_eos": True, "max_completion_tokens": 3})[1] == 3

@@ -38,8 +38,13 @@ def off(slot: int) -> SlotSignal:
     ((on(0, waiting=5, running=2), off(1), off(2)), (3, "waiting")),
     ((on(0, waiting=4, running=2), off(1), off(2)), (3, "waiting")),  # 4/2 is not under 2
     ((on(0, waiting=3, running=2), off(1), off(2)), (2, "waiting")),
+    # 8 waiting would want 5: never more than max_replicas (what the Fleet page shows)
+    ((on(0, waiting=8, running=2), off(1), off(2)), (3, "waiting")),
     ((on(0, waiting=1, running=2), off(1)), (1, "steady")),  # 1 waiting < 2 a replica
     ((on(0, running=2, queue_slo_share=0.6), off(1)), (2, "queue_delay")),
+    # the longest wait counts, not the mean: one replica's queue near its lane's TTFT
+    # target is not averaged away by an idle one
+    ((on(0, running=2, queue_slo_share=0.6), on(1, running=2), off(2)), (3, "queue_delay")),
     ((on(0, running=2, kv_usage=0.9), off(1)), (2, "kv_usage")),
     # two routed: 3 waiting is 1.5 a replica, under 2
     ((on(0, waiting=2, running=2), on(1, waiting=1, running=2)), (2, "steady")),
@@ -162,6 +167,10 @@ def test_slots_below_the_minimum_always_run_one():
     ({"up_waiting": -1}, "up_waiting=-1.0 must be a number >= 0"),
     ({"up_kv_usage": 1.5}, "up_kv_usage=1.5 must be in 0..1"),
     ({"down_kv_usage": 0.9}, "must be below up_kv_usage"),
+    ({"down_kv_usage": 0.85}, "down_kv_usage=0.85 must be below up_kv_usage=0.85"),  # no gap
+    ({"min_replicas": 4}, "min_replicas=4 and max_replicas=3 must satisfy 1 <= min <= max"),
+    ({"up_waiting": float("inf")}, "up_waiting=inf must be a number >= 0"),  # never scales
+    ({"downscale_delay_s": float("nan")}, "downscale_delay_s=nan must be a number >= 0"),
     ({"upscale_delay": 3}, "unknown autoscale setting(s) ['upscale_delay']"),
     ({"up_waiting": "2"}, "must be a number"),
     ({"up_waiting": True}, "must be a number"),
@@ -171,6 +180,53 @@ def test_a_bad_setting_is_an_error_that_names_it(changes, message):
     with pytest.raises(ValueError) as err:
         CFG.replace(changes)
     assert message in str(err.value)
+
+
+def test_up_waiting_zero_scales_on_any_queue_and_never_on_none():
+    """0 is a threshold (scale as soon as anything waits, or any wait counts against the
+    lane's TTFT), not 'always': an idle fleet set so stays as it is."""
+    eager = AutoscaleConfig(1, 3, up_waiting=0.0, up_queue_share=0.0)
+    assert wanted(signals(on(0, running=2), off(1), cfg=eager)) == (1, "steady")
+    assert wanted(signals(on(0, running=2, waiting=1), off(1), cfg=eager)) == (2, "waiting")
+
+
+def test_an_idle_slot_drains_after_the_downscale_delay_not_the_upscale_one():
+    """Idle 20 s is past upscale_delay_s (5) but not downscale_delay_s (30): the slot stays
+    on; a fleet that shrank after every 5 s lull would start again at the next burst."""
+    state = SlotState("on", "waiting", None, 0.0)
+    for t in (100.0, 120.0):
+        n, state = run(1, 1, state, signals(on(0), on(1), at=t), t)
+        assert n == 1 and state.phase == "on" and state.since == 100.0, t
+    n, state = run(1, 1, state, signals(on(0), on(1), at=130.0), 130.0)
+    assert n == 1 and state.phase == "retiring"
+
+
+def test_load_between_idle_spells_restarts_the_downscale_delay():
+    """The delay is idleness held without a break: 25 s idle, a busy tick, 14 s idle is not
+    39 s of idleness (the slot is still wanted between two bursts)."""
+    def idle(t: float) -> FleetSignals:
+        return signals(on(0), on(1), at=t)
+
+    busy = signals(on(0, running=2), on(1, running=2), at=125.0)  # 4 do not fit one at 1
+    n, state = run(1, 1, SlotState("on", "waiting", None, 0.0), idle(100.0), 100.0)
+    n, state = run(1, 1, state, busy, 125.0)
+    assert n == 1 and state.since is None  # wanted again: the idle spell is over
+    for t in (126.0, 140.0):
+        n, state = run(1, 1, state, idle(t), t)
+    assert n == 1 and state.phase == "on" and state.since == 126.0
+    n, state = run(1, 1, state, idle(156.0), 156.0)  # idle 30 s without a break: it drains
+    assert n == 1 and state.phase == "retiring"
+
+
+def test_a_hold_keeps_a_retiring_slot_draining_even_when_pressure_returns():
+    """A canary or rolling restart counts on the replicas routed when it began: no slot
+    changes phase under it, so a retiring slot is not taken back into routing (it goes on
+    draining; test_a_retiring_slot_is_kept_when_pressure_returns is the case without)."""
+    state = SlotState("retiring", "idle", None, 0.0)
+    tail = SlotSignal(1, routed=False, ready=True, running=1)
+    busy = signals(on(0, waiting=5, running=2), tail, at=1.0, hold="canary canary-1")
+    n, state = run(1, 1, state, busy, 1.0)
+    assert n == 1 and state.phase == "retiring"
 
 
 def test_signals_round_trip_as_json():

@@ -164,3 +164,35 @@ def test_kv_index_metrics_count_snapshots_and_batches_apart():
     assert samples[("batchpilot_fleet_kv_events_dropped_total", (("replica", "0"),))] == 1
     assert samples[("batchpilot_fleet_routed_matched_blocks_total", (("replica", "0"),))] \
         == 30
+
+
+def test_a_draining_fleet_is_not_ready_though_its_replicas_are():
+    """A load balancer reads /readyz to stop sending: while the fleet drains, every
+    replica still polls healthy, and the fleet must say not ready anyway."""
+    fleet, _ = _fleet(["ok", "ok"])
+
+    async def readyz() -> httpx.Response:
+        transport = httpx.ASGITransport(app=build_app(fleet))
+        async with httpx.AsyncClient(transport=transport, base_url="http://fleet") as client:
+            return await client.get("/readyz")
+
+    assert asyncio.run(readyz()).status_code == 200
+    fleet.draining = True
+    reply = asyncio.run(readyz())
+    assert reply.status_code == 503 and reply.json()["draining"] is True
+    assert all(v.healthy for v in fleet.table.views)
+
+
+def test_an_openai_user_keys_affinity_as_an_x_tenant_header_does():
+    """OpenAI's clients name their end user in the body's `user`, which the server takes
+    as the tenant when no X-Tenant is sent: routing must key on it alike, or one user's
+    requests scatter over replicas whose caches never hold their prefix."""
+    fleet, _ = _fleet(["ok", "ok", "ok"])
+    fleet.policy = RoutingPolicy()
+    prompts = [f"Question {i} about the scheduler" for i in range(30)]
+    by_user = [fleet.route({"prompt": p, "user": "alice"}, {}).replica_id for p in prompts]
+    by_header = [fleet.route({"prompt": p}, {"x-tenant": "alice"}).replica_id
+                 for p in prompts]
+    assert by_user == by_header
+    anonymous = [fleet.route({"prompt": p}, {}).replica_id for p in prompts]
+    assert anonymous != by_user  # the tenant is in the key: some prompts move
