@@ -26,6 +26,7 @@ from engine.calibration.budget_fit import StepFit, fit_step_budgets, needs_fit
 from engine.calibration.probe import RunnerProbe
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.config.dtype_option import DTYPE_CHOICES
+from engine.config.yaml_loader import check_field_types
 from engine.engine import Engine
 from engine.execution.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.gc_heap import heap_frozen
@@ -60,6 +61,7 @@ class LLM:
         if unknown:
             raise ValueError(f"unknown LLM option(s) {unknown}; engine options are: "
                              f"{sorted(_STATIC | _LIVE)}")
+        check_field_types(overrides)  # before the model loads: a typo costs no load
         if isinstance(model, LoadedModel):
             if dtype is not None:
                 raise ValueError(f"{dtype=} applies only when LLM loads the model: pass it to"
@@ -231,6 +233,7 @@ def fit_engine_config(loaded: LoadedModel, overrides: dict[str, Any] | None = No
     if unknown:
         raise ValueError(f"unknown engine option(s) {unknown}; engine options are: "
                          f"{sorted(_STATIC | _LIVE)}")
+    check_field_types(overrides)
     static_kw = {k: v for k, v in overrides.items() if k in _STATIC}
     static_kw["max_model_len"] = min(static_kw.get("max_model_len", 1 << 30),
                                      loaded.max_model_len)

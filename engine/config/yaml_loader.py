@@ -28,6 +28,7 @@ the model's context, the KV pool sized to memory).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,15 @@ def _normalise(block: dict[str, Any], where: str,
     return renamed
 
 
+def check_field_types(values: dict[str, Any], where: str = "") -> None:
+    """ValueError naming the first engine config field (static or live) of `values` whose
+    value has the wrong type: the YAML's checks, for settings given in code (LLM(...)
+    keyword arguments), where a str, a float or a bool would pass the range checks or fail
+    inside them with a TypeError."""
+    for key, value in values.items():
+        _check_type(f"{where}{key}", key, value, _FIELD_TYPES)
+
+
 def _check_type(where: str, key: str, value: Any,
                 types: dict[str, tuple[type, bool]]) -> None:
     expected, nullable = types.get(key, (object, True))
@@ -150,10 +160,14 @@ def _check_type(where: str, key: str, value: Any,
         if nullable:
             return
         raise ValueError(f"{where}=None must be of type {expected.__name__} (null is not allowed)")
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, bool) and expected in (int, float):  # bool is an int to Python
+        raise ValueError(f"{where}={value!r} must be "
+                         + ("an integer" if expected is int else "of type float"))
+    # numbers.Integral / Real: a numpy integer from code is a whole number too
+    if expected is float and isinstance(value, numbers.Real):
         return
-    if expected is int and isinstance(value, bool):
-        raise ValueError(f"{where}={value!r} must be an integer")
+    if expected is int and isinstance(value, numbers.Integral):
+        return
     if not isinstance(value, expected):
         raise ValueError(f"{where}={value!r} must be of type {expected.__name__}")
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
+from engine import LLM
 from engine.config import EngineConfig, LaneSLO, LiveConfig, StaticConfig
 from engine.config.patch import apply_patch
-from engine.config.yaml_loader import load_config_dict
+from engine.config.yaml_loader import check_field_types, load_config_dict
 
 
 @pytest.mark.parametrize(("data", "message", "served"), [
@@ -77,3 +79,23 @@ def test_a_lane_with_its_own_slo_is_judged_by_it_and_one_without_by_the_default(
     defaults = LiveConfig()
     assert defaults.lane_slo(defaults.lane("interactive")) == LaneSLO(ttft_s=5.0, tpot_s=0.5)
     assert not defaults.lane_slo(defaults.lane("batch")).is_set
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"max_num_seqs": "64"}, "max_num_seqs='64' must be of type int"),
+    ({"max_num_seqs": 2.5}, "max_num_seqs=2.5 must be of type int"),
+    ({"prefill_chunk_size": True}, "prefill_chunk_size=True must be an integer"),
+    ({"kv_cache_high_watermark": "0.9"}, "kv_cache_high_watermark='0.9' must be of type float"),
+])
+def test_settings_given_in_code_are_typed_as_the_yamls_before_a_model_loads(override,
+                                                                            message):
+    """LLM(max_num_seqs="64") met a TypeError inside the range checks, and 2.5 or True
+    passed them (bool is an int to Python): the keyword arguments now get the YAML's type
+    checks, before the model is looked for ('nowhere' would be the next error)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        LLM("nowhere", **override)
+
+
+def test_a_numpy_integer_from_code_is_a_whole_number():
+    check_field_types({"max_num_seqs": np.int64(8), "kv_cache_high_watermark": np.float32(0.5),
+                       "max_model_len": 512})
