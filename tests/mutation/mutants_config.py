@@ -7,8 +7,8 @@ from mutant_spec import ENG, SEC, Mutant
 
 ENGINE_CONFIG_MUTANTS: list[Mutant] = [
     Mutant("config-bool-as-float", "engine/config/yaml_loader.py",
-           "if expected is float and isinstance(value, int) and not isinstance(value, bool):",
-           "if expected is float and isinstance(value, int):",
+           "if isinstance(value, bool) and expected in (int, float):",
+           "if isinstance(value, bool) and expected is int:",
            (ENG + "test_config.py::"
             "test_a_boolean_is_not_a_number_for_a_fraction_or_a_weight",),
            "`kv_cache_reject_watermark: true` loads as 1 (nothing is ever rejected) and"
