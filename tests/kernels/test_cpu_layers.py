@@ -83,8 +83,8 @@ def test_bf16_weights_match_float32_layers_on_the_rounded_weights(model, rows):
 
 @needs_native
 def test_steps_the_kernel_does_not_take_run_the_torch_layers(model):
-    """A prefill row, more rows than the kernel holds, another attention backend, or a slot
-    outside the cache: the torch layers run, and the results are theirs."""
+    """A prefill row, more rows than the kernel holds, another attention backend, a slot
+    outside the cache, or index tensors of another type: the torch layers run."""
     ids, positions, meta, caches = decode_step(model, 2)
     prefill_positions, prefill_meta = build_attention_metadata([[0, 1]], [6], [3], BLOCK_SIZE)
     many_ids, many_positions, many_meta, many_caches = decode_step(model,
@@ -101,11 +101,13 @@ def test_steps_the_kernel_does_not_take_run_the_torch_layers(model):
         assert spy.call_count == 0
     finally:
         use_attention_backend(model, "cpu")
-    bad = dataclasses.replace(meta, slot_mapping=torch.tensor([0, 10_000]))
     rope = rope_for_rotate(*model.model.rotary_emb(positions, torch.float32))
-    with torch.inference_mode():
-        assert not native_decode.run_native_decode(
-            model, model.model.embed_tokens(ids), rope, caches, bad, False)
+    # a slot outside the cache; context lengths as int64 (C reads int32: every other 0)
+    for bad in (dataclasses.replace(meta, slot_mapping=torch.tensor([0, 10_000])),
+                dataclasses.replace(meta, context_lens=meta.context_lens.long())):
+        with torch.inference_mode():
+            assert not native_decode.run_native_decode(
+                model, model.model.embed_tokens(ids), rope, caches, bad, False)
 
 
 @needs_native

@@ -18,10 +18,13 @@ from mutants_first_pass import FIRST_PASS_MUTANTS
 from mutants_fleet import FLEET_MUTANTS
 from mutants_fleet_checklist import FLEET_CHECKLIST_MUTANTS
 from mutants_fleet_control import FLEET_CONTROL_MUTANTS
+from mutants_fleet_relay import FLEET_RELAY_MUTANTS
+from mutants_generation import GENERATION_MUTANTS
 from mutants_kernels import KERNELS_MUTANTS
 from mutants_loadtest import LOADTEST_MUTANTS
 from mutants_loadtest_parts import LOADTEST_PARTS_MUTANTS
 from mutants_models import MODELS_MUTANTS
+from mutants_numbers import NUMBERS_MUTANTS
 from mutants_observability import OBSERVABILITY_MUTANTS
 from mutants_routes import ROUTES_MUTANTS
 from mutants_scheduling_routing import SCHEDULING_ROUTING_MUTANTS
@@ -42,4 +45,5 @@ MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS,
            *EDGE_LIMITS_MUTANTS, *TRACE_SOURCES_MUTANTS, *LOADTEST_PARTS_MUTANTS,
            *FLEET_CHECKLIST_MUTANTS, *CPU_WEIGHTS_MUTANTS,
            *SCHEDULING_ROUTING_MUTANTS, *TRUST_CONFIG_MUTANTS,
-           *CONFIG_AUTOSCALE_MUTANTS, *ROUTES_MUTANTS]
+           *CONFIG_AUTOSCALE_MUTANTS, *ROUTES_MUTANTS,
+           *FLEET_RELAY_MUTANTS, *NUMBERS_MUTANTS, *GENERATION_MUTANTS]

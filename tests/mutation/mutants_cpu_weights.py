@@ -8,6 +8,7 @@ from mutant_spec import CTL, KRN, MDL, Mutant
 
 FORM = "tests/dashboard/test_control_form.py"
 
+LAYERS_T = KRN + "test_cpu_layers.py"
 REFUSED_BEFORE_C = (KRN + "test_cpu_layers.py::"
                     "test_what_the_kernel_cannot_read_is_refused_before_c_reads_it")
 
@@ -113,6 +114,22 @@ CPU_WEIGHTS_MUTANTS: list[Mutant] = [
            "if all(v is None for v in slo.values()):", "if any(v is None for v in slo.values()):",
            (FORM,),
            "a lane given only a TTFT target (TPOT empty) is sent with no SLO at all"),
+    Mutant("native-decode-any-backend", "engine/models/native_decode.py",
+           '            and model.model.layers[0].self_attn.attn.backend.name == "cpu"):',
+           "            ):", (LAYERS_T,),
+           "a model asked to run the Triton or reference attention runs the native one"),
+    Mutant("native-decode-block-one-past", "engine/models/native_decode.py",
+           "and ids[1] < k_cache.shape[0])", "and ids[1] <= k_cache.shape[0])", (LAYERS_T,),
+           "a decode whose block table names the block past the cache has C read past it"),
+    Mutant("native-decode-int64-lengths", "engine/models/native_decode.py",
+           "if not (tables.dtype == ctx.dtype == torch.int32 and tables.stride(1) == 1",
+           "if not (tables.dtype == torch.int32 and tables.stride(1) == 1", (LAYERS_T,),
+           "int64 context lengths are read by C as pairs of int32: every other one 0"),
+    Mutant("native-logits-bf16-step-on-fp32", "engine/models/native_decode.py",
+           "weight = head.weight_bf16 if model.uses_bf16(rows) else head.weight",
+           "weight = head.weight", (LAYERS_T,),
+           "a bf16 step's logits come from the float32 head: they disagree with the same"
+           " step's bf16 layers (and with a batched step's logits)"),
     Mutant("signal-reach-zombie-alive", "control/fleet/signal_reach.py",
            'if int(ppid) == parent and state != "Z":', "if int(ppid) == parent:",
            (CTL + "fleet/test_fleet_signal_reach.py",),

@@ -11,6 +11,7 @@ import types
 import pytest
 
 from control.api.generation import Generation
+from control.serve.streams import StreamEvent
 
 
 class Clock:
@@ -61,3 +62,71 @@ def test_a_streams_idle_limit_counts_from_its_last_token():
         assert gen._wait_s() == 0.0
         return gen
     run(body)
+
+
+def recording_generation(clock: Clock, *, idle_ms: int = 400, stall_after_s: float = 5.0):
+    """A streamed Generation whose engine records each abort as (request id, reason)."""
+    aborts: list[tuple[str, str]] = []
+    engine = types.SimpleNamespace(
+        live_config=types.SimpleNamespace(stream_idle_timeout_ms=idle_ms),
+        stall_after_s=stall_after_s, abort=lambda rid, why: aborts.append((rid, why)))
+    stream = types.SimpleNamespace(request_id="r", queue=asyncio.Queue())
+
+    async def never():
+        await asyncio.Event().wait()
+
+    gen = Generation(engine, stream, never, timeout_s=2.0, streaming=True, clock=clock)
+    return gen, aborts
+
+
+def token(n: int) -> StreamEvent:
+    return StreamEvent("r", "x", (7,), n)
+
+
+def test_a_request_is_aborted_once_with_its_first_reason():
+    """Timed out, then its client leaves (the response closes): the engine is asked once,
+    and the reason counted and traced stays the timeout."""
+    async def scenario():
+        gen, aborts = recording_generation(Clock())
+        gen.abort("request_timeout")
+        gen.close()
+        return gen, aborts
+
+    gen, aborts = asyncio.run(scenario())
+    assert aborts == [("r", "request_timeout")] and gen.abort_reason == "request_timeout"
+
+
+def test_an_aborted_request_gets_the_engines_stall_limit_when_longer_than_the_grace():
+    """An abort lands between two steps: a step may run up to the engine's stall limit, so
+    the final event is awaited that long before the engine is called unresponsive."""
+    async def scenario():
+        clock = Clock()
+        gen, _ = recording_generation(clock, stall_after_s=30.0)
+        gen.abort("client_disconnect")
+        clock.now += 20.0  # past ABORT_GRACE_S (10 s), within the stall limit
+        gen._watcher.cancel()
+        return gen._wait_s()
+
+    assert asyncio.run(scenario()) == pytest.approx(10.0)
+
+
+def test_a_timer_that_fires_after_a_new_token_re_arms_instead_of_aborting():
+    """The idle timer was armed before the last token moved the deadline on: when it
+    fires, the stream is not idle, and the token is handed out with no abort."""
+    async def scenario():
+        clock = Clock()
+        gen, aborts = recording_generation(clock, idle_ms=1000)
+        gen.last_token = clock.now
+        clock.now += 0.9
+        gen.stream.queue.put_nowait(token(2))
+        assert (await gen.next_event()).num_output_tokens == 2  # last token now at +0.9
+        clock.now += 0.2  # the timer armed for +1.0 fires: 0.8 s of idle limit are left
+        gen._expire()
+        gen.stream.queue.put_nowait(token(3))
+        event = await gen.next_event()
+        gen.close()
+        return event, aborts
+
+    event, aborts = asyncio.run(scenario())
+    assert event.num_output_tokens == 3
+    assert aborts == [("r", "client_disconnect")]  # only close()'s: never "idle"

@@ -1,5 +1,6 @@
 """Clients that resend refused requests (`--client-retries`, the OpenAI SDK's rule): the
-rule itself, and a live server that refuses a burst with 429 + Retry-After."""
+rule itself, a live server that refuses a burst with 429 + Retry-After, and how the summary
+counts resends and times them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import random
 import pytest
 from fixtures.serving import LiveServer, make_engine
 
-from control.loadtest.metrics import summarize, ttft_gap_s
-from control.loadtest.records import PlannedRequest
+from control.loadtest.metrics import e2e_gap_s, summarize, ttft_gap_s
+from control.loadtest.records import PlannedRequest, RequestResult
 from control.loadtest.retries import MAX_RETRY_AFTER_S, ClientRetries
 from control.loadtest.runner import run
 
@@ -84,3 +85,30 @@ def test_retry_after_of_exactly_the_max_is_waited_for_and_more_is_not():
     rules, rng = ClientRetries(2), random.Random(0)
     assert rules.delay_s(429, str(MAX_RETRY_AFTER_S), 1, rng) == MAX_RETRY_AFTER_S
     assert rules.delay_s(429, str(MAX_RETRY_AFTER_S + 0.5), 1, rng) is None
+
+
+def _resent(outcome: str, sends: int, **timing: float | list[float]) -> RequestResult:
+    p = PlannedRequest(index=0, arrival_s=0.0, prompt_tokens=8, output_tokens=3,
+                       tenant="acme", lane=None, stream=True, cancel_after_s=None)
+    return RequestResult(p, outcome, sends=sends, **timing)
+
+
+def test_resends_that_got_through_are_told_from_resends_refused_again():
+    """`resent_ok` is what the resends bought: a resend refused again is a resend, not one
+    that got through."""
+    results = [_resent("ok", 1), _resent("ok", 3), _resent("rejected", 2),
+               _resent("rejected", 1)]
+    s = summarize(results, 1.0, None)
+    assert (s.requests, s.ok, s.resent, s.resent_ok) == (4, 2, 2, 1)
+
+
+def test_a_resent_requests_gap_to_the_server_leaves_out_its_wait_between_sends():
+    """Sent at 0, refused, sent again at 1.0 s: the client's TTFT (1.3 s, what its user
+    waited) counts from the first send, the server's (0.25 s) from the send it answered.
+    The gap, the delay the server does not see, is what remains of the last 0.3 s."""
+    r = _resent("ok", 2, last_send_s=1.0, ttft_s=1.3, e2e_s=1.6,
+                chunk_times_s=[1.3, 1.45, 1.6], output_tokens=3, server_ttft_s=0.25,
+                server_e2e_s=0.5)
+    assert (ttft_gap_s(r), e2e_gap_s(r)) == pytest.approx((0.05, 0.1))
+    s = summarize([r], 2.0, None)
+    assert (s.ttft.p50, s.ttft_gap.p50, s.e2e_gap.p50) == pytest.approx((1.3, 0.05, 0.1))

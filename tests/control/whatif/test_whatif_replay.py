@@ -1,6 +1,8 @@
 """Replay: a trace recorded from a simulated engine with a known step law is predicted
 back (self-prediction), deterministically, and a config change is predicted in the
-direction, and near the amount, that the same workload recorded under it shows."""
+direction, and near the amount, that the same workload recorded under it shows. And what
+the replay assumes of each recorded request (control/whatif/replay.py's docstring): the
+length it asks for, when it reaches the engine, its deadline, lane and priority."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import dataclasses
 import pytest
 from whatif_sim_trace import START, STATIC, read_trace_window, record
 
-from control.whatif.calibrate import calibrate
+from control.whatif.calibrate import StepTimeModel, calibrate
 from control.whatif.compare import PREDICTED, RECORDED, compare
 from control.whatif.replay import output_lengths, replay
 from control.whatif.run import predict
@@ -157,3 +159,91 @@ def test_the_engine_loops_gap_is_not_measured_across_idle_time(tmp_path):
     window = read_trace_window(path)
     assert len(window.requests) == 20 and window.samples.X.shape[0] == 20
     assert calibrate(window.samples).gap_s < 0.01
+
+
+def _req(lane: str, outcome: str, detail: str, output_tokens: int) -> RecordedRequest:
+    return RecordedRequest("run1", "r", lane, "acme", 0, outcome, detail, 100, output_tokens,
+                           0, 0, START, START, None, None, None, None, None, 0.0)
+
+
+def test_each_request_asks_for_its_own_length_or_its_lanes_median_as_its_outcome_says():
+    """What the trace shows of each request's length (the module docstring): one that ended
+    on its own (an error too) asks for what it produced; one cut short (timeout) asks for
+    its lane's median of finished requests, or more if it had produced more by then; one
+    refused for a full queue never showed a length and asks for the median (only a too_long
+    refusal asks to be too long again); a cancelled one asks for the median of its own lane,
+    not of every lane."""
+    chat = [_req("chat", "finished", "length", n) for n in (10, 20, 30)]  # median 20
+    batch = [_req("batch", "finished", "length", 400)]  # every lane's median: 25
+    asked = [_req("chat", "error", "", 7), _req("chat", "timeout", "", 50),
+             _req("chat", "timeout", "", 3), _req("chat", "rejected", "queue_full", 0),
+             _req("chat", "cancelled", "", 5)]
+    lengths = output_lengths(chat + batch + asked, max_model_len=2048)
+    assert lengths[:4] == [10, 20, 30, 400]
+    assert lengths[4:] == [7, 50, 20, 20, 20]
+
+
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory) -> tuple[Window, StepTimeModel]:
+    """Six requests a second apart (40-token prompts, 8 tokens out), each served alone, and
+    the law fitted on their steps."""
+    path = str(tmp_path_factory.mktemp("alone") / "trace.duckdb")
+    record(path, LIVE, jobs=[(1.0 * i, 40, 8, "chat") for i in range(6)])
+    window = _window(path)
+    return window, calibrate(window.samples)
+
+
+def _each(window: Window, **changes) -> Window:
+    return dataclasses.replace(window, requests=[
+        dataclasses.replace(r, **{k: v(i, r) for k, v in changes.items()})
+        for i, r in enumerate(window.requests)])
+
+
+def test_a_request_reaches_the_replay_after_its_recorded_tokenize_time(alone):
+    """The server stamps a request's arrival, then tokenizes it; its engine sees it only
+    after that. Alone, each request's predicted TTFT is longer by exactly that time."""
+    window, model = alone
+    config = EngineConfig(STATIC, LIVE)
+    base = replay(window, config, model)
+    slow = replay(_each(window, tokenize_s=lambda i, r: 0.25), config, model)
+    # (abs: epoch-second clocks keep ~0.2 us)
+    assert [b.ttft_s - a.ttft_s for a, b in zip(base.records, slow.records, strict=True)] \
+        == pytest.approx([0.25] * 6, abs=1e-6)
+
+
+def test_the_engine_loops_gap_follows_each_step_that_ran_tokens(alone):
+    """The fitted gap (engine loop overhead) comes after every step: alone, a request's 8
+    tokens take 8 steps, so its last token comes 7 gaps later."""
+    window, model = alone
+    config = EngineConfig(STATIC, LIVE)
+    base = replay(window, config, dataclasses.replace(model, gap_s=0.0))
+    gapped = replay(window, config, dataclasses.replace(model, gap_s=0.01))
+    assert [b.e2e_s - a.e2e_s for a, b in zip(base.records, gapped.records, strict=True)] \
+        == pytest.approx([0.07] * 6, abs=1e-6)
+
+
+def test_a_recorded_deadline_the_replay_cannot_make_ends_its_request(alone):
+    """Recorded without deadlines these requests finished (8 tokens in ~40 ms); replayed
+    with their deadline 20 ms after arrival none does: the first times out while running,
+    with the tokens it has, and the rest are refused at admission once a step has measured
+    the throughput that says they cannot make it, as the server would."""
+    window, model = alone
+    config = EngineConfig(STATIC, LIVE)
+    assert [r.outcome for r in replay(window, config, model).records] == ["finished"] * 6
+    due = _each(window, deadline=lambda i, r: r.arrival_time + 0.02)
+    records = replay(due, config, model).records
+    assert [r.outcome for r in records] == ["timeout"] + ["rejected"] * 5
+    assert 0 < records[0].num_output_tokens < 8
+    assert [r.deadline for r in records] == [r.deadline for r in due.requests]
+
+
+def test_a_replayed_request_keeps_its_lane_and_priority_and_a_removed_lane_is_routed(alone):
+    """Lane and priority as recorded; "gone", a lane the config does not have, is routed as
+    the server routes a request that names none (to its default lane, interactive)."""
+    window, model = alone
+    lanes = ("batch", "gone", "interactive")
+    moved = _each(window, lane=lambda i, r: lanes[i % 3], priority=lambda i, r: i)
+    records = replay(moved, EngineConfig(STATIC, LIVE), model).records
+    assert [(r.lane, r.priority) for r in records] == [
+        ("batch", 0), ("interactive", 1), ("interactive", 2), ("batch", 3),
+        ("interactive", 4), ("interactive", 5)]
