@@ -8,6 +8,7 @@ import json
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from test_fleet_relay import SSE, Handle, Script
 
 from control.fleet.forward import relay
 from control.fleet.ingress import FleetIngress, build_app
@@ -18,57 +19,20 @@ CHUNK = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m"
          "choices": [{"index": 0, "text": "a", "logprobs": None, "finish_reason": None}]}
 
 
-class FakeCall:
-    def __init__(self, messages: list, fail_after: bool):
-        self.messages, self.fail_after, self.cancelled = list(messages), fail_after, False
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self):
-        await asyncio.sleep(0)
-        if self.messages:
-            return self.messages.pop(0)
-        if self.fail_after:
-            raise RuntimeError("ActorDiedError: the actor died unexpectedly")
-        raise StopAsyncIteration
-
-    def cancel(self):
-        self.cancelled = True
+def replica(replica_id: int, behaviour: str) -> Handle:
+    """A handle that streams two chunks then dies (`dies`), streams them and ends (`ok`),
+    or never answers at all (`silent`)."""
+    def script(*_args) -> Script:
+        if behaviour == "silent":
+            return Script([], fails=True)  # fails before accepting
+        data = b"data: " + json.dumps(CHUNK).encode() + b"\n\n"
+        return Script([{"accepted": replica_id}, {"status": 200, "headers": SSE},
+                       {"body": data}, {"body": data}], fails=behaviour == "dies")
+    return Handle(script)
 
 
-class FakeReplica:
-    """Streams two chunks then dies (`dies`), or never answers at all (`silent`)."""
-
-    def __init__(self, replica_id: int, behaviour: str):
-        self.replica_id, self.behaviour, self.calls = replica_id, behaviour, []
-
-    def options(self, **_):
-        return self
-
-    @property
-    def http(self):
-        replica = self
-
-        class Method:
-            @staticmethod
-            def remote(*args):
-                if replica.behaviour == "silent":
-                    call = FakeCall([], fail_after=True)  # fails before accepting
-                else:
-                    sse = [("content-type", "text/event-stream")]
-                    data = b"data: " + json.dumps(CHUNK).encode() + b"\n\n"
-                    call = FakeCall([{"accepted": replica.replica_id},
-                                     {"status": 200, "headers": sse},
-                                     {"body": data}, {"body": data}],
-                                    fail_after=replica.behaviour == "dies")
-                replica.calls.append(call)
-                return call
-        return Method
-
-
-def _fleet(behaviours: list[str]) -> tuple[FleetIngress, list[FakeReplica]]:
-    replicas = [FakeReplica(i, b) for i, b in enumerate(behaviours)]
+def _fleet(behaviours: list[str]) -> tuple[FleetIngress, list[Handle]]:
+    replicas = [replica(i, b) for i, b in enumerate(behaviours)]
     fleet = FleetIngress(replicas, RoutingPolicy(mode="random"), seed=0)
     for i in range(len(replicas)):
         fleet.table.polled(i, {"ready": True})
@@ -129,8 +93,8 @@ def test_a_client_that_leaves_mid_stream_cancels_the_replica_call():
     the next step); a stream the client reads to its end is not cancelled."""
     data = b"data: " + json.dumps(CHUNK).encode() + b"\n\n"
 
-    async def read(chunks: int | None) -> tuple[FakeCall, list[str]]:
-        call, closed = FakeCall([{"body": data}] * 3, fail_after=False), []
+    async def read(chunks: int | None) -> tuple[Script, list[str]]:
+        call, closed = Script([{"body": data}] * 3), []
         start = {"status": 200, "headers": [("content-type", "text/event-stream")]}
         body = relay(call, start, 0, "/v1/completions", lambda: closed.append("closed"),
                      lambda exc: closed.append("failed")).body_iterator
