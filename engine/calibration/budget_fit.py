@@ -79,13 +79,15 @@ class StepFit:
 
     def summary(self) -> str:
         """One line for the ready banner."""
-        chosen = ", ".join(f"{k}={v}" for k, v in {**self.fitted, **self.kept}.items())
+        chosen = ", ".join(f"{k}={v}" for k, v in self.fitted.items()) or "none"
         law = self.law
         measured = (f"measured {1000 * law.fixed_s:.3g} ms + {1000 * law.token_s:.3g}"
                     f" ms/token + {1e6 * law.decode_kv_s:.3g} us per decode context token;"
                     f" decodes alone {1000 * law.decode_fixed_s:.3g} ms +"
                     f" {1000 * law.decode_row_s:.3g} ms/decode")
-        kept = f"; set in config: {', '.join(self.kept)}" if self.kept else ""
+        # the operator's values apart: "fitted to" them would say the fit chose them
+        kept = (f"; set in config: {', '.join(f'{k}={v}' for k, v in self.kept.items())}"
+                if self.kept else "")
         note = f"; {self.note}" if self.note else ""
         return (f"budgets: {chosen} fitted to {self.target_step_ms} ms steps ({measured})"
                 f"{kept}{note}")

@@ -6,6 +6,7 @@ no test caught then have tests of their own now."""
 from __future__ import annotations
 
 from mutant_spec import Mutant
+from mutants_checks_fit import CHECKS_FIT_MUTANTS
 from mutants_cli import CLI_MUTANTS
 from mutants_config import ENGINE_CONFIG_MUTANTS
 from mutants_config_autoscale import CONFIG_AUTOSCALE_MUTANTS
@@ -18,6 +19,7 @@ from mutants_first_pass import FIRST_PASS_MUTANTS
 from mutants_fleet import FLEET_MUTANTS
 from mutants_fleet_checklist import FLEET_CHECKLIST_MUTANTS
 from mutants_fleet_control import FLEET_CONTROL_MUTANTS
+from mutants_fleet_ops import FLEET_OPS_MUTANTS
 from mutants_fleet_relay import FLEET_RELAY_MUTANTS
 from mutants_generation import GENERATION_MUTANTS
 from mutants_kernels import KERNELS_MUTANTS
@@ -46,4 +48,5 @@ MUTANTS = [*FIRST_PASS_MUTANTS, *ENGINE_MUTANTS, *FLEET_MUTANTS, *TOOLS_MUTANTS,
            *FLEET_CHECKLIST_MUTANTS, *CPU_WEIGHTS_MUTANTS,
            *SCHEDULING_ROUTING_MUTANTS, *TRUST_CONFIG_MUTANTS,
            *CONFIG_AUTOSCALE_MUTANTS, *ROUTES_MUTANTS,
-           *FLEET_RELAY_MUTANTS, *NUMBERS_MUTANTS, *GENERATION_MUTANTS]
+           *FLEET_RELAY_MUTANTS, *NUMBERS_MUTANTS, *GENERATION_MUTANTS,
+           *FLEET_OPS_MUTANTS, *CHECKS_FIT_MUTANTS]

@@ -9,10 +9,11 @@ from control.fleet.canary import CanaryRule, decide, side_stats
 
 
 def window(n: int, ttft: float = 0.05, tpot: float = 0.01, errors: int = 0,
-           timeouts: int = 0, cancelled: int = 0) -> dict:
+           timeouts: int = 0, cancelled: int = 0, rejected: int = 0,
+           good: int | None = None) -> dict:
     return {"outcomes": {"finished": n, "error": errors, "timeout": timeouts,
-                         "cancelled": cancelled},
-            "good": n, "ttft": [ttft] * n, "tpot": [tpot] * n}
+                         "cancelled": cancelled, "rejected": rejected},
+            "good": n if good is None else good, "ttft": [ttft] * n, "tpot": [tpot] * n}
 
 
 RULE = CanaryRule(min_requests=10)
@@ -34,6 +35,8 @@ def test_side_stats_pool_replicas_and_exclude_cancellations():
     (window(20, tpot=0.05), "tpot_p99_s"),
     (window(20, errors=3), "error_timeout_rate"),
     (window(20, timeouts=3), "error_timeout_rate"),
+    (window(20, rejected=3), "error_timeout_rate"),  # refused at arrival: the canary's fault
+    (window(20, good=10), "goodput_share"),  # no errors, but half miss their SLO
 ])
 def test_a_regression_rolls_back_at_once_even_mid_window(canary, metric):
     verdict = decide(side_stats([canary], [0], 10.0), BASE, RULE, window_over=False,
@@ -56,6 +59,20 @@ def test_a_relative_regression_under_the_absolute_floor_is_not_one():
     assert decide(canary, base, RULE, window_over=True, extensions=0).decision == "promote"
 
 
+def test_one_error_in_200_against_a_clean_baseline_is_within_the_points():
+    """Error rates compare in points: 0 -> 0.5% is not "infinitely worse" than 0."""
+    canary = side_stats([window(199, errors=1)], [0], 10.0)
+    verdict = decide(canary, BASE, RULE, window_over=True, extensions=0)
+    assert verdict.decision == "promote", verdict.why
+
+
+def test_a_tpot_regression_in_the_tail_alone_rolls_back():
+    """5 streams in 100 that stall show in p99, not in the median: the rule reads p99."""
+    canary = side_stats([window(95), window(5, tpot=0.1)], [0], 10.0)
+    verdict = decide(canary, BASE, RULE, window_over=False, extensions=0)
+    assert verdict.decision == "rollback" and "tpot_p99_s" in verdict.why
+
+
 def test_too_few_requests_extend_then_roll_back_as_inconclusive():
     few = side_stats([window(3, ttft=5.0)], [0], 10.0)  # awful, but 3 requests prove little
     assert decide(few, BASE, RULE, window_over=False, extensions=0).decision == "continue"
@@ -67,3 +84,12 @@ def test_too_few_requests_extend_then_roll_back_as_inconclusive():
 def test_a_rule_with_a_negative_threshold_is_refused():
     with pytest.raises(ValueError, match="ttft_rel=-1"):
         CanaryRule(ttft_rel=-1).validate()
+
+
+def test_a_rule_with_min_requests_zero_is_refused():
+    """With 0 a side, a canary nobody sent a request to would be promoted at its window's
+    end (too few is never true)."""
+    assert decide(side_stats([], [0], 10.0), BASE, CanaryRule(min_requests=0),
+                  window_over=True, extensions=0).decision == "promote"
+    with pytest.raises(ValueError, match="min_requests=0 must be >= 1"):
+        CanaryRule(min_requests=0).validate()

@@ -34,6 +34,7 @@ class RestartableReplica(FakeReplica):
         self.aborts = 0  # what retire answers: requests its own drain had to abort
         self.table = None  # the ingress's LoadTable, to see routing as retire happens
         self.routable_at_retire: list[list[bool]] = []
+        self.install_s = 0.0  # how long a config push takes (on top of FakeReplica's)
 
     def stats(self, *_: object) -> dict:
         if self.down:
@@ -49,6 +50,10 @@ class RestartableReplica(FakeReplica):
         if self.come_back_s is not None:
             asyncio.get_running_loop().call_later(self.come_back_s, self._new_process)
         return self.aborts
+
+    async def install(self, config: dict, version: int, **kw) -> dict:
+        await asyncio.sleep(self.install_s)
+        return await super().install(config, version, **kw)
 
     def _new_process(self) -> None:
         self.generation, self.pid, self.fleet_version = self.generation + 1, self.pid + 100, 0
@@ -136,6 +141,27 @@ def test_a_replica_that_does_not_come_back_stops_the_restart():
     run_fleet(scenario, n=2, come_back_s=None)
 
 
+def test_a_restarted_replica_is_routed_to_only_once_it_runs_the_fleets_config():
+    """It comes back on the YAML (version 0): routed to before the push of the fleet's
+    version lands, it would serve on a config the fleet has moved away from."""
+    async def scenario(c, fakes, fleet, log):
+        changed = await c.patch("/control/config", headers={"If-Match": "0"},
+                                json={"changes": {"max_num_seqs": 8}})
+        assert changed.json()["version"] == 1
+        await until(lambda: [f.fleet_version for f in fakes] == [1, 1])
+        fakes[0].install_s = 0.3  # the push to the new process takes a while
+        run = await start_restart(fleet, RestartBody(grace_s=1, replicas=[0]), "ops")
+        seen = set()  # (routable, fleet version) of replica 0 through the restart
+        while not run.task.done():
+            seen.add((fleet.table.views[0].routable, fakes[0].fleet_version))
+            await asyncio.sleep(0.005)
+        assert run.status == "done", run.to_dict()
+        # invariant: never routable while it runs the YAML's version 0
+        assert (False, 0) in seen and (True, 0) not in seen, seen
+        assert fleet.table.views[0].routable and fakes[0].fleet_version == 1
+    run_fleet(scenario, n=2)
+
+
 def test_one_at_a_time_and_not_with_a_canary_and_admin_only():
     admin, reader = Token("ops", "admin", "s3cret"), Token("viewer", "read", "r3ad")
     as_admin = {"Authorization": "Bearer s3cret"}
@@ -149,8 +175,9 @@ def test_one_at_a_time_and_not_with_a_canary_and_admin_only():
             {"restart": None}
         bad = await c.post(url, headers=as_admin, json={"grace_s": -1})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "grace_s"
-        bad = await c.post(url, headers=as_admin, json={"replicas": [0, 5]})
-        assert bad.status_code == 400 and bad.json()["error"]["param"] == "replicas"
+        for ids in ([0, 5], [0, 0]):  # out of range; one replica twice
+            bad = await c.post(url, headers=as_admin, json={"replicas": ids})
+            assert bad.status_code == 400 and bad.json()["error"]["param"] == "replicas"
         for odd, param in (({"grace": 1}, "grace"), ({"replicas": [True]}, "replicas"),
                            ({"reason": "x" * 5000}, "reason")):  # never a guessed restart
             bad = await c.post(url, headers=as_admin, json=odd)

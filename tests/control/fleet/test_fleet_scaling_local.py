@@ -121,6 +121,8 @@ def test_a_burst_starts_a_replica_and_an_idle_spell_drains_then_stops_it():
             == "scale_running"
         await until(lambda: phases[1] == "on")
         assert 1 in routed_to(fleet)  # (all of it: replica 0 has the queue)
+        off = await c.post("/control/fleet/restart", headers=ADMIN, json={"replicas": [2]})
+        assert off.status_code == 409 and off.json()["error"]["code"] == "scaled_in", off.text
         await asyncio.sleep(0.5)
         assert phases[2] == "off"  # one more, not two: 3 waiting over 2 is 1.5 a replica
         fakes[0].waiting = 0
