@@ -26,7 +26,7 @@ from engine.calibration.budget_fit import StepFit, fit_step_budgets, needs_fit
 from engine.calibration.probe import RunnerProbe
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.config.dtype_option import DTYPE_CHOICES
-from engine.config.yaml_loader import check_field_types
+from engine.config.field_types import check_field_types
 from engine.engine import Engine
 from engine.execution.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.gc_heap import heap_frozen

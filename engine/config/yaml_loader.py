@@ -28,13 +28,13 @@ the model's context, the KV pool sized to memory).
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from engine.config.field_types import FIELD_TYPES, LANE_FIELD_TYPES, check_type
 from engine.config.known_keys import check_known_keys
 from engine.config.schema import EngineConfig, LaneConfig, LiveConfig, StaticConfig
 
@@ -127,7 +127,7 @@ def parse_lanes(lanes: Any) -> tuple[LaneConfig, ...]:
             raise ValueError(f"lanes.{name} must be a mapping of settings")
         check_known_keys(f"lanes.{name}", settings, LANE_KEYS)
         for key, value in settings.items():
-            _check_type(f"lanes.{name}.{key}", key, value, _LANE_FIELD_TYPES)
+            check_type(f"lanes.{name}.{key}", key, value, LANE_FIELD_TYPES)
         result.append(LaneConfig(name=name, **settings))
     return tuple(result)
 
@@ -140,44 +140,5 @@ def _normalise(block: dict[str, Any], where: str,
     renamed = {KEY_ALIASES.get(k, k): v for k, v in block.items()}
     check_known_keys(where, renamed, allowed | set(KEY_ALIASES))
     for key, value in renamed.items():
-        _check_type(f"{where}.{key}", key, value, _FIELD_TYPES)
+        check_type(f"{where}.{key}", key, value, FIELD_TYPES)
     return renamed
-
-
-def check_field_types(values: dict[str, Any], where: str = "") -> None:
-    """ValueError naming the first engine config field (static or live) of `values` whose
-    value has the wrong type: the YAML's checks, for settings given in code (LLM(...)
-    keyword arguments), where a str, a float or a bool would pass the range checks or fail
-    inside them with a TypeError."""
-    for key, value in values.items():
-        _check_type(f"{where}{key}", key, value, _FIELD_TYPES)
-
-
-def _check_type(where: str, key: str, value: Any,
-                types: dict[str, tuple[type, bool]]) -> None:
-    expected, nullable = types.get(key, (object, True))
-    if value is None:
-        if nullable:
-            return
-        raise ValueError(f"{where}=None must be of type {expected.__name__} (null is not allowed)")
-    if isinstance(value, bool) and expected in (int, float):  # bool is an int to Python
-        raise ValueError(f"{where}={value!r} must be "
-                         + ("an integer" if expected is int else "of type float"))
-    # numbers.Integral / Real: a numpy integer from code is a whole number too
-    if expected is float and isinstance(value, numbers.Real):
-        return
-    if expected is int and isinstance(value, numbers.Integral):
-        return
-    if not isinstance(value, expected):
-        raise ValueError(f"{where}={value!r} must be of type {expected.__name__}")
-
-
-def _field_types(cls: type) -> dict[str, tuple[type, bool]]:
-    """Field name -> (type a YAML value must have, whether null is allowed)."""
-    types = {"int": int, "float": float, "bool": bool, "str": str}
-    return {f.name: (types.get(str(f.type).split(" ")[0], object), "None" in str(f.type))
-            for f in dataclasses.fields(cls)}
-
-
-_FIELD_TYPES = {**_field_types(StaticConfig), **_field_types(LiveConfig)}  # serving, profiles
-_LANE_FIELD_TYPES = _field_types(LaneConfig)

@@ -11,8 +11,9 @@ import pytest
 
 from engine import LLM
 from engine.config import EngineConfig, LaneSLO, LiveConfig, StaticConfig
+from engine.config.field_types import check_field_types
 from engine.config.patch import apply_patch
-from engine.config.yaml_loader import check_field_types, load_config_dict
+from engine.config.yaml_loader import load_config_dict
 
 
 @pytest.mark.parametrize(("data", "message", "served"), [

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mutant_spec import ENG, SEC, Mutant
 
 ENGINE_CONFIG_MUTANTS: list[Mutant] = [
-    Mutant("config-bool-as-float", "engine/config/yaml_loader.py",
+    Mutant("config-bool-as-float", "engine/config/field_types.py",
            "if isinstance(value, bool) and expected in (int, float):",
            "if isinstance(value, bool) and expected is int:",
            (ENG + "test_config.py::"
