@@ -57,11 +57,7 @@ class LLM:
     def __init__(self, model: str | LoadedModel = "smollm2-135m", *, device: str | None = None,
                  dtype: str | torch.dtype | None = None, **overrides: Any):
         """`model`: an alias, a checkpoint directory, a .gguf file, or a LoadedModel."""
-        unknown = sorted(set(overrides) - _STATIC - _LIVE)
-        if unknown:
-            raise ValueError(f"unknown LLM option(s) {unknown}; engine options are: "
-                             f"{sorted(_STATIC | _LIVE)}")
-        check_field_types(overrides)  # before the model loads: a typo costs no load
+        check_overrides(overrides, "LLM")  # before the model loads: a typo costs no load
         if isinstance(model, LoadedModel):
             if dtype is not None:
                 raise ValueError(f"{dtype=} applies only when LLM loads the model: pass it to"
@@ -229,11 +225,7 @@ def fit_engine_config(loaded: LoadedModel, overrides: dict[str, Any] | None = No
     field that is unknown or out of range; the live settings are checked against this
     fitted static config, never against the defaults."""
     overrides = dict(overrides or {})
-    unknown = sorted(set(overrides) - _STATIC - _LIVE)
-    if unknown:
-        raise ValueError(f"unknown engine option(s) {unknown}; engine options are: "
-                         f"{sorted(_STATIC | _LIVE)}")
-    check_field_types(overrides)
+    check_overrides(overrides, "engine")
     static_kw = {k: v for k, v in overrides.items() if k in _STATIC}
     static_kw["max_model_len"] = min(static_kw.get("max_model_len", 1 << 30),
                                      loaded.max_model_len)
@@ -246,6 +238,16 @@ def fit_engine_config(loaded: LoadedModel, overrides: dict[str, Any] | None = No
     live = (base or LiveConfig()).replace(**{k: v for k, v in overrides.items() if k in _LIVE})
     live = _fit_live_to_static(live, static, explicit=set(overrides))
     return EngineConfig(static, live).validate(fitted_static_fields(static, overrides))
+
+
+def check_overrides(overrides: dict[str, Any], kind: str) -> None:
+    """ValueError for an override that is no engine config field, or whose value has the
+    wrong type (engine/config/field_types.py); `kind` names the caller's options."""
+    unknown = sorted(set(overrides) - _STATIC - _LIVE)
+    if unknown:
+        raise ValueError(f"unknown {kind} option(s) {unknown}; engine options are: "
+                         f"{sorted(_STATIC | _LIVE)}")
+    check_field_types(overrides)
 
 
 def fitted_static_fields(static: StaticConfig, overrides: dict[str, Any]) -> frozenset[str]:

@@ -79,7 +79,7 @@ class StepFit:
 
     def summary(self) -> str:
         """One line for the ready banner."""
-        chosen = ", ".join(f"{k}={v}" for k, v in self.fitted.items()) or "none"
+        chosen = ", ".join(f"{k}={v}" for k, v in self.fitted.items())  # never empty: needs_fit
         law = self.law
         measured = (f"measured {1000 * law.fixed_s:.3g} ms + {1000 * law.token_s:.3g}"
                     f" ms/token + {1e6 * law.decode_kv_s:.3g} us per decode context token;"

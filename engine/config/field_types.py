@@ -12,16 +12,19 @@ from typing import Any
 from engine.config.schema import LaneConfig, LiveConfig, StaticConfig
 
 
-def check_field_types(values: dict[str, Any], where: str = "") -> None:
-    """ValueError naming the first engine config field (static or live) of `values` whose
-    value has the wrong type: the YAML's checks, for settings given in code (LLM(...)
-    keyword arguments), where a str, a float or a bool would pass the range checks or fail
-    inside them with a TypeError."""
+def check_field_types(values: dict[str, Any], where: str = "",
+                      types: dict[str, tuple[type, bool]] | None = None) -> None:
+    """ValueError naming the first field of `values` (`where` + its name) whose value has
+    the wrong type for `types` (FIELD_TYPES, the engine config's static and live fields, by
+    default; LANE_FIELD_TYPES for a lane): a str, a float or a bool would pass the range
+    checks or fail inside them with a TypeError. The YAML loader's check, and LLM(...)'s
+    for its keyword arguments."""
+    types = FIELD_TYPES if types is None else types
     for key, value in values.items():
-        check_type(f"{where}{key}", key, value, FIELD_TYPES)
+        _check_type(f"{where}{key}", key, value, types)
 
 
-def check_type(where: str, key: str, value: Any,
+def _check_type(where: str, key: str, value: Any,
                types: dict[str, tuple[type, bool]]) -> None:
     expected, nullable = types.get(key, (object, True))
     if value is None:

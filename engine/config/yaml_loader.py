@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from engine.config.field_types import FIELD_TYPES, LANE_FIELD_TYPES, check_type
+from engine.config.field_types import LANE_FIELD_TYPES, check_field_types
 from engine.config.known_keys import check_known_keys
 from engine.config.schema import EngineConfig, LaneConfig, LiveConfig, StaticConfig
 
@@ -126,8 +126,7 @@ def parse_lanes(lanes: Any) -> tuple[LaneConfig, ...]:
         if not isinstance(settings, dict):
             raise ValueError(f"lanes.{name} must be a mapping of settings")
         check_known_keys(f"lanes.{name}", settings, LANE_KEYS)
-        for key, value in settings.items():
-            check_type(f"lanes.{name}.{key}", key, value, LANE_FIELD_TYPES)
+        check_field_types(settings, f"lanes.{name}.", LANE_FIELD_TYPES)
         result.append(LaneConfig(name=name, **settings))
     return tuple(result)
 
@@ -139,6 +138,5 @@ def _normalise(block: dict[str, Any], where: str,
     allowed = allowed if allowed is not None else STATIC_KEYS | LIVE_KEYS
     renamed = {KEY_ALIASES.get(k, k): v for k, v in block.items()}
     check_known_keys(where, renamed, allowed | set(KEY_ALIASES))
-    for key, value in renamed.items():
-        check_type(f"{where}.{key}", key, value, FIELD_TYPES)
+    check_field_types(renamed, f"{where}.")
     return renamed

@@ -22,9 +22,15 @@ class Clock:
         return self.now
 
 
-def generation(clock: Clock, *, streaming: bool, idle_ms: int = 10_000) -> Generation:
-    engine = types.SimpleNamespace(live_config=types.SimpleNamespace(
-        stream_idle_timeout_ms=idle_ms), stall_after_s=5.0)
+def generation(clock: Clock, *, streaming: bool, idle_ms: int = 10_000,
+               stall_after_s: float = 5.0) -> Generation:
+    """A Generation 0.5 s after its arrival, 2 s to run; its engine records each abort in
+    `gen.engine.aborts` as (request id, reason)."""
+    aborts: list[tuple[str, str]] = []
+    engine = types.SimpleNamespace(
+        live_config=types.SimpleNamespace(stream_idle_timeout_ms=idle_ms),
+        stall_after_s=stall_after_s, aborts=aborts,
+        abort=lambda rid, why: aborts.append((rid, why)))
     stream = types.SimpleNamespace(request_id="r", queue=asyncio.Queue())
 
     async def never():
@@ -64,21 +70,6 @@ def test_a_streams_idle_limit_counts_from_its_last_token():
     run(body)
 
 
-def recording_generation(clock: Clock, *, idle_ms: int = 400, stall_after_s: float = 5.0):
-    """A streamed Generation whose engine records each abort as (request id, reason)."""
-    aborts: list[tuple[str, str]] = []
-    engine = types.SimpleNamespace(
-        live_config=types.SimpleNamespace(stream_idle_timeout_ms=idle_ms),
-        stall_after_s=stall_after_s, abort=lambda rid, why: aborts.append((rid, why)))
-    stream = types.SimpleNamespace(request_id="r", queue=asyncio.Queue())
-
-    async def never():
-        await asyncio.Event().wait()
-
-    gen = Generation(engine, stream, never, timeout_s=2.0, streaming=True, clock=clock)
-    return gen, aborts
-
-
 def token(n: int) -> StreamEvent:
     return StreamEvent("r", "x", (7,), n)
 
@@ -87,13 +78,14 @@ def test_a_request_is_aborted_once_with_its_first_reason():
     """Timed out, then its client leaves (the response closes): the engine is asked once,
     and the reason counted and traced stays the timeout."""
     async def scenario():
-        gen, aborts = recording_generation(Clock())
+        gen = generation(Clock(), streaming=True)
         gen.abort("request_timeout")
         gen.close()
-        return gen, aborts
+        return gen
 
-    gen, aborts = asyncio.run(scenario())
-    assert aborts == [("r", "request_timeout")] and gen.abort_reason == "request_timeout"
+    gen = asyncio.run(scenario())
+    assert gen.engine.aborts == [("r", "request_timeout")]
+    assert gen.abort_reason == "request_timeout"
 
 
 def test_an_aborted_request_gets_the_engines_stall_limit_when_longer_than_the_grace():
@@ -101,7 +93,7 @@ def test_an_aborted_request_gets_the_engines_stall_limit_when_longer_than_the_gr
     the final event is awaited that long before the engine is called unresponsive."""
     async def scenario():
         clock = Clock()
-        gen, _ = recording_generation(clock, stall_after_s=30.0)
+        gen = generation(clock, streaming=True, stall_after_s=30.0)
         gen.abort("client_disconnect")
         clock.now += 20.0  # past ABORT_GRACE_S (10 s), within the stall limit
         gen._watcher.cancel()
@@ -115,17 +107,18 @@ def test_a_timer_that_fires_after_a_new_token_re_arms_instead_of_aborting():
     fires, the stream is not idle, and the token is handed out with no abort."""
     async def scenario():
         clock = Clock()
-        gen, aborts = recording_generation(clock, idle_ms=1000)
+        gen = generation(clock, streaming=True, idle_ms=1000)
         gen.last_token = clock.now
         clock.now += 0.9
         gen.stream.queue.put_nowait(token(2))
         assert (await gen.next_event()).num_output_tokens == 2  # last token now at +0.9
-        clock.now += 0.2  # the timer armed for +1.0 fires: 0.8 s of idle limit are left
+        clock.now += 0.2  # the timer armed for +1.0 fires: 0.8 s of idle limit (and 0.4 s
+        # of the request's 2 s, 0.5 of them spent before admission) are left
         gen._expire()
         gen.stream.queue.put_nowait(token(3))
         event = await gen.next_event()
         gen.close()
-        return event, aborts
+        return event, gen.engine.aborts
 
     event, aborts = asyncio.run(scenario())
     assert event.num_output_tokens == 3

@@ -39,10 +39,15 @@ def _fleet(behaviours: list[str]) -> tuple[FleetIngress, list[Handle]]:
     return fleet, replicas
 
 
-async def _post(fleet: FleetIngress) -> httpx.Response:
+async def _ask(fleet: FleetIngress, method: str, path: str, **kw) -> httpx.Response:
     transport = httpx.ASGITransport(app=build_app(fleet))
     async with httpx.AsyncClient(transport=transport, base_url="http://fleet") as client:
-        return await client.post("/v1/completions", json={"prompt": "x", "stream": True})
+        return await client.request(method, path, **kw)
+
+
+def _post(fleet: FleetIngress):
+    """A streamed completion through the ingress (a coroutine for asyncio.run)."""
+    return _ask(fleet, "POST", "/v1/completions", json={"prompt": "x", "stream": True})
 
 
 def test_a_stream_cut_by_a_dying_replica_ends_with_an_error_chunk():
@@ -135,14 +140,9 @@ def test_a_draining_fleet_is_not_ready_though_its_replicas_are():
     replica still polls healthy, and the fleet must say not ready anyway."""
     fleet, _ = _fleet(["ok", "ok"])
 
-    async def readyz() -> httpx.Response:
-        transport = httpx.ASGITransport(app=build_app(fleet))
-        async with httpx.AsyncClient(transport=transport, base_url="http://fleet") as client:
-            return await client.get("/readyz")
-
-    assert asyncio.run(readyz()).status_code == 200
+    assert asyncio.run(_ask(fleet, "GET", "/readyz")).status_code == 200
     fleet.draining = True
-    reply = asyncio.run(readyz())
+    reply = asyncio.run(_ask(fleet, "GET", "/readyz"))
     assert reply.status_code == 503 and reply.json()["draining"] is True
     assert all(v.healthy for v in fleet.table.views)
 
