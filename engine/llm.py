@@ -27,6 +27,7 @@ from engine.calibration.probe import RunnerProbe
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.config.dtype_option import DTYPE_CHOICES
 from engine.config.field_types import check_field_types
+from engine.config.schema import FIELD_TYPES
 from engine.engine import Engine
 from engine.execution.model_runner import ModelRunner, auto_num_kv_blocks
 from engine.gc_heap import heap_frozen
@@ -247,7 +248,7 @@ def check_overrides(overrides: dict[str, Any], kind: str) -> None:
     if unknown:
         raise ValueError(f"unknown {kind} option(s) {unknown}; engine options are: "
                          f"{sorted(_STATIC | _LIVE)}")
-    check_field_types(overrides)
+    check_field_types(overrides, "", FIELD_TYPES)
 
 
 def fitted_static_fields(static: StaticConfig, overrides: dict[str, Any]) -> frozenset[str]:

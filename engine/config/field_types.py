@@ -1,25 +1,24 @@
-"""The type each engine config field's value must have, checked field by field: for the
-YAML loader (engine/config/yaml_loader.py) and for settings given in code (LLM(...)
-keyword arguments). No YAML here: the offline engine imports it without PyYAML's C
-extension (which brings Cython's runtime modules the GPU machine's check does not know)."""
+"""The type each config dataclass field's value must have, checked field by field: by the
+YAML loader (engine/config/yaml_loader.py) before it builds a config, by LLM(...) for its
+keyword arguments, and by the configs' own validate() (engine/config/schema.py) for one
+built in code. Nothing of the engine's imported here (schema.py imports this), and no YAML:
+the offline engine imports it without PyYAML's C extension (which brings Cython's runtime
+modules the GPU machine's check does not know)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 from typing import Any
 
-from engine.config.schema import LaneConfig, LiveConfig, StaticConfig
 
-
-def check_field_types(values: dict[str, Any], where: str = "",
-                      types: dict[str, tuple[type, bool]] | None = None) -> None:
+def check_field_types(values: dict[str, Any], where: str,
+                      types: dict[str, tuple[type, bool]]) -> None:
     """ValueError naming the first field of `values` (`where` + its name) whose value has
-    the wrong type for `types` (FIELD_TYPES, the engine config's static and live fields, by
-    default; LANE_FIELD_TYPES for a lane): a str, a float or a bool would pass the range
-    checks or fail inside them with a TypeError. The YAML loader's check, and LLM(...)'s
-    for its keyword arguments."""
-    types = FIELD_TYPES if types is None else types
+    the wrong type for `types` (schema.py's FIELD_TYPES, the engine config's static and live
+    fields; LANE_FIELD_TYPES for a lane): a str, a float or a bool would pass the range
+    checks or fail inside them with a TypeError."""
     for key, value in values.items():
         _check_type(f"{where}{key}", key, value, types)
 
@@ -43,12 +42,17 @@ def _check_type(where: str, key: str, value: Any,
         raise ValueError(f"{where}={value!r} must be of type {expected.__name__}")
 
 
+def check_dataclass_types(config: Any, where: str = "") -> None:
+    """check_field_types over every field of the dataclass instance `config`: a config built
+    in code (LiveConfig(max_num_seqs="64")) is refused as its YAML would be."""
+    types = field_types(type(config))
+    check_field_types({name: getattr(config, name) for name in types}, where, types)
+
+
+@functools.cache
 def field_types(cls: type) -> dict[str, tuple[type, bool]]:
-    """Field name -> (type a value must have, whether null is allowed)."""
+    """Field name -> (type a value must have, whether null is allowed), from the dataclass's
+    annotations as written ("int", "str | None"; any other annotation is not checked here)."""
     types = {"int": int, "float": float, "bool": bool, "str": str}
     return {f.name: (types.get(str(f.type).split(" ")[0], object), "None" in str(f.type))
             for f in dataclasses.fields(cls)}
-
-
-FIELD_TYPES = {**field_types(StaticConfig), **field_types(LiveConfig)}  # serving, profiles
-LANE_FIELD_TYPES = field_types(LaneConfig)

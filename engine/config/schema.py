@@ -12,6 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from engine.config.dtype_option import DTYPE_CHOICES
+from engine.config.field_types import check_dataclass_types, field_types
 from engine.config.slo import LaneSLO
 
 LANE_POLICIES = ("fcfs", "priority", "deadline")
@@ -56,13 +57,14 @@ class StaticConfig:
     kv_cache_dtype: str = "auto"
 
     def validate(self) -> None:
+        check_dataclass_types(self)
         _require(self.block_size in (8, 16, 32, 64, 128), "block_size", self.block_size,
                  "one of 8, 16, 32, 64, 128")
         _require(self.num_kv_blocks >= 1, "num_kv_blocks", self.num_kv_blocks, ">= 1")
         _require(self.max_model_len >= 1, "max_model_len", self.max_model_len, ">= 1")
         _require(self.prefix_cache_sharing in PREFIX_CACHE_SHARING, "prefix_cache_sharing",
                  self.prefix_cache_sharing, f"one of {', '.join(PREFIX_CACHE_SHARING)}")
-        _require(isinstance(self.target_step_ms, int) and 0 <= self.target_step_ms <= 60_000,
+        _require(0 <= self.target_step_ms <= 60_000,
                  "target_step_ms", self.target_step_ms,
                  "an integer number of milliseconds in 1..60000, or 0 to keep the built-in"
                  " budgets unfitted")
@@ -93,6 +95,7 @@ class LaneConfig:
             object.__setattr__(self, "slo", LaneSLO.parse(self.slo, f"lanes.{self.name}.slo"))
 
     def validate(self) -> None:
+        check_dataclass_types(self, f"lanes.{self.name}.")
         _require(bool(self.name) and self.name.replace("_", "").replace("-", "").isalnum()
                  and len(self.name) <= MAX_NAME_CHARS, "lane.name", self.name,
                  f"a name of 1-{MAX_NAME_CHARS} letters, digits, '-' and '_'")
@@ -200,6 +203,7 @@ class LiveConfig:
     def validate_fields(self) -> None:
         """The checks that need no model: what a serving YAML can be refused for before the
         model is loaded (preflight)."""
+        check_dataclass_types(self)
         _require(1 <= self.max_num_seqs <= MAX_NUM_SEQS_LIMIT, "max_num_seqs",
                  self.max_num_seqs, f"in 1..{MAX_NUM_SEQS_LIMIT}")
         _require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens",
@@ -290,3 +294,8 @@ def _limit(static: StaticConfig, name: str, fitted: Collection[str]) -> str:
 def _require(ok: bool, name: str, value: object, allowed: str) -> None:
     if not ok:
         raise ValueError(f"{name}={value!r} must be {allowed}")
+
+
+# Field name -> (type, null allowed), for values before a config is built from them.
+FIELD_TYPES = {**field_types(StaticConfig), **field_types(LiveConfig)}  # serving, profiles
+LANE_FIELD_TYPES = field_types(LaneConfig)

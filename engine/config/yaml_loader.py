@@ -34,9 +34,16 @@ from typing import Any
 
 import yaml
 
-from engine.config.field_types import LANE_FIELD_TYPES, check_field_types
+from engine.config.field_types import check_field_types
 from engine.config.known_keys import check_known_keys
-from engine.config.schema import EngineConfig, LaneConfig, LiveConfig, StaticConfig
+from engine.config.schema import (
+    FIELD_TYPES,
+    LANE_FIELD_TYPES,
+    EngineConfig,
+    LaneConfig,
+    LiveConfig,
+    StaticConfig,
+)
 
 # The seed's names (DESIGN.md) -> ours.
 KEY_ALIASES = {
@@ -138,5 +145,5 @@ def _normalise(block: dict[str, Any], where: str,
     allowed = allowed if allowed is not None else STATIC_KEYS | LIVE_KEYS
     renamed = {KEY_ALIASES.get(k, k): v for k, v in block.items()}
     check_known_keys(where, renamed, allowed | set(KEY_ALIASES))
-    check_field_types(renamed, f"{where}.")
+    check_field_types(renamed, f"{where}.", FIELD_TYPES)
     return renamed

@@ -13,6 +13,7 @@ from engine import LLM
 from engine.config import EngineConfig, LaneSLO, LiveConfig, StaticConfig
 from engine.config.field_types import check_field_types
 from engine.config.patch import apply_patch
+from engine.config.schema import FIELD_TYPES, LaneConfig
 from engine.config.yaml_loader import load_config_dict
 
 
@@ -99,4 +100,26 @@ def test_settings_given_in_code_are_typed_as_the_yamls_before_a_model_loads(over
 
 def test_a_numpy_integer_from_code_is_a_whole_number():
     check_field_types({"max_num_seqs": np.int64(8), "kv_cache_high_watermark": np.float32(0.5),
-                       "max_model_len": 512})
+                       "max_model_len": 512}, "", FIELD_TYPES)
+    EngineConfig(StaticConfig(max_model_len=np.int64(512)),
+                 LiveConfig(max_num_seqs=np.int32(8), prefill_chunk_size=np.int64(512))).validate()
+
+
+@pytest.mark.parametrize(("build", "message"), [
+    # a str compared with an int raised TypeError inside the range check
+    (lambda: EngineConfig(live=LiveConfig(max_num_seqs="64")), "max_num_seqs='64' must be"
+     " of type int"),
+    # a float or a bool passed the range checks and ran
+    (lambda: EngineConfig(live=LiveConfig(max_num_seqs=2.5)), "max_num_seqs=2.5 must be"
+     " of type int"),
+    (lambda: EngineConfig(StaticConfig(enable_prefix_caching="no")),
+     "enable_prefix_caching='no' must be of type bool"),
+    (lambda: EngineConfig(StaticConfig(num_kv_blocks=True)), "num_kv_blocks=True must be an"
+     " integer"),
+    (lambda: EngineConfig(live=LiveConfig(lanes=(LaneConfig("a", max_running=1.5),),
+                                          default_lane="a", long_context_lane=None)),
+     "lanes.a.max_running=1.5 must be of type int"),
+])
+def test_a_config_built_in_code_is_typed_as_its_yaml_would_be(build, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build().validate()
