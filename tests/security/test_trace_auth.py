@@ -259,3 +259,30 @@ def test_results_with_a_value_of_the_wrong_type_are_a_400_and_store_nothing(serv
     assert reply.status_code == 400, reply.text
     assert reply.json()["error"]["param"] == "runs"
     assert runs.status_code == 200 and runs.json() == [], runs.text
+
+
+SPELLINGS = ["/v1//loadtest/results", "/V1/LoadTest/Results", "/v1/loadtest/results/",
+             "/v1/loadtest//results//", "/v1/loadtest/%72esults", "/v1/./loadtest/results"]
+
+
+def test_a_read_token_stores_no_results_however_the_path_is_spelled(served):
+    """The fleet's relay guard is tested on these spellings (test_fleet_trace_fanout.py);
+    a single server matches routes as spelled, so each is refused (403), unknown (404) or
+    redirected (307, which the client's next POST meets the route's own check) and the
+    trace holds no run a read-only caller sent."""
+    engine, settings = served
+
+    async def scenario():
+        async with asgi_client(engine, settings) as client:
+            client.app.state.serving.trace.start()
+            replies = {path: await client.post(path, json=_results_body(),
+                                               headers={"Authorization": READ})
+                       for path in SPELLINGS}
+            runs = await client.get("/v1/loadtest/runs", headers={"Authorization": ADMIN})
+            client.app.state.serving.trace.stop()
+            return replies, runs
+
+    replies, runs = asyncio.run(scenario())
+    for path, reply in replies.items():
+        assert reply.status_code in (307, 403, 404), (path, reply.status_code, reply.text)
+    assert runs.status_code == 200 and runs.json() == [], runs.text
