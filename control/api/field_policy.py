@@ -38,7 +38,13 @@ UNIMPLEMENTED: dict[str, tuple[Any, ...]] = {
     "mm_processor_kwargs": (None, {}), "continue_final_message": (None, False),
     "add_generation_prompt": (None, True),
     "echo": (None, False),  # vLLM's chat field (completions declares its own)
+    # OpenAI's: `store` keeps the answer for OpenAI's own dashboards (nothing here keeps
+    # it); `verbosity` asks a reasoning model for shorter or longer answers
+    "store": (None, False), "verbosity": (None,),
 }
+# OpenAI's fields with no effect on a self-hosted server (metadata, service_tier,
+# prompt_cache_key, safety_identifier: labels and hints for OpenAI's own service) are not
+# declared either: they are ignored and named like a field of another dialect.
 
 
 def check_undeclared(declared: Collection[str], data: Any, prefix: str = "") -> list[str]:
@@ -62,7 +68,7 @@ def check_undeclared(declared: Collection[str], data: Any, prefix: str = "") -> 
 def log_ignored(model: str, names: list[str]) -> None:
     """One warning a request, for the fields it and its nested objects had ignored."""
     if names:
-        log.warning("%s: ignored fields outside the OpenAI and vLLM request shapes: %s",
+        log.warning("%s: ignored fields this server does not read: %s",
                     model, ", ".join(names))
 
 

@@ -159,10 +159,11 @@ def test_max_completion_tokens_and_max_tokens_must_agree(api):
 @pytest.mark.parametrize(("path", "base"), ENDPOINTS)
 def test_a_field_outside_the_shapes_is_ignored_with_a_warning(api, path, base, caplog):
     with caplog.at_level(logging.WARNING, logger="batchpilot.http"):
-        text = generate(api, path, {**base, **GREEDY, "frobnicate": 1, "store": False})[0]
+        text = generate(api, path, {**base, **GREEDY, "frobnicate": 1,
+                                    "metadata": {"user": "a"}})[0]
     assert text == generate(api, path, {**base, **GREEDY})[0]
     warned = [r.getMessage() for r in caplog.records if "frobnicate" in r.getMessage()]
-    assert len(warned) == 1 and "store" in warned[0]
+    assert len(warned) == 1 and "metadata" in warned[0]
 
 
 @pytest.mark.parametrize(("path", "base", "field"), [
@@ -171,6 +172,8 @@ def test_a_field_outside_the_shapes_is_ignored_with_a_warning(api, path, base, c
     ("/v1/chat/completions", CHAT, {"echo": True}),
     ("/v1/chat/completions", CHAT, {"tools": [{"type": "function"}]}),
     ("/v1/chat/completions", CHAT, {"tool_choice": "auto"}),
+    # the answer would not be stored where OpenAI's dashboards find it
+    ("/v1/chat/completions", CHAT, {"store": True}),
 ])
 def test_an_unimplemented_field_is_400_naming_it(api, path, base, field):
     (name, _), = field.items()
@@ -181,7 +184,7 @@ def test_an_unimplemented_field_is_400_naming_it(api, path, base, field):
 @pytest.mark.parametrize(("path", "base", "field"), [
     ("/v1/completions", PROMPT, {"n": 1, "logprobs": None, "echo": False}),
     ("/v1/chat/completions", CHAT, {"n": 1, "logprobs": False, "tool_choice": "none",
-                                    "response_format": {"type": "text"}}),
+                                    "store": False, "response_format": {"type": "text"}}),
 ])
 def test_unimplemented_fields_at_their_off_values_are_accepted(api, path, base, field):
     assert generate(api, path, {**base, **GREEDY, **field})[1] == GREEDY["max_tokens"]
