@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 from engine.calibration.probe import MIN_CHUNK, StepProber, measure
 from engine.calibration.step_law import StepLaw, StepProbe, fit_law, law_error_pct
-from engine.config import EngineConfig
+from engine.config import EngineConfig, LiveConfig
 
 FITTED_FIELDS = ("prefill_chunk_size", "max_num_batched_tokens")
 CHUNK_SHARE = 2 / 3  # of one step's tokens, for the prefill chunk; the rest for decodes
@@ -145,12 +145,24 @@ def fit_step_budgets(config: EngineConfig, explicit: set[str], prober: StepProbe
     fitted = {k: v for k, v in (("prefill_chunk_size", chunk),
                                 ("max_num_batched_tokens", budget)) if k not in kept}
     fit = StepFit(static.target_step_ms, tuple(probes), law, step_tokens, fitted, kept)
-    if all(v == getattr(live, k) for k, v in fitted.items()):
-        fit = _with_note(fit, "the built-in defaults already fit the target")
-    elif fit.predicted_ms(budget) > static.target_step_ms:
-        fit = _with_note(fit, f"a {budget}-token step is predicted at"
-                              f" {fit.predicted_ms(budget):.0f} ms, over the target")
-    return EngineConfig(static, live.replace(**fitted)).validate(), fit
+    return EngineConfig(static, live.replace(**fitted)).validate(), _noted(fit, budget, live)
+
+
+def _noted(fit: StepFit, budget: int, live: LiveConfig) -> StepFit:
+    """`fit` with its note: the target missed (first: kept defaults can miss it too, when
+    the probes priced every size alike), or the defaults already fitting it."""
+    predicted = fit.predicted_ms(budget)
+    if predicted > fit.target_step_ms:
+        note = f"a {budget}-token step is predicted at {predicted:.0f} ms, over the target"
+        if fit.law.token_s == 0 and fit.law.prefill_pair_s == 0:
+            # more tokens cost nothing more: the probes timed whatever else held the CPU
+            note += (f"; the probe steps took {1000 * fit.law.fixed_s:.0f} ms at every"
+                     " size, so they ran beside other work and this law is not the"
+                     " device's: restart on a quiet machine, or set the budgets")
+        return _with_note(fit, note)
+    if all(v == getattr(live, k) for k, v in fit.fitted.items()):
+        return _with_note(fit, "the built-in defaults already fit the target")
+    return fit
 
 
 def _pow2_floor(x: float) -> int:

@@ -45,3 +45,20 @@ def test_the_probes_stay_within_a_kv_pool_smaller_than_max_model_len():
     decodes = [batch * context for kind, batch, context in timer.calls if kind == "decode"]
     assert prefills and decodes
     assert max(prefills) <= pool and max(decodes) <= pool, timer.calls
+
+
+def test_probes_that_cost_the_same_at_every_size_are_called_out_not_called_a_fit():
+    """Start-up beside three test runs on 2 cores timed every probe at ~2.5 s whatever its
+    size: the law (2.49 s + 0 per token) kept the built-in budgets, and the banner said
+    the defaults 'already fit' 250 ms steps it predicts at 2.5 s. The note says the target
+    is missed and why the law cannot be the device's."""
+    config, result = fit(law=(2.49, 0.0))
+    assert config.live.max_num_batched_tokens == LiveConfig.max_num_batched_tokens
+    assert "already fit" not in result.note
+    assert result.note.startswith("a 8192-token step is predicted at 2490 ms, over the"
+                                  " target; the probe steps took 2490 ms at every size")
+    assert "not the device's" in result.summary()
+    # a device whose fixed cost misses the target but whose tokens cost something: the
+    # target is missed, and nothing suggests the probes were disturbed
+    _, slow = fit(law=(0.3, 1e-7))
+    assert "over the target" in slow.note and "every size" not in slow.note
