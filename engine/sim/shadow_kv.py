@@ -41,9 +41,10 @@ class ShadowKVMismatch(AssertionError):
         self.request_id, self.position, self.expected = request_id, position, expected
         self.found, self.step_id, self.block_id = found, step_id, block_id
         where = f" (block {block_id})" if block_id is not None else ""
+        # expected < 0: the block is past the sequence's tokens (a table may run ahead)
+        want = f"token {expected}" if expected >= 0 else "no token yet"
         super().__init__(f"shadow KV mismatch in step {step_id}: request {request_id!r}"
-                         f" position {position}{where}: expected token {expected}, found"
-                         f" {found}")
+                         f" position {position}{where}: expected {want}, found {found}")
 
 
 def _mix(tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -152,7 +153,8 @@ class ShadowKV:
         limit = self.num_blocks or float("inf")
         for i, block_id in enumerate(table):
             if not 0 <= block_id < limit:
-                raise ShadowKVMismatch(seq.request_id, i * bs, seq.token_ids[i * bs],
+                expected = seq.token_ids[i * bs] if i * bs < len(seq.token_ids) else -1
+                raise ShadowKVMismatch(seq.request_id, i * bs, expected,
                                        f"block id {block_id} outside the pool of"
                                        f" {self.num_blocks}", step_id, block_id)
 
