@@ -227,8 +227,8 @@ FLEET_SCALING_MUTANTS: list[Mutant] = [
     Mutant("sk-token-0-never-written", SK, "if found_pos == UNWRITTEN:", "if found_token == 0:",
            (TOKEN_0_T,), "a wrong block holding token 0 is reported as never written"),
     Mutant("sk-outside-pool-position-is-index", SK,
-           "raise ShadowKVMismatch(seq.request_id, i * bs, seq.token_ids[i * bs],",
-           "raise ShadowKVMismatch(seq.request_id, i, seq.token_ids[i],", (OUTSIDE_T,),
+           "raise ShadowKVMismatch(seq.request_id, i * bs, expected,",
+           "raise ShadowKVMismatch(seq.request_id, i, expected,", (OUTSIDE_T,),
            "a block outside the pool is reported at its table index, not its first position"),
     Mutant("sk-block-size-0-accepted", SK, "if block_size < 1:", "if block_size < 0:",
            (SIZE_0_T,), "a shadow of block size 0 is built and fails with ZeroDivisionError"
