@@ -15,7 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernels
-from kernels.reference import length_groups, paged_attention, reference_attention, write_kv
+from kernels.reference import (
+    causal_mask,
+    length_groups,
+    paged_attention,
+    reference_attention,
+    write_kv,
+)
 
 HEAD_DIM = 8
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -210,3 +216,13 @@ def test_length_groups_bound_the_padding_of_batched_decodes():
         assert max(lens[s] for s in group) <= 2 * min(lens[s] for s in group)
     assert [lens[s] for s in groups[1]] == [30, 35]
     assert length_groups([], []) == []
+
+
+def test_causal_mask_puts_the_chunk_at_the_end_of_its_context():
+    """A chunk of q_len queries over a context of C tokens sits at positions C - q_len ..
+    C - 1: each sees the whole cached prefix, itself and the chunk's earlier tokens."""
+    mask = causal_mask(2, 4, torch.device("cpu"))
+    assert mask.tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert torch.equal(causal_mask(3, 3, torch.device("cpu")),
+                       torch.ones(3, 3, dtype=torch.bool).tril())
+    assert causal_mask(1, 5, torch.device("cpu")).all()
