@@ -7,12 +7,10 @@ server answers as a fleet ingress or a single server and records what it was ask
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 
 import pytest
-from fixtures.http_stub import QuietHandler, reply
+from fixtures.http_stub import QuietHandler, reply, served
 
 from control.cli.main import main
 from control.trace.sources import REPLICA_HEADER
@@ -52,12 +50,8 @@ def stand_in(monkeypatch) -> Iterator[str]:
     monkeypatch.delenv("BATCHPILOT_TOKEN", raising=False)
     _StandIn.readyz, _StandIn.needs_token = (200, FLEET), False
     _StandIn.asked = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _StandIn)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with served(_StandIn) as url:
+        yield url
 
 
 def trace(capsys, *argv: str) -> tuple[int, str, str]:
