@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from engine.calibration.drift import StepCostWatch
 from engine.calibration.step_law import StepLaw
+from engine.calibration.thread_governor import ThreadGovernor
 from engine.config import EngineConfig, LiveConfig
 from engine.fault_isolation import DEFAULT_MAX_EXTRA_RUNS, contain
 from engine.kv.block_manager import BlockManager, KVSnapshot
@@ -82,6 +83,7 @@ class Engine:
         self.throughput = ThroughputEstimator()
         self.step_cost = StepCostWatch()  # served steps against the law: device drift
         self.startup_law = step_law  # what drift is measured against (the law may refit)
+        self.thread_governor: ThreadGovernor | None = None  # set by engine/llm.py on a CPU
         self._pending_deltas: list[RequestDelta] = []  # ends between steps (abort, timeout)
         self._pending_finished: list[Request] = []
         self._pending_admissions: list[AdmissionDecision] = []
@@ -249,8 +251,11 @@ class Engine:
         # drift is against the start-up law: how far the device is from where it began,
         # whatever the online refit has since made of the law
         law0 = self.startup_law
-        self.step_cost.observe(run.end, law0.step_s(*out.law_features)
-                               if law0 is not None and out.law_features else None, took)
+        relative = self.step_cost.observe(run.end, law0.step_s(*out.law_features)
+                                          if law0 is not None and out.law_features else None,
+                                          took)
+        if self.thread_governor is not None:  # a CPU model's threads (thread_governor.py)
+            record.thread_switch = self.thread_governor.observe(relative, run.end)
         return self._drain_pending(record, run)
 
     def run_step(self, start: float) -> StepRun:
@@ -318,7 +323,7 @@ class Engine:
     def gauges(self) -> EngineGauges:
         """The engine's state now (between steps): what the metrics' gauges show."""
         return engine_gauges(self.scheduler, self.block_manager, self._last_wait_reasons,
-                             self.clock(), self.step_cost)
+                             self.clock(), self.step_cost, self.thread_governor)
 
     def stats(self) -> dict[str, Any]:
         lanes = self.scheduler.lanes

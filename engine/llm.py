@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from engine.calibration.budget_fit import StepFit, fit_step_budgets, needs_fit
 from engine.calibration.probe import RunnerProbe
+from engine.calibration.thread_governor import ThreadGovernor
 from engine.config import EngineConfig, LiveConfig, StaticConfig
 from engine.config.dtype_option import DTYPE_CHOICES
 from engine.config.field_types import check_field_types
@@ -270,8 +271,12 @@ def build_engine(loaded: LoadedModel, config: EngineConfig,
                              config.static.kv_cache_dtype)
     if step_fit is None:
         return Engine(config, runner, eos_token_id=loaded.eos_token_ids)
-    return Engine(config, runner, eos_token_id=loaded.eos_token_ids, step_law=step_fit.law,
-                  growable_budgets=tuple(step_fit.fitted))
+    engine = Engine(config, runner, eos_token_id=loaded.eos_token_ids, step_law=step_fit.law,
+                    growable_budgets=tuple(step_fit.fitted))
+    threads = torch.get_num_threads()
+    if torch.device(runner.device).type == "cpu" and threads > 1:  # relative costs: the law
+        engine.thread_governor = ThreadGovernor(threads, torch.set_num_threads)
+    return engine
 
 
 def fit_to_runner(config: EngineConfig, explicit: set[str], runner: ModelRunner,

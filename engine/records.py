@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.calibration.drift import StepCostDrift
+from engine.calibration.thread_governor import ThreadSwitch
 from engine.config import LiveConfig
 from engine.request import Request, TraceLink
 
@@ -135,6 +136,8 @@ class StepRecord:
     # The step law this step's measurement replaced, and the refit that replaced it
     # (StepLaw.to_dict each: engine/calibration/online_law.py); None at most steps.
     law_refit: tuple[dict, dict] | None = None
+    # The steps' threads changed after this one (engine/calibration/thread_governor.py)
+    thread_switch: ThreadSwitch | None = None
 
     @property
     def scheduled(self) -> list[tuple[str, str, int]]:

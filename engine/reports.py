@@ -10,10 +10,12 @@ failure) and its `StepRecord`, whose `finished` list names both.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from engine.calibration.drift import StepCostWatch
+from engine.calibration.drift import StepCostDrift, StepCostWatch
+from engine.calibration.thread_governor import ThreadGovernor
 from engine.kv.block_manager import BlockManager
 from engine.records import (
     AdmissionDecision,
@@ -78,7 +80,8 @@ def step_output(record: StepRecord | None, run: StepRun | None, deltas: list[Req
 
 
 def engine_gauges(scheduler: Scheduler, bm: BlockManager, last_wait_reasons: dict[str, str],
-                  now: float, step_cost: StepCostWatch | None = None) -> EngineGauges:
+                  now: float, step_cost: StepCostWatch | None = None,
+                  threads: ThreadGovernor | None = None) -> EngineGauges:
     """Queues, KV pool and live config between steps. Waiting requests are counted under
     the reason their lane started none in the last step (`last_wait_reasons`). The step
     cost's drift only where the scheduler has a step law."""
@@ -95,8 +98,17 @@ def engine_gauges(scheduler: Scheduler, bm: BlockManager, last_wait_reasons: dic
         kv_blocks_total=bm.num_blocks, kv_blocks_used=bm.num_used,
         kv_blocks_free=bm.num_free, kv_blocks_cached=bm.num_cached_free,
         kv_usage=bm.usage, live=scheduler.live,
-        step_cost=(step_cost.reading(now, scheduler.law_slowdown.value, _refits(scheduler))
-                   if step_cost is not None and scheduler.step_law is not None else None))
+        step_cost=_step_cost(scheduler, now, step_cost, threads))
+
+
+def _step_cost(scheduler: Scheduler, now: float, watch: StepCostWatch | None,
+               threads: ThreadGovernor | None) -> StepCostDrift | None:
+    if watch is None or scheduler.step_law is None:
+        return None
+    reading = watch.reading(now, scheduler.law_slowdown.value, _refits(scheduler))
+    if threads is None:
+        return reading
+    return replace(reading, threads=threads.threads, thread_switches=threads.switches)
 
 
 def _refits(scheduler: Scheduler) -> tuple[int, int]:

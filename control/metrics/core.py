@@ -178,3 +178,14 @@ def step_cost_families(cost: StepCostDrift, model: str) -> Iterator[GaugeMetricF
     refits.add_metric([model, "true"], cost.law_adopted)
     refits.add_metric([model, "false"], cost.law_refits - cost.law_adopted)
     yield refits
+    if cost.threads is not None:  # a CPU model's steps (engine/calibration/thread_governor.py)
+        threads = GaugeMetricFamily(
+            "batchpilot_step_threads", "Threads a CPU model's steps run on: all the server"
+            " took at start, or one while another process holds a core.", labels=["model"])
+        threads.add_metric([model], cost.threads)
+        yield threads
+        switches = CounterMetricFamily(
+            "batchpilot_step_thread_switches", "Changes of the steps' thread count, each"
+            " after a trial of the other count beat the one in force.", labels=["model"])
+        switches.add_metric([model], cost.thread_switches)
+        yield switches

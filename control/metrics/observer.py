@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from control.metrics.registry import ServingMetrics, counter_family
 from control.serve.bursts import drain
-from control.trace.audit_sources import LAW_REFIT_SOURCE
+from control.trace.audit_sources import LAW_REFIT_SOURCE, THREADS_SOURCE
 from control.trace.rows import kv_row
 from control.trace.writer import StepItem, TraceWriter
 from engine.config import LiveConfig, StaticConfig
@@ -205,6 +205,8 @@ class Observer:
             self.writer.submit(item)
             if record is not None and record.law_refit is not None:
                 self._law_refit_row(engine, record)
+        if record is not None and record.thread_switch is not None:
+            self._thread_switch(engine, record)
         if self.spans is not None:
             self.spans.submit(item)
 
@@ -216,6 +218,16 @@ class Observer:
             record.end_time, engine.live_config.version, LAW_REFIT_SOURCE, "scheduler",
             {"step_law": [old, new]}, f"step law refitted from served steps at step"
             f" {record.step_id} (engine/calibration/online_law.py)")
+
+    def _thread_switch(self, engine: Engine, record: StepRecord) -> None:
+        """The steps' threads changed: the log says so, and the trace (an audit row)."""
+        switch = record.thread_switch
+        log.warning("%s after step %d (engine/calibration/thread_governor.py)",
+                    switch.describe(), record.step_id)
+        if self.writer is not None:
+            self.writer.submit_config_change(
+                record.end_time, engine.live_config.version, THREADS_SOURCE, "engine",
+                {"threads": [switch.replaced, switch.threads]}, switch.describe())
 
     def _error(self, what: str) -> None:
         if not self.errors:  # once: a broken observer must not flood the log every step

@@ -5,6 +5,9 @@ decision beside the config, which readers replaying the config's history must sk
     whatif               a prediction asked of the server (control/whatif/audit.py)
     step_law_refit       the scheduler refitted its step law from served steps
                          (engine/calibration/online_law.py; change {"step_law": [old, new]})
+    step_threads         a CPU engine's steps changed their thread count (another process
+                         on the cores: engine/calibration/thread_governor.py; change
+                         {"threads": [old, new]})
     canary_*             a fleet canary's start and verdict (control/fleet/canary_run.py)
     autoscale_*          a fleet autoscaling event (control/fleet/scaling.py)
 """
@@ -12,7 +15,8 @@ decision beside the config, which readers replaying the config's history must sk
 from __future__ import annotations
 
 LAW_REFIT_SOURCE = "step_law_refit"
-NOT_VERSIONS = ("drain", "resume", "whatif", LAW_REFIT_SOURCE)
+THREADS_SOURCE = "step_threads"
+NOT_VERSIONS = ("drain", "resume", "whatif", LAW_REFIT_SOURCE, THREADS_SOURCE)
 NOT_VERSION_PREFIXES = ("canary_", "autoscale_")
 
 

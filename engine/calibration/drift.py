@@ -49,6 +49,10 @@ class StepCostDrift:
     law_scale: float  # what the scheduler divides the step target by (LawSlowdown)
     law_refits: int = 0  # online refits of the law tried (engine/calibration/online_law.py)
     law_adopted: int = 0  # of them, those that replaced the law
+    # a CPU model's step threads now, and how often they changed (thread_governor.py);
+    # None: not governed (a GPU, one thread, a simulation)
+    threads: int | None = None
+    thread_switches: int = 0
 
 
 class StepCostWatch:
@@ -60,13 +64,16 @@ class StepCostWatch:
         # hundreds of steps a second
         self._window: deque[tuple[float, float]] = deque(maxlen=MAX_WINDOW_STEPS)
 
-    def observe(self, end: float, predicted_s: float | None, measured_s: float) -> None:
-        """One served step that ended at `end` (engine clock); ignored without a law."""
+    def observe(self, end: float, predicted_s: float | None, measured_s: float,
+                ) -> float | None:
+        """One served step that ended at `end` (engine clock); ignored without a law.
+        Its ratio over its bucket's baseline (what the drift is the median of), once the
+        bucket has one; else None."""
         if predicted_s is None or predicted_s <= 0 or measured_s <= 0:
-            return
+            return None
         self._seen += 1
         if self._seen <= WARMUP_STEPS:
-            return
+            return None
         ratio = measured_s / predicted_s
         bucket = math.frexp(predicted_s)[1]  # predicted_s in [2^(b-1), 2^b)
         baseline = self.baselines.get(bucket)
@@ -76,9 +83,10 @@ class StepCostWatch:
             if len(first) == BASELINE_STEPS:
                 self.baselines[bucket] = statistics.median(first)
                 del self._first[bucket]
-            return
+            return None
         self._window.append((end, ratio / baseline))
         self._trim(end)
+        return ratio / baseline
 
     def _trim(self, now: float) -> None:
         while self._window and self._window[0][0] < now - WINDOW_S:

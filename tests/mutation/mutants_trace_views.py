@@ -165,8 +165,8 @@ TRACE_VIEWS_MUTANTS: list[Mutant] = [
             "_long",),
            "a load test of 512-token prompts shows no long prompts to the checklist"),
     Mutant("trace-resume-is-a-version", "control/trace/audit_sources.py",
-           "NOT_VERSIONS = (\"drain\", \"resume\", \"whatif\", LAW_REFIT_SOURCE)",
-           "NOT_VERSIONS = (\"drain\", \"whatif\", LAW_REFIT_SOURCE)",
+           "NOT_VERSIONS = (\"drain\", \"resume\", \"whatif\", LAW_REFIT_SOURCE, THREADS_SOURCE)",
+           "NOT_VERSIONS = (\"drain\", \"whatif\", LAW_REFIT_SOURCE, THREADS_SOURCE)",
            (CTL + "trace/test_trace_report_rules.py::test_a_drain_or_resume_row_is_listed_but"
             "_never_judged",),
            "a resume of admission is judged (and can be blamed) as a config change"),

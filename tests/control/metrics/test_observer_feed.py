@@ -65,7 +65,7 @@ def test_every_watermark_crossing_takes_a_kv_snapshot_even_a_jump_over_both():
     usages = (0.5, 0.97, 0.5, 0.9, 0.97, 0.9, 0.5, 0.6)
     for step_id, usage in enumerate(usages, start=1):
         record = SimpleNamespace(step_id=step_id, kv_usage=usage, end_time=float(step_id),
-                                 law_refit=None)
+                                 law_refit=None, thread_switch=None)
         observer.on_step(engine, StepOutput(record))
     assert observer.errors == 0
     triggers = {item.record.step_id: item.kv_row[3] for item in writer.items
