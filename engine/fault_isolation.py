@@ -124,6 +124,9 @@ def contain(execute: Execute, sched: Scheduler, out: SchedulerOutput, phase: str
     ended: list[Request] = []
     for part, part_phase, exc in failed:
         ended += sched.end_with_error(part_requests(part), now, failure_detail(part_phase, exc))
+    # parts that failed in execute come before those whose update failed: batch order again
+    position = {id(req): i for i, req in enumerate(part_requests(out))}
+    ended.sort(key=lambda req: position[id(req)])
     # every part ran when retried (a transient fault): nothing ended, still reported
     _, first_phase, first_error = failed[0] if failed else (out, phase, error)
     num_succeeded = sum(part.num_seqs for part, _, _ in applied)
