@@ -4,13 +4,10 @@ which records the Authorization header of whatever reaches it."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from fixtures.http_stub import QuietHandler, reply
+from fixtures.http_stub import QuietHandler, reply, served
 
 from control.checklist.client import ControlClient
 from control.checklist.result import ChecklistError
@@ -18,18 +15,6 @@ from control.cli.http_json import HTTPFailure, request_json
 from control.cli.main import main
 
 TOKEN = "s3cret-admin-token"
-
-
-@contextmanager
-def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture
@@ -44,7 +29,7 @@ def servers() -> Iterator[tuple[str, str, list[str | None]]]:
 
         do_GET = do_POST = do_PATCH = _answer
 
-    with serve(Target) as target:
+    with served(Target) as target:
         class Origin(QuietHandler):
             def _redirect(self) -> None:
                 self.send_response(302)
@@ -54,7 +39,7 @@ def servers() -> Iterator[tuple[str, str, list[str | None]]]:
 
             do_GET = do_POST = do_PATCH = _redirect
 
-        with serve(Origin) as origin:
+        with served(Origin) as origin:
             yield origin, target, received
 
 

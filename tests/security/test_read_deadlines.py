@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
 
 import pytest
 import uvicorn
+from fixtures.http_stub import uvicorn_served
 
 from control.serve.read_deadlines import ReadDeadlines
 
@@ -44,17 +44,9 @@ async def app(scope, receive, send):
 
 @pytest.fixture(scope="module")
 def port():
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, http=Short,
-                                           log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield server.servers[0].sockets[0].getsockname()[1]
-    server.should_exit = True
-    thread.join(10)
+    with uvicorn_served(uvicorn.Config(app, host="127.0.0.1", port=0, http=Short,
+                                       log_level="warning", lifespan="off")) as bound:
+        yield bound
 
 
 def talk(port: int, pieces: list[bytes], gap_s: float = 0.0, wait_s: float = 5.0) -> bytes:

@@ -6,11 +6,11 @@ short deadlines keep each test around a second."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import pytest
 import uvicorn
+from fixtures.http_stub import uvicorn_served
 
 from control.serve.read_deadlines import ReadDeadlines
 
@@ -41,18 +41,10 @@ async def app(scope, receive, send):
 
 @pytest.fixture(scope="module")
 def port():
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, http=Short, log_level="warning",
-                            lifespan="off", timeout_keep_alive=60)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield server.servers[0].sockets[0].getsockname()[1]
-    server.should_exit = True
-    thread.join(10)
+    with uvicorn_served(uvicorn.Config(app, host="127.0.0.1", port=0, http=Short,
+                                       log_level="warning", lifespan="off",
+                                       timeout_keep_alive=60)) as bound:
+        yield bound
 
 
 def rest(sock: socket.socket, wait_s: float) -> bytes:
