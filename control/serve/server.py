@@ -157,6 +157,11 @@ class DrainingServer(uvicorn.Server):
             notes = [getattr(parts, "weights", ""), fit.summary() if fit is not None else "",
                      describe_policy(self.state.engine.live_config, fit is not None,
                                      parts.static.target_step_ms)]
+            governor = parts.engine.thread_governor
+            if governor is not None:
+                notes.append(f"threads: {governor.all_threads} for the steps, one while"
+                             " another process holds a core (engine/calibration/"
+                             "thread_governor.py)")
             if self.state.settings.otlp is not None:
                 notes.append(self.state.settings.otlp.describe())
             if self.edge is not None:
