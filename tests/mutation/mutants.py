@@ -17,7 +17,7 @@ out again.
     error      pytest could not run the tests (collection, usage)
 
 Exit status 0 when every mutant was killed. Not part of `make test` (it runs the named
-tests once per mutant: 4-10 s a mutant, 2-3.5 hours for the whole list);
+tests once per mutant: 4-10 s a mutant, 1.5-3 hours for the whole list);
 tests/mutation/test_mutant_list.py keeps the list current.
 """
 
