@@ -13,6 +13,9 @@ FI = "engine/fault_isolation.py"
 DT = "engine/output/detokenizer.py"
 CS = "engine/structured/compile_slots.py"
 RC = "engine/records.py"
+TG = "engine/calibration/thread_governor.py"
+GOV_T = ENG + "test_thread_governor.py::"
+UNDONE_T = GOV_T + "test_a_trial_that_does_not_win_by_the_margin_is_undone_and_the_next_waits"
 
 LANES_T = ENG + "test_scenarios_lanes.py"
 POLICIES_T = LANES_T + "::test_queue_policies_order_requests"
@@ -56,6 +59,33 @@ REPORTS_T = ENG + "test_engine_reports.py"
 TPOT_T = REPORTS_T + "::test_tpot_is_the_mean_gap_between_output_tokens"
 
 ENGINE_PARTS_MUTANTS: list[Mutant] = [
+    # ---- engine/calibration/thread_governor.py ---------------------------------------
+    Mutant("threads-trial-kept-when-worse", TG, "if after < KEEP * before:",
+           "if after < before / KEEP:", (UNDONE_T,),
+           "a trial of one thread barely better, or worse, than all threads is kept: a"
+           " quiet server drops to one thread"),
+    Mutant("threads-suspect-when-quiet", TG,
+           "and statistics.median(self._recent) <= SUSPECT):",
+           "and statistics.median(self._recent) < 0):",
+           (GOV_T + "test_a_quiet_machine_runs_only_the_probes_and_undoes_them",),
+           "a quiet server runs a trial of one thread every step it may"),
+    Mutant("threads-no-probe", TG, "        probe = now >= self._next_probe\n",
+           "        probe = False\n",
+           (GOV_T + "test_a_server_that_started_beside_the_other_process_finds_one_thread"
+            "_by_its_probe",),
+           "a server that started beside a busy process never tries one thread"),
+    Mutant("threads-no-backoff", TG,
+           "        self._backoff_s = min(2 * self._backoff_s, MAX_BACKOFF_S)\n", "",
+           (GOV_T + "test_another_process_on_the_cores_sends_the_steps_to_one_thread_and"
+            "_back",),
+           "while the neighbour stays, a trial of all threads every 30 s costs several"
+           " slow steps each time"),
+    Mutant("threads-failed-trial-not-undone", TG, "        self._set(self.threads)\n", "",
+           (UNDONE_T,), "a trial that lost leaves the steps on its thread count"),
+    Mutant("threads-none-counted", TG,
+           "        if relative is None:\n            return None\n", "",
+           (GOV_T + "test_steps_without_a_relative_cost_do_not_count",),
+           "steps without a relative cost break the governor (a TypeError in its median)"),
     Mutant("failed-step-ends-by-phase", FI,
            "    ended.sort(key=lambda req: position[id(req)])\n", "",
            (ENG + "test_fault_isolation_edges.py::test_a_part_whose_tokens_cannot_be_applied"
