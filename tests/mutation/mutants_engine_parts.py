@@ -1,6 +1,7 @@
 """Mutants for the engine's lanes' queues, the scheduler's state and token budget, fault isolation,
 the detokenizer, the structured-output compile slots and the engine's records (pass of
-2026-12-08: each module had at most two planted bugs); each has a test that fails on it."""
+2026-12-08: each module had at most two planted bugs), and for the CPU thread governor
+added that day; each has a test that fails on it."""
 
 from __future__ import annotations
 
