@@ -59,15 +59,22 @@ def talk(port: int, pieces: list[bytes], gap_s: float = 0.0, wait_s: float = 5.0
             except OSError:  # closed on us mid-trickle: what the test looks for
                 break
             time.sleep(gap_s)
-        got = b""
-        try:
-            while chunk := sock.recv(65536):
-                got += chunk
-        except TimeoutError:
-            return got + b"<still open>"
-        except ConnectionResetError:  # a reset is a close too
-            return got
+        return rest(sock, wait_s)
+
+
+def rest(sock: socket.socket, wait_s: float) -> bytes:
+    """What the server sends until it closes; `<still open>` appended if it has not after
+    `wait_s`."""
+    sock.settimeout(wait_s)
+    got = b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+    except TimeoutError:
+        return got + b"<still open>"
+    except ConnectionResetError:  # a reset is a close too
         return got
+    return got
 
 
 def test_a_connection_that_sends_nothing_is_closed(port):

@@ -13,6 +13,7 @@ import uvicorn
 from fixtures.http_stub import uvicorn_served
 
 from control.serve.read_deadlines import ReadDeadlines
+from tests.security.test_read_deadlines import rest
 
 SHORT_S = 0.4  # both deadlines here
 HEAD_BYTES = 2048  # the head limit here
@@ -45,21 +46,6 @@ def port():
                                        log_level="warning", lifespan="off",
                                        timeout_keep_alive=60)) as bound:
         yield bound
-
-
-def rest(sock: socket.socket, wait_s: float) -> bytes:
-    """What the server sends until it closes; `<still open>` appended if it has not after
-    `wait_s`."""
-    sock.settimeout(wait_s)
-    got = b""
-    try:
-        while chunk := sock.recv(65536):
-            got += chunk
-    except TimeoutError:
-        return got + b"<still open>"
-    except ConnectionResetError:
-        pass
-    return got
 
 
 def answer(sock: socket.socket) -> bytes:
