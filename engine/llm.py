@@ -274,7 +274,8 @@ def build_engine(loaded: LoadedModel, config: EngineConfig,
     engine = Engine(config, runner, eos_token_id=loaded.eos_token_ids, step_law=step_fit.law,
                     growable_budgets=tuple(step_fit.fitted))
     threads = torch.get_num_threads()
-    if torch.device(runner.device).type == "cpu" and threads > 1:  # relative costs: the law
+    # (with a law only: the governor reads each step's cost relative to the law's price)
+    if torch.device(runner.device).type == "cpu" and threads > 1:
         engine.thread_governor = ThreadGovernor(threads, torch.set_num_threads)
     return engine
 

@@ -76,11 +76,6 @@ class ThreadGovernor:
         self._next_probe = 0.0
         self._probing = False
 
-    @property
-    def trying(self) -> int | None:
-        """The threads of the trial under way, if any."""
-        return None if self._trial is None else self._other()
-
     def observe(self, relative: float | None, now: float) -> ThreadSwitch | None:
         """One served step's relative cost (None: none) that ended at `now` (engine
         clock); the switch when this step ended a trial that was kept."""
